@@ -1,0 +1,21 @@
+// Command line -> Options. CLI11 lives only in cli.cpp.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lastcall/options.hpp"
+
+namespace lastcall {
+
+// What main() does after parsing: run with these options, or exit now with this code (after
+// --help, --version, or a usage error, which has already been printed as one line).
+struct ParsedCommandLine {
+    std::optional<Options> options;
+    int exit_code = 0;
+};
+
+ParsedCommandLine parse_command_line(const std::vector<std::string>& args);
+
+}  // namespace lastcall

@@ -1,0 +1,52 @@
+// Everything the command line (native or a compat mode) decides, as plain data.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "lastcall/process_tree.hpp"
+
+namespace lastcall {
+
+enum class LogFormat { Text, Json };
+// Who receives a forwarded signal (HUP, USR1, ...), and who receives the stop signal.
+enum class Scope { Child, Group, Tree };
+
+struct Options {
+    std::vector<std::string> command;
+
+    // Budget and shutdown.
+    std::chrono::milliseconds grace{8000};
+    std::chrono::milliseconds drain_delay{0};
+    std::chrono::milliseconds coalesce{100};
+    int stop_signal = 0;  // 0: the signal that triggered the shutdown (SIGTERM on child exit)
+    std::string ready_file;
+    std::string pre_stop;
+    std::string report_path;
+
+    // Tree.
+    Scope kill_scope = Scope::Tree;
+    Scope forward_to = Scope::Group;
+    TrackerKind tracker = TrackerKind::Auto;
+    bool new_session = true;  // false: the child stays in lastcall's session, in its own group
+
+    // Signal and exit mapping.
+    std::map<int, int> rewrite;  // received -> forwarded; 0 drops
+    std::set<int> success_exits;  // exit codes reported as 0
+    int pdeathsig = 0;
+
+    // Child credentials.
+    std::string user;
+    bool no_new_privs = false;
+
+    // Logging.
+    std::string log_level = "info";
+    LogFormat log_format = LogFormat::Text;
+};
+
+std::string_view to_string(Scope s);
+
+}  // namespace lastcall

@@ -1,0 +1,105 @@
+// The supervised process tree: who belongs to it, how to signal all of it, how to reap it.
+//
+// A process group is not a tree: shells, npm and daemons call setsid or double-fork. Two trackers
+// find the whole tree behind one interface:
+//  - CgroupTracker: one cgroup v2 child group per supervised command. The kernel keeps every
+//    descendant inside it whatever it does with sessions and groups; cgroup.kill ends all of them
+//    atomically (no fork can race it); cgroup.events says when it is empty.
+//  - ProcTracker: no writable cgroup (an unprivileged container). lastcall is PID 1 or a child
+//    subreaper, so every descendant stays below it; a walk of /proc finds them, and pidfds make
+//    sure a recycled pid is never signalled.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lastcall/error.hpp"
+#include "lastcall/fd.hpp"
+
+namespace lastcall {
+
+struct ProcInfo {
+    pid_t pid = 0;
+    pid_t ppid = 0;
+    pid_t pgid = 0;
+    unsigned long long start = 0;  // start time in clock ticks: (pid, start) names one process
+    char state = '?';              // R, S, D, Z (zombie: exited, waiting to be reaped), ...
+    std::string comm;
+};
+
+// Parses /proc/<pid>/stat. Works for zombies too (comm and pgrp are kept until the reap).
+std::optional<ProcInfo> read_proc_stat(pid_t pid);
+// /proc/<pid>/cmdline with NULs turned into spaces; empty for zombies and kernel threads.
+std::string read_cmdline(pid_t pid);
+
+// Decides, for each member found, whether to signal it now (false: already done).
+using MemberFilter = std::function<bool(const ProcInfo&)>;
+
+class Tracker {
+public:
+    virtual ~Tracker() = default;
+    virtual std::string_view name() const = 0;
+    // Live members of the tree (lastcall itself and zombies excluded).
+    virtual std::vector<ProcInfo> members() = 0;
+    // Signals every member the filter accepts; enumerates again until a pass finds nobody new,
+    // so a child forked while the signals went out is caught as well. Returns how many it signalled.
+    virtual int signal_all(int sig, const MemberFilter& filter);
+    // SIGKILL to everyone: first the filter sees each member (to record who had to be forced).
+    virtual int kill_all(const MemberFilter& filter) { return signal_all(SIGKILL_, filter); }
+    // An fd for the child's spawn to write "0" into (cgroup.procs), or -1.
+    virtual int spawn_cgroup_fd() const { return -1; }
+    // An fd that becomes readable when the tree may have emptied (inotify), or -1.
+    virtual int watch_fd() const { return -1; }
+    virtual void consume_watch() {}
+    // True while the kernel still counts members (cgroup.events). Trackers without that
+    // knowledge say false and rely on the reaper's ECHILD alone: lastcall is PID 1 or a subreaper,
+    // so "no children left" means "no descendants left".
+    virtual bool populated() { return false; }
+    // The irreversible step at exit (cgroup rmdir). Errors are returned, not logged.
+    virtual Status remove() { return Ok{}; }
+
+protected:
+    static constexpr int SIGKILL_ = 9;
+};
+
+enum class TrackerKind { Auto, Cgroup, Proc };
+
+struct TrackerChoice {
+    std::unique_ptr<Tracker> tracker;
+    std::string reason;  // logged: why this tracker is in use
+};
+
+// auto: cgroup when a writable cgroup2 hierarchy is mounted, else proc. cgroup explicitly
+// requested but impossible is an error.
+Result<TrackerChoice> make_tracker(TrackerKind kind, const std::string& name_hint);
+
+// Finds the cgroup2 mount in /proc/self/mountinfo and lastcall's own cgroup directory in it.
+Result<std::string> own_cgroup_dir();
+
+// Lists every descendant of `root` by walking /proc: /proc/<pid>/task/<tid>/children where the
+// kernel has it (CONFIG_PROC_CHILDREN), else one scan of /proc/[0-9]*/stat building the parent map.
+std::vector<ProcInfo> descendants_of(pid_t root);
+
+// One reaped process.
+struct Reaped {
+    pid_t pid;
+    int status;                     // waitpid status
+    std::optional<ProcInfo> info;   // read from the zombie before the reap, when asked for
+};
+
+// Reaps every child that has exited, until waitpid says there is nothing more (ECHILD or 0).
+// Returns true when lastcall has no children left at all (ECHILD).
+bool reap_all(bool want_info, const std::function<void(const Reaped&)>& on_reaped);
+
+// Exit code of a wait status: the code, or 128+N for signal N.
+int exit_code_of(int status);
+
+// prctl(PR_SET_CHILD_SUBREAPER): orphans of the tree come back to lastcall instead of PID 1.
+Status become_subreaper();
+
+}  // namespace lastcall

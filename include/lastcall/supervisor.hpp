@@ -1,0 +1,74 @@
+// The supervisor wires the event loop to the shutdown state machine, the spawner and the tree
+// tracker. It is the only part that knows all the others.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "lastcall/clock.hpp"
+#include "lastcall/event_loop.hpp"
+#include "lastcall/options.hpp"
+#include "lastcall/process_tree.hpp"
+#include "lastcall/report.hpp"
+#include "lastcall/shutdown.hpp"
+#include "lastcall/spawner.hpp"
+
+namespace lastcall {
+
+// Blocks every signal lastcall handles; they are read from a signalfd from then on. Must run
+// before any thread exists and before the child is spawned.
+Status block_handled_signals();
+
+class Supervisor final : private ShutdownActions {
+public:
+    Supervisor(Options options, const Clock& clock);
+    // Runs the command to the end of its whole tree; returns lastcall's exit code.
+    int run();
+
+private:
+    Status set_up();
+    std::optional<int> start_child();
+    void loop_until_stopped();
+    int finish();
+
+    void on_signals();
+    void on_signal(int sig);
+    void on_sigchld();
+    void on_timer();
+    void on_pre_stop_output();
+    void forward(int sig, Scope scope);
+    void suspend(int sig);
+    void check_tree_gone();
+    void rescan_drain();
+    void rearm_timer();
+    std::vector<std::string> child_environment() const;
+
+    // ShutdownActions
+    void state_changed(State from, State to, Event why) override;
+    void readiness_off() override;
+    void start_pre_stop() override;
+    void signal_tree(int sig) override;
+    void kill_tree() override;
+
+    Options opts_;
+    const Clock& clock_;
+    Shutdown shutdown_;
+    std::optional<EventLoop> loop_;
+    std::optional<DeadlineTimer> timer_;
+    UniqueFd signal_fd_;
+    std::unique_ptr<Tracker> tracker_;
+    ProcessBook book_;
+
+    pid_t main_pid_ = -1;
+    UniqueFd main_pidfd_;
+    std::optional<int> main_status_;
+    pid_t pre_stop_pid_ = -1;
+    UniqueFd pre_stop_out_;
+    std::string pre_stop_partial_;
+    bool children_gone_ = false;
+    bool gave_up_ = false;
+    std::optional<MonoTime> next_rescan_;
+    std::string fatal_;
+};
+
+}  // namespace lastcall

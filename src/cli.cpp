@@ -1,0 +1,166 @@
+#include "lastcall/cli.hpp"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "lastcall/duration.hpp"
+#include "lastcall/signals.hpp"
+
+namespace lastcall {
+
+std::string_view to_string(Scope s) {
+    switch (s) {
+        case Scope::Child: return "child";
+        case Scope::Group: return "group";
+        case Scope::Tree: return "tree";
+    }
+    return "?";
+}
+
+namespace {
+
+constexpr const char* kUsageHint = " (see lastcall --help)";
+
+int usage_error(const std::string& message) {
+    std::fprintf(stderr, "lastcall: %s%s\n", message.c_str(), kUsageHint);
+    return 2;
+}
+
+// CLI11 messages are multi-word sentences; keep them on one line.
+std::string one_line(std::string s) {
+    for (char& c : s)
+        if (c == '\n') c = ' ';
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    return s;
+}
+
+Scope parse_scope(const std::string& s) {
+    if (s == "child") return Scope::Child;
+    if (s == "group") return Scope::Group;
+    return Scope::Tree;
+}
+
+// Index of "--" or of the first word that is neither an option nor an option's value;
+// args.size() when there is none.
+std::size_t find_command_start(const CLI::App& app, const std::vector<std::string>& args) {
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--" || a.empty() || a[0] != '-' || a == "-") return i;
+        if (a.find('=') != std::string::npos) continue;  // --grace=5s
+        const CLI::Option* opt = app.get_option_no_throw(a);
+        if (opt && opt->get_type_size_max() > 0 && opt->get_items_expected_min() > 0) ++i;
+    }
+    return args.size();
+}
+
+}  // namespace
+
+ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
+    Options o;
+    CLI::App app{
+        "lastcall: an init and process supervisor that shuts a whole process tree down within a "
+        "budget and records how it ended.\nUsage: lastcall [OPTIONS] -- COMMAND [ARGS...]",
+        "lastcall"};
+    std::string grace = "8s", drain_delay = "0", coalesce = "100ms", stop_signal, pdeathsig;
+    std::string kill_scope = "tree", forward_to = "group", tracker = "auto", log_format = "text";
+    std::vector<std::string> rewrites;
+    std::vector<int> success_exits;
+    bool version = false;
+
+    app.add_option("--grace", grace, "Budget from the first stop request to SIGKILL (default 8s)");
+    app.add_option("--drain-delay", drain_delay,
+                   "Wait this long after readiness goes off before signalling (default 0)");
+    app.add_option("--coalesce", coalesce,
+                   "Termination signals closer than this are one burst (default 100ms)");
+    app.add_option("--stop-signal", stop_signal,
+                   "Signal the tree receives at shutdown (default: the one received, TERM on exit)");
+    app.add_option("--ready-file", o.ready_file,
+                   "Created when the child started, removed first thing at shutdown");
+    app.add_option("--pre-stop", o.pre_stop, "Shell command run once at the start of shutdown");
+    app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
+    app.add_option("--kill-scope", kill_scope, "Who receives the stop signal")
+        ->check(CLI::IsMember({"tree", "group", "child"}));
+    app.add_option("--forward-to", forward_to, "Who receives forwarded signals (default group)")
+        ->check(CLI::IsMember({"tree", "group", "child"}));
+    app.add_option("--tracker", tracker, "How the tree is tracked (default auto)")
+        ->check(CLI::IsMember({"auto", "cgroup", "proc"}));
+    app.add_option("--rewrite", rewrites, "Rewrite a received signal, SIG:SIG (to 0 drops it)");
+    app.add_option("--success-exit", success_exits, "Report this child exit code as 0")
+        ->check(CLI::Range(0, 255));
+    app.add_option("--pdeathsig", pdeathsig, "Signal the child gets if lastcall dies");
+    app.add_option("--user", o.user, "Run the child as USER[:GROUP]");
+    app.add_flag("--no-new-privs", o.no_new_privs, "Set PR_SET_NO_NEW_PRIVS for the child");
+    app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error, off")
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+    app.add_option("--log-format", log_format, "text or json")
+        ->check(CLI::IsMember({"text", "json"}));
+    app.add_flag("--version", version, "Print the version and exit");
+
+    // Options end at "--" or at the first word that is not an option, so "lastcall sh -c x" passes
+    // -c to sh (getopt's "+" convention, as in tini and env).
+    std::size_t split = find_command_start(app, args);
+    std::vector<std::string> reversed(args.rend() - static_cast<long>(split), args.rend() - 1);
+    if (split < args.size()) {
+        o.command.assign(args.begin() + static_cast<long>(split), args.end());
+        if (o.command.front() == "--") o.command.erase(o.command.begin());
+    }
+    try {
+        app.parse(reversed);
+    } catch (const CLI::CallForHelp&) {
+        std::cout << app.help();
+        return {std::nullopt, 0};
+    } catch (const CLI::ParseError& e) {
+        return {std::nullopt, usage_error(one_line(e.what()))};
+    }
+    if (version) {
+        std::printf("lastcall %s\n", LASTCALL_VERSION);
+        return {std::nullopt, 0};
+    }
+    if (o.command.empty()) return {std::nullopt, usage_error("no command given")};
+
+    auto dur = [&](const std::string& text, const char* name, std::chrono::milliseconds& out) {
+        auto d = parse_duration(text);
+        if (!d) return usage_error(std::string(name) + ": " + d.error().message), false;
+        out = *d;
+        return true;
+    };
+    if (!dur(grace, "--grace", o.grace) || !dur(drain_delay, "--drain-delay", o.drain_delay) ||
+        !dur(coalesce, "--coalesce", o.coalesce))
+        return {std::nullopt, 2};
+    if (o.drain_delay > o.grace)
+        return {std::nullopt,
+                usage_error("--drain-delay " + format_duration(o.drain_delay) +
+                            " is longer than --grace " + format_duration(o.grace) +
+                            ": the drain delay is spent inside the grace budget")};
+    if (!stop_signal.empty()) {
+        auto s = parse_signal(stop_signal);
+        if (!s) return {std::nullopt, usage_error("--stop-signal: " + s.error().message)};
+        o.stop_signal = *s;
+    }
+    if (!pdeathsig.empty()) {
+        auto s = parse_signal(pdeathsig);
+        if (!s) return {std::nullopt, usage_error("--pdeathsig: " + s.error().message)};
+        o.pdeathsig = *s;
+    }
+    for (const auto& rw : rewrites) {
+        auto colon = rw.find(':');
+        if (colon == std::string::npos)
+            return {std::nullopt, usage_error("--rewrite '" + rw + "': expected FROM:TO")};
+        auto from = parse_signal(rw.substr(0, colon));
+        auto to = parse_signal(rw.substr(colon + 1), /*allow_zero=*/true);
+        if (!from) return {std::nullopt, usage_error("--rewrite: " + from.error().message)};
+        if (!to) return {std::nullopt, usage_error("--rewrite: " + to.error().message)};
+        o.rewrite[*from] = *to;
+    }
+    o.success_exits.insert(success_exits.begin(), success_exits.end());
+    o.kill_scope = parse_scope(kill_scope);
+    o.forward_to = parse_scope(forward_to);
+    o.tracker = tracker == "cgroup" ? TrackerKind::Cgroup
+                : tracker == "proc" ? TrackerKind::Proc
+                                    : TrackerKind::Auto;
+    o.log_format = log_format == "json" ? LogFormat::Json : LogFormat::Text;
+    return {std::move(o), 0};
+}
+
+}  // namespace lastcall
