@@ -185,6 +185,7 @@ std::string render_report(const ReportInput& in) {
     for (pid_t p : in.book->forced()) j.value(static_cast<long long>(p));
     j.end_array();
     if (in.gave_up) j.field("abandoned", true);
+    if (in.extra) in.extra(j);
     j.field("exit_code", in.exit_code);
     j.end_object();
     std::string out = j.str();

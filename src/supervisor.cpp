@@ -109,6 +109,8 @@ Status Supervisor::set_up() {
         });
         if (!st) return st;
     }
+    for (auto* c : components_)
+        if (auto st = c->attach(*this); !st) return st;
     return Ok{};
 }
 
@@ -125,6 +127,9 @@ std::vector<std::string> Supervisor::child_environment() const {
 }
 
 std::optional<int> Supervisor::start_child() {
+    // The main child is a unit of work like any other: admitted before it starts, rolled back if
+    // it never does, released when it has been reaped.
+    main_ticket_ = admission_.try_admit();
     SpawnSpec spec;
     spec.argv = opts_.command;
     spec.env = child_environment();
@@ -145,16 +150,20 @@ std::optional<int> Supervisor::start_child() {
     auto result = spawn(spec);
     if (result.error) {
         spdlog::error("{}", result.error->message);
+        main_ticket_->rollback();
         return 1;
     }
     if (result.failure) {
         spdlog::error("{}", result.failure->message());
+        main_ticket_->rollback();
         return result.failure->exit_code();
     }
+    main_ticket_->started();
     main_pid_ = result.child->pid;
     main_pidfd_ = std::move(result.child->pidfd);
     book_.set_main(main_pid_);
     spdlog::info("spawned pid {}: {}", main_pid_, join(opts_.command));
+    for (auto* c : components_) c->child_started(main_pid_);
 
     if (!opts_.ready_file.empty()) {
         UniqueFd fd(::open(opts_.ready_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -291,9 +300,11 @@ void Supervisor::on_sigchld() {
     bool forcing = shutdown_.state() == State::Forcing;
     children_gone_ = reap_all(want_info, [&](const Reaped& r) {
         book_.reaped(r, forcing);
+        for (auto* c : components_) c->reaped(r);
         if (r.pid == main_pid_) {
             main_status_ = r.status;
             main_pidfd_.reset();
+            main_ticket_->release();
             main_exited = true;
             spdlog::info("child pid {} {}", r.pid, describe_status(r.status));
         } else if (r.pid == pre_stop_pid_) {
@@ -369,6 +380,10 @@ void Supervisor::on_pre_stop_output() {
 
 void Supervisor::state_changed(State from, State to, Event why) {
     spdlog::info("state {} -> {} ({})", to_string(from), to_string(to), to_string(why));
+    // Intake closes before anything else happens in the shutdown: from here on no spawn, run or
+    // restart is admitted, so the drain's view of active work can only shrink.
+    if (from == State::Running) admission_.close();
+    for (auto* c : components_) c->state_changed(from, to);
     if (why == Event::GiveUp) {
         gave_up_ = true;
         spdlog::error("processes survived SIGKILL for {}: giving up on them",
@@ -435,6 +450,7 @@ void Supervisor::signal_tree(int sig) {
 }
 
 void Supervisor::kill_tree() {
+    for (auto* c : components_) c->before_force();
     // Whatever the kill scope, the escalation covers the whole tree: lastcall never exits with
     // a descendant left behind.
     int n = tracker_->kill_all([&](const ProcInfo& p) {
@@ -465,6 +481,9 @@ int Supervisor::finish() {
     in.book = &book_;
     in.now = clock_.now();
     in.gave_up = gave_up_;
+    in.extra = [this](JsonWriter& j) {
+        for (auto* c : components_) c->contribute_report(j);
+    };
     // The record is written after every process is reaped and before shared resources close.
     if (!opts_.report_path.empty()) {
         if (auto st = write_report(opts_.report_path, render_report(in)); !st)
@@ -473,6 +492,7 @@ int Supervisor::finish() {
             spdlog::info("shutdown report written to {}", opts_.report_path);
     }
     if (auto st = tracker_->remove(); !st) spdlog::warn("{}", st.error().message);
+    for (auto* c : components_) c->finished(code);
     spdlog::info("{}", summarize(in));
     return code;
 }

@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -18,6 +19,8 @@
 #include "lastcall/shutdown.hpp"
 
 namespace lastcall {
+
+class JsonWriter;
 
 struct ProcessRecord {
     pid_t pid = 0;
@@ -63,6 +66,8 @@ struct ReportInput {
     const ProcessBook* book = nullptr;
     MonoTime now{};
     bool gave_up = false;  // SIGKILL could not end everything within the force limit
+    // Extra top-level keys (components: interrupted runs, services).
+    std::function<void(JsonWriter&)> extra;
 };
 
 std::string verdict_of(const ReportInput& in);

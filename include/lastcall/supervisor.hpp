@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "lastcall/admission.hpp"
 #include "lastcall/clock.hpp"
 #include "lastcall/event_loop.hpp"
 #include "lastcall/options.hpp"
@@ -15,6 +16,30 @@
 
 namespace lastcall {
 
+class JsonWriter;
+class Supervisor;
+
+// A part that lives beside the main child (notify protocol, scheduler, services). The supervisor
+// calls these hooks from its single-threaded loop; a component registers its own fds on loop().
+class SupervisorComponent {
+public:
+    virtual ~SupervisorComponent() = default;
+    // Once the loop exists, before anything is spawned.
+    virtual Status attach(Supervisor&) { return Ok{}; }
+    virtual void child_started(pid_t /*pid*/) {}
+    virtual void state_changed(State /*from*/, State /*to*/) {}
+    // Just before SIGKILL goes to the tree: the last moment to record in-flight work as
+    // interrupted, so that nothing that happens after the kill can pass for a success. Called
+    // again each time SIGKILL is repeated while forcing: must be idempotent.
+    virtual void before_force() {}
+    // Every process lastcall reaps (its own children, and orphans reparented to it).
+    virtual void reaped(const Reaped& /*r*/) {}
+    // Extra keys for the shutdown report's top-level object.
+    virtual void contribute_report(JsonWriter& /*j*/) {}
+    // After the report; shared resources (sockets, databases) close here, before logs flush.
+    virtual void finished(int /*exit_code*/) {}
+};
+
 // Blocks every signal lastcall handles; they are read from a signalfd from then on. Must run
 // before any thread exists and before the child is spawned.
 Status block_handled_signals();
@@ -24,6 +49,15 @@ public:
     Supervisor(Options options, const Clock& clock);
     // Runs the command to the end of its whole tree; returns lastcall's exit code.
     int run();
+
+    // For components. Not owned; must outlive run().
+    void add_component(SupervisorComponent* c) { components_.push_back(c); }
+    EventLoop& loop() { return *loop_; }
+    Admission& admission() { return admission_; }
+    Tracker& tracker() { return *tracker_; }
+    const Options& options() const { return opts_; }
+    State state() const { return shutdown_.state(); }
+    pid_t main_pid() const { return main_pid_; }
 
 private:
     Status set_up();
@@ -58,6 +92,9 @@ private:
     UniqueFd signal_fd_;
     std::unique_ptr<Tracker> tracker_;
     ProcessBook book_;
+    Admission admission_;
+    std::optional<Ticket> main_ticket_;
+    std::vector<SupervisorComponent*> components_;
 
     pid_t main_pid_ = -1;
     UniqueFd main_pidfd_;

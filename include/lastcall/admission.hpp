@@ -1,0 +1,84 @@
+// Admission of work: the one protocol that makes "no new work" and "active == 0" agree.
+//
+// The race it closes: a worker reads "running", the drain flips to draining and sees active == 0,
+// closes shared resources, and only then the worker increments active and uses a closed resource.
+// Here the state check and the increment happen under one lock, so a unit of work (a spawn, a
+// scheduled run, a restart) is either admitted before close() or refused after it, never in
+// between. Each admitted unit holds a Ticket:
+//   admitted --started()--> started --release()/~Ticket--> released   (exactly once)
+//   admitted --~Ticket / rollback()----------------------> rolled back (it never started)
+// A ticket dropped without being started is a rollback, not a release: it never ran.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace lastcall {
+
+class Admission;
+
+class Ticket {
+public:
+    Ticket(Ticket&& other) noexcept;
+    Ticket& operator=(Ticket&& other) noexcept;
+    Ticket(const Ticket&) = delete;
+    Ticket& operator=(const Ticket&) = delete;
+    ~Ticket();
+
+    void started();   // the work really began (fork succeeded, process running)
+    void release();   // the work ended (its process tree is gone); no-op if already done
+    void rollback();  // the work never began (fork failed, cancelled before start)
+    bool is_started() const { return state_ == Started; }
+    std::uint64_t id() const { return id_; }
+
+private:
+    friend class Admission;
+    enum Phase { Admitted, Started, Done };
+    Ticket(Admission* owner, std::uint64_t id) : owner_(owner), id_(id) {}
+    void finish();
+    Admission* owner_;
+    std::uint64_t id_;
+    Phase state_ = Admitted;
+};
+
+struct AdmissionStats {
+    std::uint64_t admitted = 0, refused = 0, rolled_back = 0, released = 0;
+    std::size_t active = 0;
+    bool open = true;
+};
+
+class Admission {
+public:
+    // Admits a unit of work if intake is open. The check and the increment are one step.
+    std::optional<Ticket> try_admit();
+    // Closes intake (idempotent) and returns the number of active units at that moment. Once
+    // this returns, try_admit() refuses, so the count can only go down.
+    std::size_t close();
+    bool is_open() const;
+    std::size_t active() const;
+    AdmissionStats stats() const;
+    // Blocks until active == 0 or the deadline passes (for threaded users). True when idle.
+    bool wait_idle_until(std::chrono::steady_clock::time_point deadline);
+    // Called (outside the lock) each time active drops to 0 after close(): the event loop's way
+    // of learning the drain is complete without polling.
+    void on_idle(std::function<void()> callback);
+
+private:
+    friend class Ticket;
+    void finished(bool was_started);
+
+    mutable std::mutex mutex_;
+    std::condition_variable idle_;
+    bool open_ = true;
+    std::size_t active_ = 0;
+    std::uint64_t next_id_ = 1;
+    AdmissionStats counts_;
+    std::function<void()> on_idle_;
+};
+
+}  // namespace lastcall
