@@ -67,9 +67,13 @@ int Supervisor::run() {
         spdlog::error("{}", st.error().message);
         return 1;
     }
-    if (auto failed = start_child()) {
-        if (tracker_) (void)tracker_->remove();
-        return *failed;
+    // Without a command (only scheduled jobs or services from a config), components start the
+    // work and the run lasts until a termination signal or request_shutdown().
+    if (!opts_.command.empty()) {
+        if (auto failed = start_child()) {
+            if (tracker_) (void)tracker_->remove();
+            return *failed;
+        }
     }
     loop_until_stopped();
     return finish();
@@ -462,8 +466,21 @@ void Supervisor::kill_tree() {
     if (n > 0) spdlog::warn("sent SIGKILL to {} process(es)", n);
 }
 
+void Supervisor::request_shutdown(int exit_code) {
+    if (shutdown_.state() != State::Running) return;
+    requested_exit_ = exit_code;
+    shutdown_.on_main_exit();
+    check_tree_gone();
+    rearm_timer();
+}
+
 int Supervisor::finish() {
-    int code = main_status_ ? exit_code_of(*main_status_) : 128 + SIGKILL;
+    // The main child's code; a component's requested code; without a main child, 0 for a clean
+    // stop; 128+SIGKILL when the main child could not even be reaped.
+    int code = requested_exit_  ? *requested_exit_
+               : main_status_   ? exit_code_of(*main_status_)
+               : main_pid_ < 0  ? (shutdown_.forced() && !book_.forced().empty() ? 128 + SIGKILL : 0)
+                                : 128 + SIGKILL;
     if (opts_.success_exits.count(code)) {
         spdlog::info("child exit code {} counts as success (--success-exit)", code);
         code = 0;

@@ -58,6 +58,9 @@ public:
     const Options& options() const { return opts_; }
     State state() const { return shutdown_.state(); }
     pid_t main_pid() const { return main_pid_; }
+    // A component ends the run as if the main child had exited with exit_code (a `main = true`
+    // service exited): the whole tree is drained and lastcall exits with that code.
+    void request_shutdown(int exit_code);
 
 private:
     Status set_up();
@@ -99,6 +102,7 @@ private:
     pid_t main_pid_ = -1;
     UniqueFd main_pidfd_;
     std::optional<int> main_status_;
+    std::optional<int> requested_exit_;
     pid_t pre_stop_pid_ = -1;
     UniqueFd pre_stop_out_;
     std::string pre_stop_partial_;

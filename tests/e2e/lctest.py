@@ -1,0 +1,164 @@
+"""Shared utilities for lastcall's end-to-end tests.
+
+Tests run the real binary ($LASTCALL) against real process trees. Synchronisation is by events:
+a child writes a line to a FIFO the test reads (lastcall closes every fd >= 3 in its child, so
+FIFOs are passed by path in the environment), and lastcall's exit is awaited with waitpid.
+Leftovers are found by a unique marker in /proc/*/environ, never by process name.
+"""
+import os
+import select
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+import uuid
+
+LASTCALL = os.environ.get("LASTCALL", os.path.join(os.path.dirname(__file__), "../../build/lastcall"))
+HELPERS = os.environ.get("LASTCALL_HELPERS", os.path.join(os.path.dirname(LASTCALL), "helpers"))
+BUILD = os.environ.get("LASTCALL_BUILD", os.path.dirname(LASTCALL))
+
+
+def helper(name):
+    return os.path.join(HELPERS, name)
+
+
+def new_marker():
+    return "LCTEST_" + uuid.uuid4().hex
+
+
+def marked_pids(marker):
+    """Pids of live (non-zombie) processes whose environment contains marker."""
+    needle = marker.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle not in f.read():
+                    continue
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if state not in ("Z", "X"):
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def kill_marked(marker):
+    for pid in marked_pids(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+class Fifo:
+    """A named pipe the process tree writes lines into; read with a timeout (an event, not a sleep)."""
+
+    def __init__(self, directory):
+        self.path = os.path.join(directory, "events.fifo")
+        os.mkfifo(self.path)
+        # O_RDWR keeps a writer open ourselves, so EOF never arrives between two writers.
+        self.fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
+        self.buffer = b""
+
+    def readline(self, timeout=20.0):
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no line on {self.path} within {timeout}s (have {self.buffer!r})")
+            r, _, _ = select.select([self.fd], [], [], left)
+            if r:
+                self.buffer += os.read(self.fd, 65536)
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode()
+
+    def expect(self, text, timeout=20.0):
+        """Reads lines until one equals text; returns the lines before it."""
+        seen = []
+        while True:
+            line = self.readline(timeout)
+            if line == text:
+                return seen
+            seen.append(line)
+
+    def close(self):
+        os.close(self.fd)
+
+
+class Run:
+    """A running lastcall: Popen plus its stderr log collected to a file."""
+
+    def __init__(self, args, env=None, pid1=False, **kw):
+        self.pid1 = pid1
+        self.tmp = tempfile.mkdtemp(prefix="lctest-")
+        self.log_path = os.path.join(self.tmp, "lastcall.log")
+        self.log = open(self.log_path, "wb")
+        cmd = [LASTCALL] + list(args)
+        if pid1:
+            cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"] + cmd
+        self.proc = subprocess.Popen(cmd, env=env, stdout=kw.pop("stdout", self.log),
+                                     stderr=self.log, **kw)
+
+    def lastcall_pid(self, timeout=10.0):
+        """lastcall's pid as seen from here (for pid1 runs: unshare's forked child)."""
+        if not self.pid1:
+            return self.proc.pid
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            children = _children_of(self.proc.pid)
+            if children:
+                return children[0]
+            time.sleep(0.005)  # bounded wait for unshare's fork, which has no event to wait on
+        raise TimeoutError("unshare did not fork lastcall")
+
+    def signal(self, sig):
+        os.kill(self.lastcall_pid(), sig)
+
+    def wait(self, timeout=60):
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self.log.close()
+
+    def output(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+
+def _children_of(pid):
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except OSError:
+                pass
+    return out
+
+
+class LastcallTestCase(unittest.TestCase):
+    """Gives each test a temp dir, a FIFO, a marker; kills anything left with the marker at the end
+    (after asserting, in tests that care, that nothing was left)."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="lctest-")
+        self.fifo = Fifo(self.dir)
+        self.marker = new_marker()
+        self.env = dict(os.environ, LCTEST_MARKER=self.marker, EVENTS=self.fifo.path)
+
+    def tearDown(self):
+        kill_marked(self.marker)
+        self.fifo.close()
+
+    def start(self, args, pid1=False, **kw):
+        return Run(args, env=kw.pop("env", self.env), pid1=pid1, **kw)
+
+    def assertNoLeftovers(self):
+        self.assertEqual(marked_pids(self.marker), [], "processes of the test's tree survived lastcall")
