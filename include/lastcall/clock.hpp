@@ -21,7 +21,7 @@ public:
 class FakeClock final : public Clock {
 public:
     MonoTime now() const override { return now_; }
-    void advance(std::chrono::milliseconds d) { now_ += d; }
+    void advance(std::chrono::steady_clock::duration d) { now_ += d; }
 
 private:
     MonoTime now_{std::chrono::hours(1)};
