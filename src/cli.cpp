@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "lastcall/compat.hpp"
 #include "lastcall/duration.hpp"
 #include "lastcall/signals.hpp"
 
@@ -57,6 +58,8 @@ std::size_t find_command_start(const CLI::App& app, const std::vector<std::strin
 }  // namespace
 
 ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
+    // Invoked as tini, docker-init or dumb-init (or with a leading --compat): their flag sets.
+    if (auto compat = parse_compat_command_line(args)) return std::move(*compat);
     Options o;
     CLI::App app{
         "lastcall: an init and process supervisor that shuts a whole process tree down within a "
@@ -67,6 +70,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
     std::vector<std::string> rewrites;
     std::vector<int> success_exits;
     bool version = false;
+    std::string compat;
 
     app.add_option("--grace", grace, "Budget from the first stop request to SIGKILL (default 8s)");
     app.add_option("--drain-delay", drain_delay,
@@ -96,6 +100,10 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
     app.add_option("--log-format", log_format, "text or json")
         ->check(CLI::IsMember({"text", "json"}));
     app.add_flag("--version", version, "Print the version and exit");
+    app.add_option("--compat", compat,
+                   "tini or dumb-init: parse the rest of the line as that program does (must be "
+                   "the first argument; a symlink named tini, docker-init or dumb-init does the "
+                   "same)");
 
     // Options end at "--" or at the first word that is not an option, so "lastcall sh -c x" passes
     // -c to sh (getopt's "+" convention, as in tini and env).
@@ -113,6 +121,8 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
     } catch (const CLI::ParseError& e) {
         return {std::nullopt, usage_error(one_line(e.what()))};
     }
+    if (!compat.empty())
+        return {std::nullopt, usage_error("--compat must be the first argument")};
     if (version) {
         std::printf("lastcall %s\n", LASTCALL_VERSION);
         return {std::nullopt, 0};

@@ -88,7 +88,12 @@ void write_decimal(char* out, long v) {
         // from an interactive shell) refuses with EPERM; signals then come through forwarding.
         if (spec.take_tty) ::ioctl(STDIN_FILENO, TIOCSCTTY, 0);
     } else if (spec.session == Session::NewGroup) {
+        // As tini does: a new group that was started from the terminal's foreground takes the
+        // foreground over, so an interactive command reads the tty and gets ^C and ^Z itself.
+        // SIGTTOU is still blocked here, so tcsetpgrp works from the new (background) group.
+        bool foreground = spec.take_tty && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
         if (::setpgid(0, 0) < 0) fail(report_fd, SpawnStage::Setpgid);
+        if (foreground) ::tcsetpgrp(STDIN_FILENO, ::getpid());
     }
     if (spec.cgroup_procs_fd >= 0) {
         // "0" moves the writing process: the command is in the cgroup before its first instruction.

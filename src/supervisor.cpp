@@ -84,6 +84,10 @@ Status Supervisor::set_up() {
         spdlog::debug("running as PID 1: orphans of the whole namespace are reaped here");
     } else if (auto st = become_subreaper(); !st) {
         return st;
+    } else if (opts_.warn_implicit_subreaper) {
+        // tini without -s would not reap orphans here; lastcall does, and says so once.
+        spdlog::warn("not running as PID 1: registered as a child subreaper (tini needs -s or "
+                     "TINI_SUBREAPER for that; pass either to silence this warning)");
     }
     auto choice = make_tracker(opts_.tracker, "lastcall-" + std::to_string(::getpid()));
     if (!choice) return choice.error();
@@ -160,7 +164,7 @@ std::optional<int> Supervisor::start_child() {
     if (result.failure) {
         spdlog::error("{}", result.failure->message());
         main_ticket_->rollback();
-        return result.failure->exit_code();
+        return opts_.exec_failure_exit ? opts_.exec_failure_exit : result.failure->exit_code();
     }
     main_ticket_->started();
     main_pid_ = result.child->pid;
@@ -294,7 +298,10 @@ void Supervisor::suspend(int sig) {
     // As a shell expects of a job: the child's group stops, then lastcall itself, so the parent
     // shell sees a stopped job. SIGCONT (fg/bg) resumes lastcall, which then resumes the group.
     spdlog::info("received {}: stopping the child's group and lastcall", signal_name(sig));
-    forward(sig, Scope::Group);
+    // A child that leads its own session is in an orphaned process group (its parent, lastcall,
+    // is in another session), and the kernel discards SIGTSTP/TTIN/TTOU sent to such a group
+    // unless they are caught: only SIGSTOP is sure to stop it (dumb-init does the same).
+    forward(opts_.new_session ? SIGSTOP : sig, Scope::Group);
     if (::getpid() != 1) ::kill(::getpid(), SIGSTOP);
 }
 
@@ -316,7 +323,10 @@ void Supervisor::on_sigchld() {
             pre_stop_done = true;
             spdlog::info("pre-stop hook {}", describe_status(r.status));
         } else {
-            spdlog::debug("reaped pid {} ({})", r.pid, describe_status(r.status));
+            if (opts_.warn_on_reap)
+                spdlog::warn("reaped zombie process pid {} ({})", r.pid, describe_status(r.status));
+            else
+                spdlog::debug("reaped pid {} ({})", r.pid, describe_status(r.status));
         }
     });
     if (pre_stop_done) {
@@ -430,26 +440,30 @@ void Supervisor::start_pre_stop() {
 }
 
 void Supervisor::signal_tree(int sig) {
+    // "The child" cannot be signalled once it is gone (or when there is none): then the stop
+    // signal goes to what is left of the tree instead of it waiting for SIGKILL.
+    Scope scope = opts_.kill_scope;
+    if (scope == Scope::Child && (main_status_ || main_pid_ < 0)) scope = Scope::Tree;
     auto filter = [&](const ProcInfo& p) {
-        if (opts_.kill_scope == Scope::Group && p.pgid != main_pid_) return false;
+        if (scope == Scope::Group && p.pgid != main_pid_) return false;
         auto& rec = book_.observe(p);
         if (rec.stop_signal) return false;
         rec.stop_signal = sig;
         return true;
     };
     int n = 0;
-    if (opts_.kill_scope == Scope::Child) {
+    if (scope == Scope::Child) {
         if (main_pidfd_ && send_via_pidfd(main_pidfd_.get(), sig)) {
             book_.observe(*read_proc_stat(main_pid_)).stop_signal = sig;
             n = 1;
         }
     } else {
-        if (opts_.kill_scope == Scope::Group && !main_status_) ::kill(-main_pid_, sig);
+        if (scope == Scope::Group && !main_status_) ::kill(-main_pid_, sig);
         n = tracker_->signal_all(sig, filter);
-        if (opts_.kill_scope == Scope::Tree) next_rescan_ = clock_.now() + kDrainRescan;
+        if (scope == Scope::Tree) next_rescan_ = clock_.now() + kDrainRescan;
     }
     spdlog::info("sent {} to {} process(es) (kill scope {})", signal_name(sig), n,
-                 to_string(opts_.kill_scope));
+                 to_string(scope));
     check_tree_gone();
 }
 

@@ -38,6 +38,12 @@ struct Options {
     std::set<int> success_exits;  // exit codes reported as 0
     int pdeathsig = 0;
 
+    // Asked for by the compat modes (compat.cpp); the native CLI leaves them at their defaults.
+    bool warn_on_reap = false;  // tini -w: a warning for each reaped process but the main child
+    // tini without -s: say that lastcall registers as a subreaper anyway (tini would not).
+    bool warn_implicit_subreaper = false;
+    int exec_failure_exit = 0;  // nonzero: the exit code when the command cannot be executed
+
     // Child credentials.
     std::string user;
     bool no_new_privs = false;

@@ -10,9 +10,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t got;
+/* One flag per signal: two different signals arriving before the loop runs are both reported. */
+static volatile sig_atomic_t pending[65];
 
-static void on_signal(int sig) { got = sig; }
+static void on_signal(int sig) { pending[sig] = 1; }
 
 static void report(const char* line) {
     const char* path = getenv("EVENTS");
@@ -31,11 +32,21 @@ int main(int argc, char** argv) {
     sa.sa_handler = on_signal;
     for (unsigned i = 0; i < sizeof sigs / sizeof *sigs; ++i) sigaction(sigs[i], &sa, NULL);
     report("started\n");
+    sigset_t all, old;
+    sigfillset(&all);
     for (;;) {
-        pause();
-        int sig = got;
-        if (!sig) continue;
-        got = 0;
+        /* Check-then-wait without losing a signal in between: block, check, sigsuspend. */
+        sigprocmask(SIG_BLOCK, &all, &old);
+        int sig = 0;
+        for (unsigned i = 0; i < sizeof sigs / sizeof *sigs && !sig; ++i)
+            if (pending[sigs[i]]) sig = sigs[i];
+        if (!sig) {
+            sigsuspend(&old);
+            sigprocmask(SIG_SETMASK, &old, NULL);
+            continue;
+        }
+        pending[sig] = 0;
+        sigprocmask(SIG_SETMASK, &old, NULL);
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         const char* rf = getenv("READY_FILE");

@@ -1,0 +1,210 @@
+"""Issue 2: the core: exit codes, signal forwarding, reaping, escalation, a clean child environment."""
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+from lctest import LASTCALL, LastcallTestCase, helper
+
+
+def run(args, **kw):
+    return subprocess.run([LASTCALL, "--log-level", "warn"] + args, capture_output=True, text=True,
+                          timeout=60, **kw)
+
+
+class ExitCodes(unittest.TestCase):
+    def test_child_exit_codes_propagate(self):
+        for code in (0, 3, 255):
+            with self.subTest(code=code):
+                self.assertEqual(run(["--", "sh", "-c", f"exit {code}"]).returncode, code)
+
+    def test_a_child_killed_by_sigsegv_gives_139(self):
+        self.assertEqual(run(["--", "sh", "-c", "kill -SEGV $$"]).returncode, 139)
+
+    def test_a_missing_command_exits_127_naming_path_and_errno(self):
+        r = run(["--", "/nonexistent/lastcall-missing"])
+        self.assertEqual(r.returncode, 127)
+        self.assertIn("/nonexistent/lastcall-missing", r.stderr)
+        self.assertIn("No such file or directory", r.stderr)
+        r = run(["--", "lastcall-missing-in-path"])
+        self.assertEqual(r.returncode, 127)
+        self.assertIn("lastcall-missing-in-path", r.stderr)
+
+    def test_a_non_executable_command_exits_126(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "not-executable")
+            with open(path, "w") as f:
+                f.write("#!/bin/sh\n")
+            os.chmod(path, 0o644)
+            r = run(["--", path])
+            self.assertEqual(r.returncode, 126)
+            self.assertIn(path, r.stderr)
+            self.assertIn("Permission denied", r.stderr)
+
+    def test_usage_errors_exit_2_with_one_line(self):
+        cases = {
+            "unknown option": (["--bogus", "--", "true"], "--bogus"),
+            "bad duration": (["--grace", "5x", "--", "true"], "invalid duration '5x'"),
+            "no command": ([], "no command"),
+            "drain delay longer than grace": (["--grace", "1s", "--drain-delay", "2s", "--", "true"],
+                                              "--drain-delay"),
+            "bad signal": (["--stop-signal", "NOPE", "--", "true"], "invalid signal 'NOPE'"),
+        }
+        for name, (args, needle) in cases.items():
+            with self.subTest(name):
+                r = subprocess.run([LASTCALL] + args, capture_output=True, text=True, timeout=10)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                self.assertIn(needle, r.stderr)
+
+    def test_options_end_at_the_command(self):
+        # Without "--", "-c" belongs to sh, not to lastcall.
+        r = run(["sh", "-c", "exit 4"])
+        self.assertEqual(r.returncode, 4)
+
+    def test_version_and_help_exit_0(self):
+        self.assertEqual(subprocess.run([LASTCALL, "--version"], capture_output=True).returncode, 0)
+        r = subprocess.run([LASTCALL, "--help"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("--grace", r.stdout)
+
+
+class ChildEnvironment(LastcallTestCase):
+    def test_the_child_has_no_blocked_or_ignored_signals_and_only_fds_0_1_2(self):
+        ready = os.path.join(self.dir, "ready")
+        report = os.path.join(self.dir, "report.json")
+        # lastcall itself runs with SIGINT/SIGQUIT ignored (as under nohup or a CI runner) and extra
+        # fds open: none of it may reach the child.
+        r = subprocess.run(
+            ["sh", "-c", 'trap "" INT QUIT USR2; exec "$@" 7</dev/null', "sh", LASTCALL,
+             "--ready-file", ready, "--report", report, "--", helper("childinfo")],
+            capture_output=True, text=True, timeout=30, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("SigBlk:\t0000000000000000", r.stdout)
+        self.assertIn("SigIgn:\t0000000000000000", r.stdout)
+        self.assertIn("fds: 0 1 2\n", r.stdout)
+
+
+class Forwarding(LastcallTestCase):
+    def _tree(self):
+        # termlog is the main child; a second termlog runs in its process group as a grandchild.
+        return ["--", "sh", "-c", f'{helper("termlog")} 0 & exec {helper("termlog")} 5']
+
+    def check_sigterm_reaches_child_and_grandchild(self, pid1):
+        run = self.start(["--grace", "5s"] + self._tree(), pid1=pid1)
+        self.fifo.expect("started")
+        self.fifo.expect("started")
+        run.signal(signal.SIGTERM)
+        got = [self.fifo.readline().split()[0], self.fifo.readline().split()[0]]
+        self.assertEqual(got, ["TERM", "TERM"])
+        self.assertEqual(run.wait(), 5, run.output())
+        self.assertNoLeftovers()
+
+    def test_sigterm_reaches_the_child_and_a_grandchild_in_its_group(self):
+        self.check_sigterm_reaches_child_and_grandchild(pid1=False)
+
+    def test_sigterm_reaches_the_child_and_a_grandchild_in_its_group_as_pid1(self):
+        self.check_sigterm_reaches_child_and_grandchild(pid1=True)
+
+    def test_hup_usr1_usr2_are_forwarded_to_the_group_without_shutting_down(self):
+        run = self.start(["--"] + [helper("termlog"), "9"])
+        self.fifo.expect("started")
+        for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            run.signal(sig)
+            self.assertEqual(self.fifo.readline().split()[0], sig.name[3:])
+        run.signal(signal.SIGTERM)
+        self.assertEqual(self.fifo.readline().split()[0], "TERM")
+        self.assertEqual(run.wait(), 9)
+        self.assertEqual(run.output().count("running -> draining"), 1)
+
+
+class Reaping(LastcallTestCase):
+    def test_as_pid1_2000_double_forked_orphans_leave_no_zombie(self):
+        run = self.start(["--", helper("orphan_maker"), "2000"], pid1=True)
+        self.assertEqual(self.fifo.readline(timeout=60), "made 2000")
+        lastcall = run.lastcall_pid()
+        ns = os.readlink(f"/proc/{lastcall}/ns/pid")
+
+        def zombies_in_namespace():
+            count = 0
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit():
+                    continue
+                try:
+                    if os.readlink(f"/proc/{entry}/ns/pid") != ns:
+                        continue
+                    with open(f"/proc/{entry}/stat") as f:
+                        if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                            count += 1
+                except OSError:
+                    continue
+            return count
+
+        # Every orphan has exited by now (each exits at once); lastcall reaps them as SIGCHLDs
+        # arrive. Bounded wait for the count to reach zero.
+        deadline = time.monotonic() + 10
+        while zombies_in_namespace() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(zombies_in_namespace(), 0)
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 128 + signal.SIGTERM)
+        self.assertIn("2001 reaped", run.output())
+
+    def test_as_a_subreaper_orphans_come_back_and_are_reaped(self):
+        run = self.start(["--", helper("orphan_maker"), "200"])
+        self.assertEqual(self.fifo.readline(), "made 200")
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 128 + signal.SIGTERM)
+        self.assertIn("201 reaped", run.output())
+
+
+class Escalation(LastcallTestCase):
+    IGNORER = ["sh", "-c", 'trap "" TERM; echo started > "$EVENTS"; while :; do sleep 1; done']
+
+    def test_a_child_that_ignores_sigterm_is_sigkilled_when_the_grace_runs_out(self):
+        run = self.start(["--grace", "1s", "--"] + self.IGNORER)
+        self.fifo.expect("started")
+        t0 = time.monotonic()
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 128 + signal.SIGKILL)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.9)
+        self.assertIn("grace expired", run.output())
+        self.assertIn("shutdown forced", run.output())
+        self.assertNoLeftovers()
+
+    def test_a_second_sigterm_escalates_to_sigkill_at_once(self):
+        run = self.start(["--grace", "60s", "--"] + self.IGNORER)
+        self.fifo.expect("started")
+        run.signal(signal.SIGTERM)
+        time.sleep(0.3)  # deliberately outside the 100 ms coalescing window: a human's second ^C
+        t0 = time.monotonic()
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(timeout=30), 128 + signal.SIGKILL)
+        self.assertLess(time.monotonic() - t0, 5)  # far from the 60 s grace
+        self.assertIn("escalating to SIGKILL", run.output())
+        self.assertNoLeftovers()
+
+    def test_a_burst_of_500_term_int_hup_neither_crashes_nor_tears_down_twice(self):
+        for pid1 in (False, True):
+            with self.subTest(pid1=pid1):
+                run = self.start(["--grace", "10s", "--", helper("termlog"), "7"], pid1=pid1)
+                self.fifo.expect("started")
+                target = run.lastcall_pid()
+                sigs = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+                for i in range(500):
+                    os.kill(target, sigs[i % 3])
+                self.assertEqual(run.wait(), 7, run.output())
+                out = run.output()
+                self.assertEqual(out.count("running -> draining"), 1, out)
+                self.assertNotIn("SIGKILL", out)
+                while True:  # drain what termlog reported before it exited
+                    try:
+                        self.fifo.readline(timeout=0.2)
+                    except TimeoutError:
+                        break
+
+
+if __name__ == "__main__":
+    unittest.main()
