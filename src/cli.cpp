@@ -1,8 +1,10 @@
 #include "lastcall/cli.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <tuple>
 
 #include "lastcall/compat.hpp"
 #include "lastcall/duration.hpp"
@@ -82,6 +84,8 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
     app.add_option("--ready-file", o.ready_file,
                    "Created when the child started, removed first thing at shutdown");
     app.add_option("--pre-stop", o.pre_stop, "Shell command run once at the start of shutdown");
+    app.add_option("--config", o.config_path,
+                   "TOML file with [services.*] (and [jobs.*]); the command becomes optional");
     app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
     app.add_option("--kill-scope", kill_scope, "Who receives the stop signal")
         ->check(CLI::IsMember({"tree", "group", "child"}));
@@ -127,7 +131,8 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
         std::printf("lastcall %s\n", LASTCALL_VERSION);
         return {std::nullopt, 0};
     }
-    if (o.command.empty()) return {std::nullopt, usage_error("no command given")};
+    if (o.command.empty() && o.config_path.empty())
+        return {std::nullopt, usage_error("no command given")};
 
     auto dur = [&](const std::string& text, const char* name, std::chrono::milliseconds& out) {
         auto d = parse_duration(text);
@@ -171,6 +176,61 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
                                     : TrackerKind::Auto;
     o.log_format = log_format == "json" ? LogFormat::Json : LogFormat::Text;
     return {std::move(o), 0};
+}
+
+ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) {
+    UpOptions up;
+    Options& o = up.options;
+    CLI::App app{
+        "lastcall up: run the processes of ./Procfile side by side, with ./.env in their "
+        "environment and each output line prefixed with its process name. Ctrl-C stops every "
+        "process's whole tree; a second Ctrl-C kills them at once.\nUsage: lastcall up [OPTIONS]",
+        "lastcall up"};
+    std::string grace = "8s", coalesce = "100ms", tracker = "auto";
+    app.add_option("-f,--procfile", up.procfile, "The Procfile (default ./Procfile)");
+    app.add_option("-e,--env", up.env_file, "Environment file (default ./.env, if present)");
+    app.add_option("--only", up.only, "Run only these processes (comma-separated)")
+        ->delimiter(',');
+    app.add_option("--except", up.except, "Run every process but these (comma-separated)")
+        ->delimiter(',');
+    app.add_option("--grace", grace, "Budget from Ctrl-C to SIGKILL (default 8s)");
+    app.add_option("--coalesce", coalesce,
+                   "Termination signals closer than this are one burst (default 100ms)");
+    app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
+    app.add_option("--tracker", tracker, "How the tree is tracked (default auto)")
+        ->check(CLI::IsMember({"auto", "cgroup", "proc"}));
+    app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error, off")
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+    std::vector<std::string> rest(args.begin() + 2, args.end());
+    std::reverse(rest.begin(), rest.end());  // CLI11 takes its argument vector reversed
+    try {
+        app.parse(rest);
+    } catch (const CLI::CallForHelp&) {
+        std::cout << app.help();
+        return {std::nullopt, 0};
+    } catch (const CLI::ParseError& e) {
+        std::fprintf(stderr, "lastcall up: %s (see lastcall up --help)\n",
+                     one_line(e.what()).c_str());
+        return {std::nullopt, 2};
+    }
+    up.env_file_given = app.count("--env") > 0;
+    if (!up.only.empty() && !up.except.empty()) {
+        std::fprintf(stderr, "lastcall up: --only and --except exclude each other\n");
+        return {std::nullopt, 2};
+    }
+    for (auto [text, name, out] : {std::tuple{&grace, "--grace", &o.grace},
+                                   std::tuple{&coalesce, "--coalesce", &o.coalesce}}) {
+        auto d = parse_duration(*text);
+        if (!d) {
+            std::fprintf(stderr, "lastcall up: %s: %s\n", name, d.error().message.c_str());
+            return {std::nullopt, 2};
+        }
+        *out = *d;
+    }
+    o.tracker = tracker == "cgroup" ? TrackerKind::Cgroup
+                : tracker == "proc" ? TrackerKind::Proc
+                                    : TrackerKind::Auto;
+    return {std::move(up), 0};
 }
 
 }  // namespace lastcall

@@ -1,20 +1,47 @@
 // lastcall: run one command as PID 1 or as a subreaper, forward signals to its tree, drain and
 // reap the whole tree within a budget, and record how it ended.
+#include <unistd.h>
+
+#include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lastcall/cli.hpp"
 #include "lastcall/clock.hpp"
 #include "lastcall/log.hpp"
+#include "lastcall/service_manager.hpp"
+#include "lastcall/service_status.hpp"
 #include "lastcall/supervisor.hpp"
+#include "lastcall/up.hpp"
 
 int main(int argc, char** argv) {
     using namespace lastcall;
     std::vector<std::string> args(argv, argv + argc);
 
+    // `lastcall NAME ...` runs a subcommand; anything else is the supervisor's own command line
+    // (a program named like a subcommand runs as `lastcall -- NAME`).
+    struct Subcommand {
+        std::string_view name;
+        int (*run)(const std::vector<std::string>& args);
+    };
+    static constexpr Subcommand kSubcommands[] = {
+        {"up", run_up},
+        {"status", run_status},
+    };
+    if (args.size() > 1)
+        for (const auto& sub : kSubcommands)
+            if (args[1] == sub.name) return sub.run(args);
+
     ParsedCommandLine parsed = parse_command_line(args);
     if (!parsed.options) return parsed.exit_code;
     Options& options = *parsed.options;
+    // A bad [services.*] table ends the run before anything starts, like a usage error.
+    auto service_specs = load_config_services(options.config_path);
+    if (!service_specs) {
+        std::fprintf(stderr, "lastcall: %s\n", service_specs.error().message.c_str());
+        return 2;
+    }
 
     setup_logging(options);
 
@@ -28,6 +55,10 @@ int main(int argc, char** argv) {
 
     SteadyClock clock;
     Supervisor supervisor(std::move(options), clock);
+    ServiceManagerOptions service_options;
+    service_options.state_path = status_path_for(::getpid());
+    ServiceManager services(std::move(*service_specs), service_options, clock);
+    if (!services.empty()) supervisor.add_component(&services);
     int code = supervisor.run();
 
     spdlog::shutdown();  // logs are flushed last, after the report and the cgroup removal

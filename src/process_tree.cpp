@@ -169,16 +169,17 @@ std::optional<ProcInfo> read_proc_stat(pid_t pid) {
     info.comm = s.substr(open + 1, close - open - 1);
     std::istringstream rest(s.substr(close + 2));
     std::string state;
-    long ppid, pgrp, field;
-    rest >> state >> ppid >> pgrp;
-    // Fields 6..21 sit between pgrp (5) and starttime (22).
-    for (int i = 6; i <= 21; ++i) rest >> field;
+    long ppid, pgrp, session, field;
+    rest >> state >> ppid >> pgrp >> session;
+    // Fields 7..21 sit between session (6) and starttime (22).
+    for (int i = 7; i <= 21; ++i) rest >> field;
     unsigned long long start = 0;
     rest >> start;
     if (!rest) return std::nullopt;
     info.state = state.empty() ? '?' : state[0];
     info.ppid = static_cast<pid_t>(ppid);
     info.pgid = static_cast<pid_t>(pgrp);
+    info.sid = static_cast<pid_t>(session);
     info.start = start;
     return info;
 }

@@ -95,8 +95,13 @@ void Shutdown::on_pre_stop_done() {
     maybe_finish_drain();
 }
 
+void Shutdown::release_drain() {
+    if (holds_ > 0) --holds_;
+    maybe_finish_drain();
+}
+
 void Shutdown::maybe_finish_drain() {
-    if (state_ != State::Draining || pre_stop_running_) return;
+    if (state_ != State::Draining || pre_stop_running_ || holds_ > 0) return;
     // A child that ended by itself leaves nobody to route traffic to: no reason to delay.
     bool delay = trigger_.kind == TriggerKind::Signal && config_.drain_delay.count() > 0;
     if (delay && clock_.now() < trigger_.at + config_.drain_delay) return;
@@ -133,7 +138,8 @@ std::optional<MonoTime> Shutdown::next_deadline() const {
     switch (state_) {
         case State::Draining: {
             MonoTime d = grace_deadline();
-            if (trigger_.kind == TriggerKind::Signal && !pre_stop_running_)
+            // While held, the drain delay is not a deadline: waking for it would spin.
+            if (trigger_.kind == TriggerKind::Signal && !pre_stop_running_ && holds_ == 0)
                 d = std::min(d, trigger_.at + config_.drain_delay);
             return d;
         }

@@ -488,6 +488,14 @@ void Supervisor::request_shutdown(int exit_code) {
     rearm_timer();
 }
 
+void Supervisor::hold_drain() { shutdown_.hold_drain(); }
+
+void Supervisor::release_drain() {
+    shutdown_.release_drain();
+    check_tree_gone();
+    rearm_timer();
+}
+
 int Supervisor::finish() {
     // The main child's code; a component's requested code; without a main child, 0 for a clean
     // stop; 128+SIGKILL when the main child could not even be reaped.

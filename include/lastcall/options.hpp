@@ -17,6 +17,8 @@ enum class Scope { Child, Group, Tree };
 
 struct Options {
     std::vector<std::string> command;
+    // --config FILE: TOML with [services.*] and [jobs.*]; each loader ignores the other's tables.
+    std::string config_path;
 
     // Budget and shutdown.
     std::chrono::milliseconds grace{8000};

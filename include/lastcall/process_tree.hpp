@@ -27,6 +27,7 @@ struct ProcInfo {
     pid_t pid = 0;
     pid_t ppid = 0;
     pid_t pgid = 0;
+    pid_t sid = 0;                 // session: services are told apart by it (service_manager)
     unsigned long long start = 0;  // start time in clock ticks: (pid, start) names one process
     char state = '?';              // R, S, D, Z (zombie: exited, waiting to be reaped), ...
     std::string comm;

@@ -89,6 +89,11 @@ public:
     void on_timer();
     // Every process of the tree is gone and reaped.
     void on_tree_empty();
+    // A component holds the drain (the ordered stop of services): Draining does not move on to
+    // Stopping while a hold is out. The grace deadline still escalates to Forcing, so a hold can
+    // never stretch the budget.
+    void hold_drain() { ++holds_; }
+    void release_drain();
 
     State state() const { return state_; }
     std::optional<MonoTime> next_deadline() const;
@@ -115,6 +120,7 @@ private:
     std::vector<Burst> bursts_;
     MonoTime last_signal_{};
     bool pre_stop_running_ = false;
+    int holds_ = 0;
     MonoTime next_kill_{};
     std::optional<MonoTime> entered_[5];
 };

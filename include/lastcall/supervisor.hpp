@@ -61,6 +61,11 @@ public:
     // A component ends the run as if the main child had exited with exit_code (a `main = true`
     // service exited): the whole tree is drained and lastcall exits with that code.
     void request_shutdown(int exit_code);
+    // A component that stops its own work in order (services, in reverse dependency order) holds
+    // the drain from its state_changed(Running -> Draining) until it is done: the supervisor's
+    // stop signal to the whole tree waits, its grace timer and SIGKILL escalation do not.
+    void hold_drain();
+    void release_drain();
 
 private:
     Status set_up();
