@@ -1,0 +1,184 @@
+"""Issue 3: the whole tree (escapees included) with both trackers, the drain sequence, the report."""
+import json
+import os
+import signal
+import time
+import unittest
+
+from lctest import LastcallTestCase, helper
+
+# A tree that escapes a process group in three ways, each ignoring SIGTERM so only lastcall's
+# whole-tree SIGKILL can end it: a grandchild that called setsid, a double-forked daemon, and a
+# process that moved itself to a new process group.
+ESCAPEES = r'''
+setsid sh -c 'trap "" TERM; while :; do sleep 1; done' &
+sh -c '(trap "" TERM; while :; do sleep 1; done) &' &
+perl -e '$SIG{TERM} = "IGNORE"; setpgrp(0, 0); sleep 1000 while 1' &
+sleep 0.2
+echo ready > "$EVENTS"
+trap 'exit 0' TERM
+while :; do sleep 1; done
+'''
+
+
+class Escapees(LastcallTestCase):
+    def check_escapees_are_gone(self, tracker, pid1):
+        report = os.path.join(self.dir, "report.json")
+        run = self.start(["--tracker", tracker, "--grace", "1s", "--report", report, "--",
+                          "sh", "-c", ESCAPEES], pid1=pid1)
+        self.fifo.expect("ready")
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 0, run.output())
+        self.assertIn(f"with the {tracker} tracker", run.output())
+        self.assertNoLeftovers()
+        with open(report) as f:
+            doc = json.load(f)
+        self.assertEqual(doc["verdict"], "forced")
+        self.assertEqual(doc["tracker"], tracker)
+        left = [p for p in doc["processes"] if p["left_group"] and p["ending"] == "killed"]
+        self.assertGreaterEqual(len(left), 3, doc["processes"])
+
+    def test_cgroup_tracker_ends_escaped_descendants(self):
+        self.check_escapees_are_gone("cgroup", pid1=False)
+
+    def test_cgroup_tracker_ends_escaped_descendants_as_pid1(self):
+        self.check_escapees_are_gone("cgroup", pid1=True)
+
+    def test_proc_tracker_ends_escaped_descendants(self):
+        self.check_escapees_are_gone("proc", pid1=False)
+
+    def test_proc_tracker_ends_escaped_descendants_as_pid1(self):
+        self.check_escapees_are_gone("proc", pid1=True)
+
+    def test_a_tree_that_keeps_forking_and_ignores_sigterm_is_gone_after_the_grace(self):
+        for tracker in ("cgroup", "proc"):
+            with self.subTest(tracker=tracker):
+                run = self.start(["--tracker", tracker, "--grace", "1s", "--", helper("forker")])
+                self.fifo.expect("forking")
+                time.sleep(0.3)  # let the tree grow to a few dozen processes
+                run.signal(signal.SIGTERM)
+                self.assertEqual(run.wait(), 128 + signal.SIGKILL, run.output())
+                self.assertNoLeftovers()
+
+    def test_a_descendant_forked_during_the_drain_gets_the_stop_signal(self):
+        # The main child traps TERM and, in its handler, starts a new process that reports the
+        # signal it gets. That process did not exist when the first SIGTERM went out.
+        script = r'''
+        trap 'sh -c "trap \"echo late-got-term > \\\"\$EVENTS\\\"; exit 0\" TERM; echo late-started > \"\$EVENTS\"; while :; do sleep 0.05; done" & wait' TERM
+        echo ready > "$EVENTS"
+        while :; do sleep 1; done
+        '''
+        run = self.start(["--grace", "5s", "--", "sh", "-c", script])
+        self.fifo.expect("ready")
+        run.signal(signal.SIGTERM)
+        self.fifo.expect("late-started")
+        self.fifo.expect("late-got-term")
+        run.wait()
+        self.assertNoLeftovers()
+
+
+class DrainSequence(LastcallTestCase):
+    def test_the_ready_file_is_gone_when_the_childs_sigterm_handler_runs(self):
+        ready = os.path.join(self.dir, "ready")
+        env = dict(self.env, READY_FILE=ready)
+        run = self.start(["--ready-file", ready, "--", helper("termlog")], env=env)
+        self.fifo.expect("started")
+        # lastcall creates the file right after the spawn returns; the child may be faster.
+        deadline = time.monotonic() + 10
+        while not os.path.exists(ready) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertTrue(os.path.exists(ready))
+        run.signal(signal.SIGTERM)
+        self.assertEqual(self.fifo.readline().split()[2], "ready=0")
+        self.assertEqual(run.wait(), 0)
+
+    def test_the_drain_delay_holds_the_stop_signal_back(self):
+        ready = os.path.join(self.dir, "ready")
+        env = dict(self.env, READY_FILE=ready)
+        run = self.start(["--ready-file", ready, "--drain-delay", "700ms", "--grace", "5s", "--",
+                          helper("termlog")], env=env)
+        self.fifo.expect("started")
+        sent = time.monotonic_ns()
+        run.signal(signal.SIGTERM)
+        name, handled_ns, ready_state = self.fifo.readline().split()
+        self.assertEqual(name, "TERM")
+        self.assertEqual(ready_state, "ready=0")
+        self.assertGreaterEqual(int(handled_ns) - sent, 700_000_000)
+        self.assertEqual(run.wait(), 0)
+
+    def test_pre_stop_runs_exactly_once_under_repeated_signals(self):
+        count = os.path.join(self.dir, "pre-stop-count")
+        run = self.start(["--pre-stop", f"echo ran >> {count}; echo hook-output",
+                          "--drain-delay", "300ms", "--grace", "5s", "--", helper("termlog")])
+        self.fifo.expect("started")
+        for _ in range(20):
+            run.signal(signal.SIGTERM)
+        self.assertEqual(self.fifo.readline().split()[0], "TERM")
+        self.assertEqual(run.wait(), 0, run.output())
+        with open(count) as f:
+            self.assertEqual(f.read(), "ran\n")
+        self.assertIn("pre-stop: hook-output", run.output())
+
+    def test_the_stop_signal_option_chooses_what_the_tree_receives(self):
+        run = self.start(["--stop-signal", "QUIT", "--", helper("termlog")])
+        self.fifo.expect("started")
+        run.signal(signal.SIGTERM)
+        self.assertEqual(self.fifo.readline().split()[0], "QUIT")
+        self.assertEqual(run.wait(), 0)
+
+
+class Report(LastcallTestCase):
+    def test_a_tree_that_obeys_sigterm_is_reported_clean(self):
+        report = os.path.join(self.dir, "report.json")
+        run = self.start(["--report", report, "--", "sh", "-c",
+                          f'{helper("termlog")} 0 & exec {helper("termlog")} 3'])
+        self.fifo.expect("started")
+        self.fifo.expect("started")
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 3)
+        with open(report) as f:
+            doc = json.load(f)
+        self.assertEqual(doc["verdict"], "clean")
+        self.assertEqual(doc["forced"], [])
+        self.assertEqual(doc["trigger"], {"kind": "signal", "signal": "SIGTERM",
+                                          "at": doc["trigger"]["at"]})
+        self.assertEqual([t["state"] for t in doc["transitions"]],
+                         ["running", "draining", "stopping", "stopped"])
+        self.assertEqual(doc["exit_code"], 3)
+        self.assertEqual(len(doc["processes"]), 2)
+        self.assertTrue(all(p["within_grace"] for p in doc["processes"]))
+        self.assertIn("shutdown clean", run.output())
+
+    def test_a_tree_that_ignores_sigterm_is_reported_forced_with_its_pids(self):
+        report = os.path.join(self.dir, "report.json")
+        script = r'''
+        trap "" TERM
+        sh -c 'trap "" TERM; echo "ignorer $$" > "$EVENTS"; while :; do sleep 1; done' &
+        trap 'exit 0' TERM
+        echo "main $$" > "$EVENTS"
+        while :; do sleep 1; done
+        '''
+        run = self.start(["--grace", "1s", "--report", report, "--", "sh", "-c", script])
+        pids = dict(self.fifo.readline().split() for _ in range(2))
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 0)
+        with open(report) as f:
+            doc = json.load(f)
+        self.assertEqual(doc["verdict"], "forced")
+        self.assertIn(int(pids["ignorer"]), doc["forced"])
+        self.assertNotIn(int(pids["main"]), doc["forced"])
+        main = [p for p in doc["processes"] if p["main"]][0]
+        self.assertEqual((main["ending"], main["exit_code"], main["within_grace"]),
+                         ("exited", 0, True))
+        self.assertIn("shutdown forced", run.output())
+
+    def test_a_report_path_in_a_missing_directory_is_a_logged_error_not_a_hang(self):
+        run = self.start(["--report", "/nonexistent-lastcall-dir/report.json", "--",
+                          "sh", "-c", "exit 6"])
+        self.assertEqual(run.wait(timeout=20), 6)
+        self.assertIn("shutdown report not written", run.output())
+        self.assertIn("/nonexistent-lastcall-dir/report.json", run.output())
+
+
+if __name__ == "__main__":
+    unittest.main()
