@@ -69,6 +69,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
         "lastcall"};
     std::string grace = "8s", drain_delay = "0", coalesce = "100ms", stop_signal, pdeathsig;
     std::string kill_scope = "tree", forward_to = "group", tracker = "auto", log_format = "text";
+    std::string ready_on = "spawn";
     std::vector<std::string> rewrites;
     std::vector<int> success_exits;
     bool version = false;
@@ -83,6 +84,10 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
                    "Signal the tree receives at shutdown (default: the one received, TERM on exit)");
     app.add_option("--ready-file", o.ready_file,
                    "Created when the child started, removed first thing at shutdown");
+    app.add_option("--ready-on", ready_on,
+                   "When systemd hears READY=1: spawn (the child started) or notify (the child "
+                   "sent its own READY=1 to the socket in its NOTIFY_SOCKET)")
+        ->check(CLI::IsMember({"spawn", "notify"}));
     app.add_option("--pre-stop", o.pre_stop, "Shell command run once at the start of shutdown");
     app.add_option("--config", o.config_path,
                    "TOML file with [services.*] (and [jobs.*]); the command becomes optional");
@@ -175,6 +180,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
                 : tracker == "proc" ? TrackerKind::Proc
                                     : TrackerKind::Auto;
     o.log_format = log_format == "json" ? LogFormat::Json : LogFormat::Text;
+    o.ready_on = ready_on == "notify" ? ReadyOn::Notify : ReadyOn::Spawn;
     return {std::move(o), 0};
 }
 

@@ -2,9 +2,14 @@
 
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#ifndef LASTCALL_NO_LIBSYSTEMD
+#include <spdlog/sinks/systemd_sink.h>
+#endif
 
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <mutex>
 
@@ -43,9 +48,28 @@ protected:
 
 }  // namespace
 
+bool journal_stream_matches(const char* journal_stream, int fd) {
+    if (!journal_stream) return false;
+    unsigned long long dev = 0, ino = 0;
+    char extra;
+    if (std::sscanf(journal_stream, "%llu:%llu%c", &dev, &ino, &extra) != 2) return false;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return false;
+    return static_cast<unsigned long long>(st.st_dev) == dev &&
+           static_cast<unsigned long long>(st.st_ino) == ino;
+}
+
 void setup_logging(const Options& options) {
     std::shared_ptr<spdlog::logger> logger;
-    if (options.log_format == LogFormat::Json) {
+    spdlog::sink_ptr journal;
+#ifndef LASTCALL_NO_LIBSYSTEMD
+    // journald stores the priority and identifier as fields; a formatted line would bury them.
+    if (journal_stream_matches(std::getenv("JOURNAL_STREAM"), STDERR_FILENO))
+        journal = std::make_shared<spdlog::sinks::systemd_sink_st>("lastcall");
+#endif
+    if (journal) {
+        logger = std::make_shared<spdlog::logger>("lastcall", journal);
+    } else if (options.log_format == LogFormat::Json) {
         logger = std::make_shared<spdlog::logger>("lastcall", std::make_shared<JsonStderrSink>());
     } else {
         logger = std::make_shared<spdlog::logger>(

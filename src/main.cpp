@@ -10,6 +10,8 @@
 #include "lastcall/cli.hpp"
 #include "lastcall/clock.hpp"
 #include "lastcall/log.hpp"
+#include "lastcall/notifier.hpp"
+#include "lastcall/socket_activation.hpp"
 #include "lastcall/service_manager.hpp"
 #include "lastcall/service_status.hpp"
 #include "lastcall/supervisor.hpp"
@@ -53,8 +55,21 @@ int main(int argc, char** argv) {
         return 1;
     }
 
+    // Socket activation first: its fds must be checked before lastcall opens any of its own.
+    auto activation = SocketActivation::from_environment();
+    if (!activation) {
+        spdlog::critical("{}", activation.error().message);
+        return 1;
+    }
     SteadyClock clock;
+    auto notifier = Notifier::from_environment(options, clock);
+    if (!notifier) {
+        spdlog::critical("{}", notifier.error().message);
+        return 1;
+    }
     Supervisor supervisor(std::move(options), clock);
+    supervisor.add_component(activation->get());
+    supervisor.add_component(notifier->get());
     ServiceManagerOptions service_options;
     service_options.state_path = status_path_for(::getpid());
     ServiceManager services(std::move(*service_specs), service_options, clock);

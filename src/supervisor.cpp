@@ -155,6 +155,7 @@ std::optional<int> Supervisor::start_child() {
         }
         spec.credentials = *creds;
     }
+    for (auto* c : components_) c->prepare_spawn(spec, true);
     auto result = spawn(spec);
     if (result.error) {
         spdlog::error("{}", result.error->message);
@@ -426,6 +427,7 @@ void Supervisor::start_pre_stop() {
     spec.session = SpawnSpec::Session::NewGroup;
     spec.cgroup_procs_fd = tracker_->spawn_cgroup_fd();
     spec.stdout_fd = write_end.get();
+    for (auto* c : components_) c->prepare_spawn(spec, false);
     auto result = spawn(spec);
     if (!result.child) {
         spdlog::error("pre-stop hook: {}", result.error ? result.error->message

@@ -14,6 +14,8 @@ namespace lastcall {
 enum class LogFormat { Text, Json };
 // Who receives a forwarded signal (HUP, USR1, ...), and who receives the stop signal.
 enum class Scope { Child, Group, Tree };
+// When lastcall tells systemd READY=1: once the child is spawned, or when the child says so itself.
+enum class ReadyOn { Spawn, Notify };
 
 struct Options {
     std::vector<std::string> command;
@@ -26,6 +28,7 @@ struct Options {
     std::chrono::milliseconds coalesce{100};
     int stop_signal = 0;  // 0: the signal that triggered the shutdown (SIGTERM on child exit)
     std::string ready_file;
+    ReadyOn ready_on = ReadyOn::Spawn;
     std::string pre_stop;
     std::string report_path;
 

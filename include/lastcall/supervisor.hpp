@@ -26,6 +26,9 @@ public:
     virtual ~SupervisorComponent() = default;
     // Once the loop exists, before anything is spawned.
     virtual Status attach(Supervisor&) { return Ok{}; }
+    // Just before each spawn (main_child false: a hook such as --pre-stop): the last word on the
+    // child's environment and inherited fds (notify proxy socket, socket activation).
+    virtual void prepare_spawn(SpawnSpec& /*spec*/, bool /*main_child*/) {}
     virtual void child_started(pid_t /*pid*/) {}
     virtual void state_changed(State /*from*/, State /*to*/) {}
     // Just before SIGKILL goes to the tree: the last moment to record in-flight work as
