@@ -1,4 +1,5 @@
 """Issue 2: the core: exit codes, signal forwarding, reaping, escalation, a clean child environment."""
+import json
 import os
 import signal
 import subprocess
@@ -63,6 +64,16 @@ class ExitCodes(unittest.TestCase):
         # Without "--", "-c" belongs to sh, not to lastcall.
         r = run(["sh", "-c", "exit 4"])
         self.assertEqual(r.returncode, 4)
+
+    def test_json_log_format_prints_one_json_object_per_line(self):
+        r = subprocess.run([LASTCALL, "--log-format", "json", "--", "sh", "-c", "exit 0"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0)
+        lines = r.stderr.strip().splitlines()
+        self.assertGreater(len(lines), 3)
+        events = [json.loads(line) for line in lines]
+        self.assertTrue(all({"time", "level", "pid", "msg"} <= set(e) for e in events))
+        self.assertTrue(any(e["msg"].startswith("spawned pid") for e in events))
 
     def test_version_and_help_exit_0(self):
         self.assertEqual(subprocess.run([LASTCALL, "--version"], capture_output=True).returncode, 0)
