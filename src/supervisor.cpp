@@ -215,6 +215,14 @@ void Supervisor::on_signals() {
         ssize_t n = ::read(signal_fd_.get(), &info, sizeof info);
         if (n != static_cast<ssize_t>(sizeof info)) break;  // EAGAIN: all pending signals read
         int sig = static_cast<int>(info.ssi_signo);
+        // SIGPIPE and SIGXFSZ that lastcall's own writes raised (a log line into a pipe whose
+        // reader went away, a report over RLIMIT_FSIZE) are nobody's request: forwarded, they
+        // would kill the child with a signal no one sent. Worse, each forward logs a line that
+        // raises the next SIGPIPE, and the signalfd hands out the lowest number first, so a
+        // SIGTERM behind them would never be read. The write itself fails with EPIPE/EFBIG.
+        if ((sig == SIGPIPE || sig == SIGXFSZ) && info.ssi_code == SI_USER &&
+            static_cast<pid_t>(info.ssi_pid) == ::getpid())
+            continue;
         // SIGCHLD is handled once per batch: one waitpid loop covers any number of them.
         if (sig == SIGCHLD)
             child_event = true;
