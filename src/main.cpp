@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lastcall/cli.hpp"
+#include "lastcall/compat.hpp"
 #include "lastcall/clock.hpp"
 #include "lastcall/log.hpp"
 #include "lastcall/notifier.hpp"
@@ -31,7 +32,8 @@ int main(int argc, char** argv) {
         {"up", run_up},
         {"status", run_status},
     };
-    if (args.size() > 1)
+    // Invoked as tini, docker-init or dumb-init, `NAME up` runs a program called up.
+    if (args.size() > 1 && !compat_mode_for_program(args[0]))
         for (const auto& sub : kSubcommands)
             if (args[1] == sub.name) return sub.run(args);
 
