@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "lastcall/cli.hpp"
-#include "lastcall/compat.hpp"
 #include "lastcall/clock.hpp"
+#include "lastcall/compat.hpp"
 #include "lastcall/log.hpp"
 #include "lastcall/notifier.hpp"
 #include "lastcall/socket_activation.hpp"
