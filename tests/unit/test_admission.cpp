@@ -1,5 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <random>
+#include <thread>
+#include <vector>
+
 #include "lastcall/admission.hpp"
 
 using namespace lastcall;
@@ -54,4 +59,68 @@ TEST_CASE("a moved ticket is finished once, by its last owner", "[admission]") {
     moved.release();
     CHECK(a.active() == 0);
     CHECK(a.stats().released == 1);
+}
+
+// The race the registry exists for: a worker reads "open", the drain closes and sees active == 0
+// and tears the shared resource down, and only then the worker counts itself in and uses the torn
+// down resource. Workers hammer admit/start/release (and rollbacks) while a drainer closes intake
+// at a random moment, waits for zero and then "closes the pool". Any unit that starts after the
+// drain observed zero is a violation.
+TEST_CASE("no unit of work starts after a concurrent drain observed zero active units",
+          "[admission][stress]") {
+    constexpr int kRounds = 300;
+    constexpr int kWorkers = 6;
+    std::mt19937 seed_rng(12345);
+    for (int round = 0; round < kRounds; ++round) {
+        Admission a;
+        std::atomic<bool> drained_at_zero{false};
+        std::atomic<bool> pool_open{true};
+        std::atomic<long> started_after_drain{0}, used_closed_pool{0}, started{0};
+        std::atomic<bool> go{false};
+        std::vector<std::thread> workers;
+        for (int w = 0; w < kWorkers; ++w) {
+            unsigned seed = seed_rng();
+            workers.emplace_back([&, seed] {
+                std::mt19937 rng(seed);
+                while (!go.load()) std::this_thread::yield();
+                for (int i = 0; i < 2000; ++i) {
+                    auto t = a.try_admit();
+                    if (!t) break;  // intake closed: this worker is done
+                    if (rng() % 8 == 0) continue;  // cancelled before start: destructor rolls back
+                    if (drained_at_zero.load()) ++started_after_drain;
+                    t->started();
+                    ++started;
+                    if (!pool_open.load()) ++used_closed_pool;
+                    if (rng() % 4 == 0) std::this_thread::yield();
+                    if (!pool_open.load()) ++used_closed_pool;
+                    t->release();
+                }
+            });
+        }
+        std::thread drainer([&, delay = seed_rng() % 200] {
+            while (!go.load()) std::this_thread::yield();
+            for (unsigned i = 0; i < delay; ++i) std::this_thread::yield();
+            a.close();
+            bool idle =
+                a.wait_idle_until(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+            if (idle) {
+                drained_at_zero = true;
+                pool_open = false;  // the shared resource closes only after the drain
+            }
+        });
+        go = true;
+        drainer.join();
+        for (auto& w : workers) w.join();
+
+        INFO("round " << round);
+        REQUIRE(drained_at_zero.load());
+        REQUIRE(started_after_drain.load() == 0);
+        REQUIRE(used_closed_pool.load() == 0);
+        auto s = a.stats();
+        REQUIRE(s.active == 0);
+        REQUIRE_FALSE(s.open);
+        REQUIRE(s.admitted == s.released + s.rolled_back);
+        REQUIRE(s.released == static_cast<std::uint64_t>(started.load()));
+        REQUIRE(s.refused >= 1);  // every worker ends on a refusal unless its loop ran out
+    }
 }
