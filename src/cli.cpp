@@ -91,6 +91,11 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
     app.add_option("--pre-stop", o.pre_stop, "Shell command run once at the start of shutdown");
     app.add_option("--config", o.config_path,
                    "TOML file with [services.*] (and [jobs.*]); the command becomes optional");
+    app.add_option("--crontab", o.crontab_path,
+                   "Crontab file whose lines run as scheduled jobs; the command becomes optional");
+    app.add_option("--state-dir", o.state_dir,
+                   "Directory of the run ledger (default /var/lib/lastcall, or "
+                   "$XDG_STATE_HOME/lastcall when not root)");
     app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
     app.add_option("--kill-scope", kill_scope, "Who receives the stop signal")
         ->check(CLI::IsMember({"tree", "group", "child"}));
@@ -136,7 +141,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
         std::printf("lastcall %s\n", LASTCALL_VERSION);
         return {std::nullopt, 0};
     }
-    if (o.command.empty() && o.config_path.empty())
+    if (o.command.empty() && o.config_path.empty() && o.crontab_path.empty())
         return {std::nullopt, usage_error("no command given")};
 
     auto dur = [&](const std::string& text, const char* name, std::chrono::milliseconds& out) {

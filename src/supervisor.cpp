@@ -349,6 +349,13 @@ void Supervisor::on_sigchld() {
 void Supervisor::check_tree_gone() {
     State s = shutdown_.state();
     if (s == State::Running || s == State::Stopped) return;
+    {
+        // No SIGCHLD may ever come (lastcall ran without a command and nothing was running),
+        // and a component may have spawned since the last reap saw none (a scheduled job): ask
+        // the kernel directly, without reaping, whether any child is left.
+        siginfo_t si{};
+        children_gone_ = ::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD;
+    }
     if (!children_gone_ || tracker_->populated()) return;
     shutdown_.on_tree_empty();
 }

@@ -21,6 +21,10 @@ struct Options {
     std::vector<std::string> command;
     // --config FILE: TOML with [services.*] and [jobs.*]; each loader ignores the other's tables.
     std::string config_path;
+    // --crontab FILE: plain crontab lines as jobs (supercronic's format).
+    std::string crontab_path;
+    // --state-dir DIR: where the run ledger lives; empty: the config's state_dir or the default.
+    std::string state_dir;
 
     // Budget and shutdown.
     std::chrono::milliseconds grace{8000};
