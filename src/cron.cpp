@@ -58,7 +58,9 @@ constexpr unsigned weekday_from_days(std::int64_t z) {  // 0 = Sunday; 1970-01-0
     return static_cast<unsigned>(z >= -4 ? (z + 4) % 7 : (z + 5) % 7 + 6);
 }
 
-constexpr bool is_leap(std::int64_t y) { return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0); }
+constexpr bool is_leap(std::int64_t y) {
+    return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+}
 
 constexpr unsigned days_in_month(std::int64_t y, unsigned m) {
     constexpr unsigned kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
@@ -69,14 +71,22 @@ static_assert(days_from_civil(1970, 1, 1) == 0);
 static_assert(weekday_from_days(days_from_civil(2024, 3, 10)) == 0);
 static_assert(civil_from_days(days_from_civil(2000, 2, 29)).day == 29);
 
-Error fail(std::string message) { return Error{std::move(message)}; }
+Error fail(std::string message) {
+    return Error{std::move(message)};
+}
 
 bool is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+bool is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
+bool is_alpha(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+char lower(char c) {
+    return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
 
 bool iequals(std::string_view a, std::string_view b) {
     if (a.size() != b.size()) return false;
@@ -163,7 +173,7 @@ std::int64_t rule_date_days(std::int64_t year, const PosixRule::When& w) {
 
 // The rule's two transitions in `year`, as (instant, new offset), sorted.
 std::array<std::pair<std::int64_t, std::int32_t>, 2> rule_transitions(const PosixRule& r,
-                                                                     std::int64_t year) {
+                                                                      std::int64_t year) {
     // The start time is in standard time (in force just before), the end time in DST.
     const std::int64_t start = rule_date_days(year, r.start) * kDay + r.start.time - r.std_off;
     const std::int64_t end = rule_date_days(year, r.end) * kDay + r.end.time - r.dst_off;
@@ -173,7 +183,9 @@ std::array<std::pair<std::int64_t, std::int32_t>, 2> rule_transitions(const Posi
     return out;
 }
 
-std::int64_t year_of_instant(std::int64_t t) { return civil_from_days(floor_div(t, kDay)).year; }
+std::int64_t year_of_instant(std::int64_t t) {
+    return civil_from_days(floor_div(t, kDay)).year;
+}
 
 std::int32_t rule_offset_at(const PosixRule& r, std::int64_t t) {
     if (!r.has_dst) return r.std_off;
@@ -205,11 +217,13 @@ std::int32_t changes(const ZoneData& z, std::int64_t from, std::int64_t to,
         off = rule_offset_at(*z.rule, from);
     } else {
         const auto it = std::upper_bound(at.begin(), at.end(), from);
-        off = it == at.begin() ? z.initial_off : z.trans_off[static_cast<std::size_t>(it - at.begin() - 1)];
+        off = it == at.begin() ? z.initial_off
+                               : z.trans_off[static_cast<std::size_t>(it - at.begin() - 1)];
     }
     const std::int32_t off_at_from = off;
 
-    for (auto it = std::upper_bound(at.begin(), at.end(), from); it != at.end() && *it <= to; ++it) {
+    for (auto it = std::upper_bound(at.begin(), at.end(), from); it != at.end() && *it <= to;
+         ++it) {
         const std::int32_t next = z.trans_off[static_cast<std::size_t>(it - at.begin())];
         if (next != off) out.push_back({*it, off, next});
         off = next;
@@ -411,7 +425,9 @@ TimeZone TimeZone::utc() {
     return TimeZone(data);
 }
 
-const std::string& TimeZone::name() const { return data_->name; }
+const std::string& TimeZone::name() const {
+    return data_->name;
+}
 
 std::chrono::seconds TimeZone::offset_at(sys_seconds t) const {
     std::vector<Transition> none;
@@ -596,7 +612,9 @@ std::string field_error(const FieldSpec& f, const std::string& what) {
     return std::string(f.name) + " field: " + what;
 }
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string quoted(std::string_view s) {
+    return "'" + std::string(s) + "'";
+}
 
 // One value: a number or (month / day-of-week only) a three-letter name. The message has no
 // field prefix so that range errors can wrap it.
@@ -681,13 +699,22 @@ Result<std::int64_t> parse_interval(std::string_view text) {
         while (i < text.size() && is_digit(text[i])) ++i;
         auto n = parse_uint(text.substr(start, i - start));
         if (!n) return fail(what + "expected a number in " + quoted(text));
-        if (i == text.size()) return fail(what + "missing unit in " + quoted(text) + " (use d, h, m or s)");
+        if (i == text.size())
+            return fail(what + "missing unit in " + quoted(text) + " (use d, h, m or s)");
         std::int64_t unit;
         switch (lower(text[i])) {
-            case 'd': unit = kDay; break;
-            case 'h': unit = 3600; break;
-            case 'm': unit = 60; break;
-            case 's': unit = 1; break;
+            case 'd':
+                unit = kDay;
+                break;
+            case 'h':
+                unit = 3600;
+                break;
+            case 'm':
+                unit = 60;
+                break;
+            case 's':
+                unit = 1;
+                break;
             default:
                 return fail(what + "unknown unit '" + std::string(1, text[i]) + "' in " +
                             quoted(text) + " (use d, h, m or s)");
@@ -707,8 +734,8 @@ struct Macro {
     const char* fields;
 };
 constexpr Macro kMacros[] = {
-    {"@yearly", "0 0 0 1 1 *"},  {"@annually", "0 0 0 1 1 *"}, {"@monthly", "0 0 0 1 * *"},
-    {"@weekly", "0 0 0 * * 0"},  {"@daily", "0 0 0 * * *"},    {"@midnight", "0 0 0 * * *"},
+    {"@yearly", "0 0 0 1 1 *"}, {"@annually", "0 0 0 1 1 *"}, {"@monthly", "0 0 0 1 * *"},
+    {"@weekly", "0 0 0 * * 0"}, {"@daily", "0 0 0 * * *"},    {"@midnight", "0 0 0 * * *"},
     {"@hourly", "0 0 * * * *"},
 };
 
@@ -727,8 +754,9 @@ Result<Schedule> parse(std::string_view expr, const TimeZone* default_zone) {
             const std::string_view name = rest.substr(prefix.size(), end - prefix.size());
             if (name.empty()) return fail(std::string(prefix) + " needs a zone name");
             auto z = TimeZone::load(name);
-            if (!z) return fail(std::string(prefix.substr(0, prefix.size() - 1)) + ": " +
-                                z.error().message);
+            if (!z)
+                return fail(std::string(prefix.substr(0, prefix.size() - 1)) + ": " +
+                            z.error().message);
             zone = *z;
             rest = trim(rest.substr(end));
             break;
@@ -740,8 +768,7 @@ Result<Schedule> parse(std::string_view expr, const TimeZone* default_zone) {
     if (fields.front().front() == '@') {
         const std::string_view macro = fields.front();
         if (iequals(macro, "@every")) {
-            if (fields.size() != 2)
-                return fail("@every takes one duration, e.g. '@every 1h30m'");
+            if (fields.size() != 2) return fail("@every takes one duration, e.g. '@every 1h30m'");
             auto iv = parse_interval(fields[1]);
             if (!iv) return iv.error();
             s.interval_ = std::chrono::seconds{*iv};
@@ -761,9 +788,10 @@ Result<Schedule> parse(std::string_view expr, const TimeZone* default_zone) {
         fields = split_ws(found->fields);
     }
     if (fields.size() != 5 && fields.size() != 6)
-        return fail("expected 5 fields (minute hour day-of-month month day-of-week), 6 with "
-                    "leading seconds, or an @macro; got " +
-                    std::to_string(fields.size()));
+        return fail(
+            "expected 5 fields (minute hour day-of-month month day-of-week), 6 with "
+            "leading seconds, or an @macro; got " +
+            std::to_string(fields.size()));
     if (fields.size() == 5) fields.insert(fields.begin(), "0");
 
     const FieldSpec* specs[] = {&kSecond, &kMinute, &kHour, &kMday, &kMonth, &kWday};

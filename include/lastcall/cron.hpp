@@ -21,7 +21,7 @@ struct ZoneData;  // transitions + POSIX footer rule, shared and immutable once 
 // A time zone: UTC offsets over time from a TZif file (RFC 8536) or a POSIX TZ string. Our own
 // because GCC 12's libstdc++ has no std::chrono::zoned_time / tzdb. Cheap to copy (shared data).
 class TimeZone {
-public:
+  public:
     static TimeZone utc();
     // An IANA name ("Europe/Berlin") read from $TZDIR or /usr/share/zoneinfo. "UTC" works even
     // without a zoneinfo tree. Names with ".." or a leading '/' are refused.
@@ -36,13 +36,15 @@ public:
 
     const std::string& name() const;
     std::chrono::seconds offset_at(sys_seconds t) const;
-    local_seconds to_local(sys_seconds t) const { return local_seconds{(t + offset_at(t)).time_since_epoch()}; }
+    local_seconds to_local(sys_seconds t) const {
+        return local_seconds{(t + offset_at(t)).time_since_epoch()};
+    }
     // The instant a wall-clock time means here. Ambiguous (fall-back) times give the first
     // occurrence; times skipped by a forward jump give the instant of the jump (the first
     // instant after the gap).
     sys_seconds resolve(local_seconds wall) const;
 
-private:
+  private:
     friend class Schedule;  // next_after() looks at the transitions around an instant
     explicit TimeZone(std::shared_ptr<const ZoneData> data) : data_(std::move(data)) {}
     std::shared_ptr<const ZoneData> data_;
@@ -51,7 +53,7 @@ private:
 // A parsed expression. Either a calendar schedule (fields, in a time zone) or a fixed interval
 // (@every), whose fire times are anchor + k * interval for every integer k.
 class Schedule {
-public:
+  public:
     // The first fire time strictly after `t`, or nullopt when there is none within 400 years
     // (a whole Gregorian cycle: parse() already refuses dates that can never occur) or when `t`
     // lies outside years 1..9999.
@@ -66,7 +68,7 @@ public:
     const TimeZone& zone() const { return zone_; }
     const std::string& expression() const { return text_; }
 
-private:
+  private:
     friend Result<Schedule> parse(std::string_view expr, const TimeZone* default_zone);
     Schedule() : zone_(TimeZone::utc()) {}
 
@@ -94,7 +96,9 @@ private:
 // "minute field: 61 is out of range 0-59". Never throws on malformed input.
 // Without CRON_TZ the zone is `default_zone`, or TimeZone::local() when that is null.
 Result<Schedule> parse(std::string_view expr, const TimeZone* default_zone);
-inline Result<Schedule> parse(std::string_view expr) { return parse(expr, nullptr); }
+inline Result<Schedule> parse(std::string_view expr) {
+    return parse(expr, nullptr);
+}
 inline Result<Schedule> parse(std::string_view expr, const TimeZone& zone) {
     return parse(expr, &zone);
 }

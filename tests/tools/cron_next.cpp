@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
             std::cout << "error: bad input line\n";
             continue;
         }
-        lastcall::Result<TimeZone> zone = cols[2].empty() ? TimeZone::local() : TimeZone::load(cols[2]);
+        lastcall::Result<TimeZone> zone =
+            cols[2].empty() ? TimeZone::local() : TimeZone::load(cols[2]);
         if (!zone) {
             std::cout << "error: " << zone.error().message << '\n';
             continue;
