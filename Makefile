@@ -7,8 +7,10 @@ DEB_PKGS   := build-essential cmake pkg-config python3 util-linux procps \
               python3-croniter scdoc file
 SAN_PKGS   := clang-14 libclang-rt-14-dev
 BENCH_PKGS := tini dumb-init catatonit hyperfine gnuplot-nox
+# cpack's DEB generator: dpkg-shlibdeps (dpkg-dev) computes Depends, file finds the ELF files.
+PKG_PKGS   := dpkg-dev file
 
-.PHONY: all deps build demo test test-sanitize fuzz package static bench format clean
+.PHONY: all deps build demo test test-sanitize test-tsan fuzz package static bench format clean
 
 all: build
 
@@ -35,14 +37,71 @@ demo: build
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
+# The whole suite (unit and end to end) against an ASan+UBSan build, then the threaded unit tests
+# under TSan. Sanitizer reports go to files, not to stderr: an e2e test that expects lastcall to
+# die (SIGKILL, exit codes) would not notice a report in a log it does not read. Any report file
+# fails the target, whatever ctest said. The directory is world-writable because some tests run
+# lastcall as nobody.
+SAN_LOGS   = $(CURDIR)/build-san/sanitizer-logs
+SAN_ENV    = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:log_path=$(SAN_LOGS)/asan \
+             UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(SAN_LOGS)/ubsan
 test-sanitize: deps
 	cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DLASTCALL_SANITIZE=ON
 	cmake --build build-san -j $(JOBS)
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  ctest --test-dir build-san --output-on-failure -j $(JOBS)
+	rm -rf $(SAN_LOGS) && mkdir -p $(SAN_LOGS) && chmod 1777 $(SAN_LOGS)
+	@status=0; $(SAN_ENV) ctest --test-dir build-san --output-on-failure -j $(JOBS) || status=1; \
+	if [ -n "$$(ls -A $(SAN_LOGS))" ]; then \
+	  echo "sanitizer reports:"; for f in $(SAN_LOGS)/*; do echo "== $$f"; cat "$$f"; done; status=1; \
+	fi; exit $$status
+	$(MAKE) test-tsan
+
+# The unit tests tagged [threads] (the admission registry's stress tests) under ThreadSanitizer.
+# Only unit_tests is built: the e2e suite is single-threaded C++ and gains nothing from TSan.
+# setarch -R: TSan's fixed shadow layout does not fit every randomized address-space layout.
+test-tsan: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DLASTCALL_TSAN=ON
+	cmake --build build-tsan -j $(JOBS) --target unit_tests
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  setarch -R build-tsan/tests/unit_tests "[threads]"
+
+# libFuzzer targets (tests/fuzz) in their own clang build; each runs FUZZ_SECONDS seconds.
+FUZZ_SECONDS ?= 20
+fuzz: deps
+	$(call apt_install,$(SAN_PKGS))
+	CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DLASTCALL_FUZZ=ON -DLASTCALL_TESTS=OFF
+	cmake --build build-fuzz -j $(JOBS)
+	./tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(JOBS)
+
+# Benchmarks against tini, dumb-init and catatonit (issue 8): bench/results/<date>.md + PNGs.
+# QUICK=1 for a smoke run. Builds lastcall in build-bench; uses build-static/lastcall if present,
+# else tries a static build in build-bench-static (reported as missing if it does not link).
+bench: deps
+	$(call apt_install,$(BENCH_PKGS) valgrind file)
+	cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build build-bench -j $(JOBS) --target lastcall
+	@if [ ! -x build-static/lastcall ]; then \
+	  mkdir -p build-bench-static; \
+	  (cmake -S . -B build-bench-static -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLASTCALL_STATIC=ON -DLASTCALL_TESTS=OFF && \
+	   cmake --build build-bench-static -j $(JOBS) --target lastcall) >build-bench-static/build.log 2>&1 || \
+	  echo "static build of lastcall failed (see build-bench-static/build.log): benchmarking the dynamic one only"; \
+	fi
+	/usr/bin/python3 bench/run.py $(if $(QUICK),--quick,) $(if $(PROFILE),--profile,)
+
+# The Debian package, in $(BUILD)/packages: /usr/bin/lastcall, lastcall(1), docs and examples.
+package: build
+	$(call apt_install,$(PKG_PKGS))
+	cpack --config $(BUILD)/CPackConfig.cmake -B $(BUILD)/packages
+	@ls -1 $(BUILD)/packages/*.deb
+
+# One fully static binary, build-static/lastcall, for scratch/distroless/alpine images (no
+# libsystemd: sd_notify is spoken directly; --user reads /etc/passwd itself; see packaging/).
+static: deps
+	cmake -S . -B build-static -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLASTCALL_STATIC=ON -DLASTCALL_TESTS=OFF
+	cmake --build build-static -j $(JOBS) --target lastcall
 
 format:
 	clang-format -i src/*.cpp include/lastcall/*.hpp tests/unit/*.cpp tests/e2e/helpers/*.c
 
 clean:
-	rm -rf $(BUILD) build-san build-static build-fuzz
+	rm -rf $(BUILD) build-san build-tsan build-static build-fuzz
