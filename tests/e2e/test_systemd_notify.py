@@ -48,6 +48,27 @@ class FakeSystemd:
             if predicate(lines):
                 return lines
 
+    def collect_until_exit(self, run, timeout=60.0):
+        """Reads datagrams while lastcall runs (a manager that stops reading would block
+        sd_notify), until its exit; returns its exit code."""
+        pidfd = os.pidfd_open(run.proc.pid)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"lastcall still running after {timeout}s")
+                r, _, _ = select.select([self.sock, pidfd], [], [], left)
+                if self.sock in r:
+                    self.next(0)
+                elif pidfd in r:
+                    break
+        finally:
+            os.close(pidfd)
+        code = run.wait()
+        self.drain()
+        return code
+
     def drain(self):
         """Everything already queued, without waiting."""
         while select.select([self.sock], [], [], 0)[0]:
@@ -114,8 +135,7 @@ class SystemdNotifyTest(lctest.LastcallTestCase):
             self.systemd.until(lambda m: has(m, "WATCHDOG=1"))
         self.release_child()
 
-        self.assertEqual(run.wait(), 0, run.output())
-        self.systemd.drain()
+        self.assertEqual(self.systemd.collect_until_exit(run), 0, run.output())
         msgs = self.systemd.messages
         stopping = index_of(msgs, lambda m: has(m, "STOPPING=1"))
         self.assertEqual(value(msgs[stopping], "STATUS").split(":")[0], "draining")
@@ -156,8 +176,7 @@ class SystemdNotifyTest(lctest.LastcallTestCase):
         self.fifo.expect("up")
         self.assertIn("READY=1", self.systemd.next())
         run.signal(signal.SIGTERM)
-        self.assertEqual(run.wait(), 128 + signal.SIGKILL, run.output())
-        self.systemd.drain()
+        self.assertEqual(self.systemd.collect_until_exit(run), 128 + signal.SIGKILL, run.output())
         self.assertTrue(any(has(m, "STOPPING=1") for m in self.systemd.messages))
         self.assertFalse(any(has(m, "WATCHDOG=1") for m in self.systemd.messages),
                          self.systemd.messages)
