@@ -52,6 +52,8 @@ Result<Millis> parse_duration(std::string_view text) {
             return bad(text, "missing unit (use ms, s, m or h)");
         else
             return bad(text, "unknown unit '" + std::string(unit) + "' (use ms, s, m or h)");
+        // Checked before multiplying: "2592000000h" must be refused, not overflow.
+        if (whole > kMaxMillis * 1000 / unit_us) return bad(text, "too large (max 30 days)");
         total_us += whole * unit_us + frac * unit_us / frac_scale;
         if (total_us > kMaxMillis * 1000) return bad(text, "too large (max 30 days)");
     }

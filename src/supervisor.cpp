@@ -274,6 +274,9 @@ void Supervisor::on_signal(int received) {
 }
 
 void Supervisor::forward(int sig, Scope scope) {
+    // Without a main command (only services or jobs) there is no child or group to aim at, and
+    // kill(-main_pid_) would reach init: the whole tree gets the signal.
+    if (main_pid_ <= 0) scope = Scope::Tree;
     switch (scope) {
         case Scope::Child:
             if (main_pidfd_ && !send_via_pidfd(main_pidfd_.get(), sig) && errno != ESRCH)
@@ -369,17 +372,18 @@ void Supervisor::on_timer() {
 void Supervisor::rescan_drain() {
     next_rescan_.reset();
     if (shutdown_.state() != State::Stopping) return;
-    int sig = shutdown_.trigger().kind == TriggerKind::Signal && !opts_.stop_signal
-                  ? shutdown_.trigger().signal
-                  : (opts_.stop_signal ? opts_.stop_signal : SIGTERM);
-    int n = tracker_->signal_all(sig, [&](const ProcInfo& p) {
-        auto& rec = book_.observe(p);
-        if (rec.stop_signal) return false;
-        rec.stop_signal = sig;
-        return true;
-    });
-    if (n > 0) spdlog::info("sent {} to {} process(es) born during the drain", signal_name(sig), n);
+    int n = tracker_->signal_all(stop_signal_, [this](const ProcInfo& p) { return take_stop(p); });
+    if (n > 0)
+        spdlog::info("sent {} to {} process(es) born during the drain", signal_name(stop_signal_), n);
     next_rescan_ = clock_.now() + kDrainRescan;
+}
+
+bool Supervisor::take_stop(const ProcInfo& p) {
+    if (stop_scope_ == Scope::Group && p.pgid != main_pid_) return false;
+    auto& rec = book_.observe(p);
+    if (rec.stop_signal) return false;  // each process gets the stop signal once
+    rec.stop_signal = stop_signal_;
+    return true;
 }
 
 void Supervisor::on_pre_stop_output() {
@@ -461,13 +465,8 @@ void Supervisor::signal_tree(int sig) {
     // signal goes to what is left of the tree instead of it waiting for SIGKILL.
     Scope scope = opts_.kill_scope;
     if (scope == Scope::Child && (main_status_ || main_pid_ < 0)) scope = Scope::Tree;
-    auto filter = [&](const ProcInfo& p) {
-        if (scope == Scope::Group && p.pgid != main_pid_) return false;
-        auto& rec = book_.observe(p);
-        if (rec.stop_signal) return false;
-        rec.stop_signal = sig;
-        return true;
-    };
+    stop_signal_ = sig;
+    stop_scope_ = scope;
     int n = 0;
     if (scope == Scope::Child) {
         if (main_pidfd_ && send_via_pidfd(main_pidfd_.get(), sig)) {
@@ -476,7 +475,7 @@ void Supervisor::signal_tree(int sig) {
         }
     } else {
         if (scope == Scope::Group && !main_status_) ::kill(-main_pid_, sig);
-        n = tracker_->signal_all(sig, filter);
+        n = tracker_->signal_all(sig, [this](const ProcInfo& p) { return take_stop(p); });
         if (scope == Scope::Tree) next_rescan_ = clock_.now() + kDrainRescan;
     }
     spdlog::info("sent {} to {} process(es) (kill scope {})", signal_name(sig), n,

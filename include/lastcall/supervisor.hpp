@@ -2,6 +2,8 @@
 // tracker. It is the only part that knows all the others.
 #pragma once
 
+#include <signal.h>
+
 #include <optional>
 #include <string>
 
@@ -85,6 +87,8 @@ private:
     void suspend(int sig);
     void check_tree_gone();
     void rescan_drain();
+    // Filter for the stop signal: true the first time a process (of the kill scope) is seen.
+    bool take_stop(const ProcInfo& p);
     void rearm_timer();
     std::vector<std::string> child_environment() const;
 
@@ -117,6 +121,8 @@ private:
     bool children_gone_ = false;
     bool gave_up_ = false;
     std::optional<MonoTime> next_rescan_;
+    int stop_signal_ = SIGTERM;
+    Scope stop_scope_ = Scope::Tree;
     std::string fatal_;
 };
 

@@ -29,6 +29,8 @@ TEST_CASE("a duration without a unit or with a bad unit is refused with the reas
 TEST_CASE("huge durations are refused instead of overflowing", "[duration]") {
     CHECK_FALSE(parse_duration("99999999999999999999h").ok());
     CHECK_FALSE(parse_duration("800h").ok());
+    CHECK_FALSE(parse_duration("2592000000h").ok());
+    CHECK_FALSE(parse_duration("2592000000000m").ok());
     CHECK(parse_duration("720h").ok());
 }
 
