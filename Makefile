@@ -55,14 +55,15 @@ test-sanitize: deps
 	fi; exit $$status
 	$(MAKE) test-tsan
 
-# The unit tests tagged [threads] (the admission registry's stress tests) under ThreadSanitizer.
+# The threaded unit tests ([admission], [stress], [threads]: the admission registry and its
+# stress test against a concurrent drain) under ThreadSanitizer.
 # Only unit_tests is built: the e2e suite is single-threaded C++ and gains nothing from TSan.
 # setarch -R: TSan's fixed shadow layout does not fit every randomized address-space layout.
 test-tsan: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DLASTCALL_TSAN=ON
 	cmake --build build-tsan -j $(JOBS) --target unit_tests
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  setarch -R build-tsan/tests/unit_tests "[threads]"
+	  setarch -R build-tsan/tests/unit_tests "[admission],[stress],[threads]"
 
 # libFuzzer targets (tests/fuzz) in their own clang build; each runs FUZZ_SECONDS seconds.
 FUZZ_SECONDS ?= 20
