@@ -187,6 +187,8 @@ Status parse_backoff(const Where& w, const toml::node& n, BackoffPolicy& out) {
         }
     }
     if (out.initial.count() <= 0) return w.at(n, "backoff.initial", "must be above 0");
+    // A long initial delay alone raises the default cap instead of contradicting it.
+    if (!t->contains("max")) out.max = std::max(out.max, out.initial);
     if (out.max < out.initial) return w.at(n, "backoff.max", "must not be below backoff.initial");
     return Ok{};
 }

@@ -481,8 +481,10 @@ void ServiceManager::stop_next() {
             continue;
         auto members = members_of(s);
         if (members.empty()) {
-            // Its tree is already gone (it exited and its reap is on the way).
-            if (apply(s, ServiceEvent::StopRequested)) apply(s, ServiceEvent::TreeGone);
+            // Nothing left to stop. A running one's leader is a zombie whose reap is on the way;
+            // an exited one keeps its state: it ended by itself, lastcall did not stop it.
+            if (s.state != ServiceState::Exited && apply(s, ServiceEvent::StopRequested))
+                apply(s, ServiceEvent::TreeGone);
             continue;
         }
         apply(s, ServiceEvent::StopRequested);
@@ -677,8 +679,10 @@ void ServiceManager::write_status() {
         row.since = s.pid > 0 ? s.started_wall : 0;
         f.services.push_back(row);
     }
-    if (auto st = write_status_file(opts_.state_path, f); !st)
-        spdlog::warn("status file not written: {}", st.error().message);
+    // Said once per failure streak: a crash loop must not turn one problem into a log flood.
+    auto st = write_status_file(opts_.state_path, f);
+    if (!st && !status_failing_) spdlog::warn("status file not written: {}", st.error().message);
+    status_failing_ = !st;
 }
 
 void ServiceManager::contribute_report(JsonWriter& j) {

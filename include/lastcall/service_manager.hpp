@@ -106,6 +106,7 @@ private:
     MonoTime global_deadline_{};
     std::size_t stop_cursor_ = 0;         // services_[stop_cursor_..] are done stopping
     long long refused_ = 0;               // starts refused because the shutdown had begun
+    bool status_failing_ = false;
 };
 
 // The services of `--config FILE` ([services.*]; other tables are ignored). No file: none.

@@ -1,0 +1,250 @@
+"""Issue 7: several services in one lastcall (--config with [services.*]): restart policies and
+backoff, no restart once the shutdown began, dependency order both ways, the main service's exit
+code, `lastcall status`, and config errors."""
+import json
+import os
+import select
+import signal
+import stat
+import subprocess
+import time
+import unittest
+
+from lctest import LASTCALL, LastcallTestCase
+
+
+class LogReader:
+    """lastcall with its log on a pipe, read line by line as events (nothing is slept on)."""
+
+    def __init__(self, args, env):
+        self.proc = subprocess.Popen([LASTCALL] + args, env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE)
+        self.lines = []
+        self.buffer = b""
+
+    def _fill(self, timeout):
+        r, _, _ = select.select([self.proc.stderr], [], [], timeout)
+        if not r:
+            return False
+        chunk = os.read(self.proc.stderr.fileno(), 65536)
+        if not chunk:
+            return False
+        self.buffer += chunk
+        *done, self.buffer = self.buffer.split(b"\n")
+        self.lines += [line.decode(errors="replace") for line in done]
+        return True
+
+    def wait_for(self, text, timeout=20.0):
+        """Index of the first log line containing text, reading more as needed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, line in enumerate(self.lines):
+                if text in line:
+                    return i
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._fill(left) and self.proc.poll() is not None:
+                raise TimeoutError(f"no log line with {text!r}:\n" + "\n".join(self.lines))
+
+    def finish(self, timeout=60):
+        code = self.proc.wait(timeout=timeout)
+        while self._fill(0.5):
+            pass
+        if self.buffer:
+            self.lines.append(self.buffer.decode(errors="replace"))
+        self.proc.stderr.close()
+        return code
+
+
+class Services(LastcallTestCase):
+    def config(self, text):
+        path = os.path.join(self.dir, "lastcall.toml")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def report(self, path):
+        with open(path) as f:
+            return json.load(f)
+
+    def service(self, report, name):
+        return next(s for s in report["services"] if s["name"] == name)
+
+    def test_restart_delays_grow_as_configured_up_to_the_cap(self):
+        cfg = self.config("""
+[services.crasher]
+command = 'echo start > "$EVENTS"; exit 1'
+restart = "on-failure"
+backoff = { initial = "200ms", factor = 2, max = "800ms", reset_after = "10s" }
+""")
+        run = self.start(["--config", cfg])
+        starts = []
+        for _ in range(5):
+            self.assertEqual(self.fifo.readline(), "start")
+            starts.append(time.monotonic())
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 0, run.output())
+        gaps = [b - a for a, b in zip(starts, starts[1:])]
+        # The delay counts from each exit, and a reap, a spawn and a shell start come on top (on a
+        # loaded machine, hundreds of ms): the lower bounds are tight, the upper ones only have
+        # to tell the cap (0.8s) from the uncapped next delay (1.6s).
+        for gap, expected in zip(gaps, [0.2, 0.4, 0.8, 0.8]):
+            self.assertGreaterEqual(gap, expected - 0.02, gaps)
+            self.assertLess(gap, expected + 0.5, gaps)
+        self.assertNoLeftovers()
+
+    def test_restart_no_never_restarts(self):
+        cfg = self.config("""
+[services.once]
+command = 'echo start > "$EVENTS"; exit 1'
+restart = "no"
+backoff = { initial = "1ms" }
+
+[services.stays]
+command = "sleep 1000"
+""")
+        report = os.path.join(self.dir, "report.json")
+        log = LogReader(["--config", cfg, "--report", report], self.env)
+        self.assertEqual(self.fifo.readline(), "start")
+        # The restart decision is logged with the exit itself, so the exit line is enough.
+        log.wait_for("service once: exited with code 1")
+        log.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(log.finish(), 0, "\n".join(log.lines))
+        self.assertFalse(any("restarting" in line for line in log.lines), log.lines)
+        r = self.report(report)
+        self.assertEqual(self.service(r, "once")["starts"], 1)
+        self.assertEqual(self.service(r, "once")["state"], "exited")
+        self.assertEqual(r["service_starts_refused"], 0)
+        self.assertNoLeftovers()
+
+    def test_no_restart_is_started_once_the_shutdown_has_begun(self):
+        cfg = self.config("""
+[services.crasher]
+command = 'echo start > "$EVENTS"; exit 3'
+restart = "always"
+backoff = { initial = "1ms", max = "2ms" }
+
+[services.stays]
+command = "sleep 1000"
+""")
+        # The crash loop runs as fast as the shell starts; the signal lands anywhere in it.
+        for attempt in range(5):
+            with self.subTest(attempt=attempt):
+                log = LogReader(["--config", cfg, "--log-level", "debug"], self.env)
+                for _ in range(10 + 7 * attempt):
+                    self.fifo.readline()
+                log.proc.send_signal(signal.SIGTERM)
+                self.assertEqual(log.finish(), 0, "\n".join(log.lines))
+                drain = log.wait_for("state running -> draining")
+                late = [line for line in log.lines[drain:] if "service crasher: started" in line]
+                self.assertEqual(late, [], "a restart was started after the shutdown began")
+                self.assertNoLeftovers()
+                while select.select([self.fifo.fd], [], [], 0)[0]:
+                    os.read(self.fifo.fd, 65536)
+                self.fifo.buffer = b""
+
+    def test_a_service_starts_after_its_dependency_is_ready_and_stops_before_it(self):
+        gate = os.path.join(self.dir, "gate")
+        ready = os.path.join(self.dir, "a.ready")
+        os.mkfifo(gate)
+        # b is first in the file: only depends_on can make it wait for a. b's TERM handler is
+        # slow, so if both were signalled at once, a's "a-stop" would come first.
+        cfg = self.config(f"""
+[services.b]
+command = '''echo b-start > "$EVENTS"; trap 'sleep 0.3; echo b-stop > "$EVENTS"; kill $p; exit 0' TERM; sleep 1000 & p=$!; wait'''
+depends_on = ["a"]
+
+[services.a]
+command = '''echo a-start > "$EVENTS"; read x < {gate}; touch {ready}; echo a-ready > "$EVENTS"; trap 'echo a-stop > "$EVENTS"; kill $p; exit 0' TERM; sleep 1000 & p=$!; wait'''
+ready = {{ file = "{ready}", interval = "20ms" }}
+""")
+        run = self.start(["--config", cfg])
+        self.assertEqual(self.fifo.readline(), "a-start")
+        with open(gate, "w") as g:
+            g.write("go\n")
+        self.assertEqual([self.fifo.readline() for _ in range(2)], ["a-ready", "b-start"])
+        run.signal(signal.SIGTERM)
+        self.assertEqual([self.fifo.readline() for _ in range(2)], ["b-stop", "a-stop"])
+        self.assertEqual(run.wait(), 0, run.output())
+        self.assertNoLeftovers()
+
+    def test_a_main_service_exiting_7_drains_the_rest_and_lastcall_exits_7(self):
+        gate = os.path.join(self.dir, "gate")
+        os.mkfifo(gate)
+        cfg = self.config(f"""
+[services.helper]
+command = '''trap 'echo helper-stop > "$EVENTS"; kill $p; exit 0' TERM; echo helper-start > "$EVENTS"; sleep 1000 & p=$!; wait'''
+
+[services.app]
+command = 'echo app-start > "$EVENTS"; read x < {gate}; exit 7'
+depends_on = ["helper"]
+main = true
+""")
+        report = os.path.join(self.dir, "report.json")
+        run = self.start(["--config", cfg, "--report", report])
+        self.assertEqual([self.fifo.readline() for _ in range(2)], ["helper-start", "app-start"])
+        with open(gate, "w") as g:
+            g.write("go\n")
+        self.assertEqual(self.fifo.readline(), "helper-stop")
+        self.assertEqual(run.wait(), 7, run.output())
+        r = self.report(report)
+        self.assertEqual(r["exit_code"], 7)
+        self.assertEqual(self.service(r, "app")["last_exit_code"], 7)
+        self.assertEqual(self.service(r, "helper")["state"], "stopped")
+        self.assertNoLeftovers()
+
+    def test_status_shows_each_service_from_a_private_state_file(self):
+        runtime = os.path.join(self.dir, "runtime")
+        os.mkdir(runtime, 0o700)
+        env = dict(self.env, XDG_RUNTIME_DIR=runtime)
+        cfg = self.config("""
+[services.web]
+command = 'echo up > "$EVENTS"; exec sleep 1000'
+
+[services.flaky]
+command = 'exit 1'
+restart = "on-failure"
+backoff = { initial = "1h" }
+""")
+        log = LogReader(["--config", cfg], env)
+        self.assertEqual(self.fifo.readline(), "up")
+        # The status file is rewritten on the state change, before the decision is logged.
+        log.wait_for("service flaky: restarting in 1h")
+        state_file = os.path.join(runtime, "lastcall", f"{log.proc.pid}.status")
+        self.assertEqual(stat.S_IMODE(os.stat(state_file).st_mode), 0o600)
+        r = subprocess.run([LASTCALL, "status"], env=env, capture_output=True, text=True,
+                           timeout=10)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()[2:]}
+        self.assertEqual(rows["web"][2], "ready")
+        self.assertTrue(rows["web"][1].isdigit())
+        self.assertEqual(rows["flaky"][1:4], ["-", "backoff", "0"])
+        log.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(log.finish(), 0, "\n".join(log.lines))
+        self.assertFalse(os.path.exists(state_file), "the status file outlived lastcall")
+        r = subprocess.run([LASTCALL, "status"], env=env, capture_output=True, text=True,
+                           timeout=10)
+        self.assertEqual(r.returncode, 1)
+
+    def test_config_errors_name_file_line_and_key_and_start_nothing(self):
+        cases = {
+            "restart": ('[services.a]\ncommand = "touch {m}"\nrestart = "sometimes"\n',
+                        ':3: services.a.restart: expected "no", "on-failure" or "always"'),
+            "cycle": ('[services.a]\ncommand = "touch {m}"\ndepends_on = ["b"]\n'
+                      '[services.b]\ncommand = "touch {m}"\ndepends_on = ["a"]\n',
+                      ":1: services.a.depends_on: dependency cycle a -> b -> a"),
+            "syntax": ('[services.a]\ncommand = "touch {m}\n', ":2: "),
+        }
+        for name, (text, needle) in cases.items():
+            with self.subTest(name):
+                marker_file = os.path.join(self.dir, "started-" + name)
+                cfg = self.config(text.format(m=marker_file) + "[jobs.other]\nwhatever = 1\n")
+                r = subprocess.run([LASTCALL, "--config", cfg], env=self.env, capture_output=True,
+                                   text=True, timeout=10)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                self.assertIn(cfg + needle, r.stderr)
+                self.assertFalse(os.path.exists(marker_file))
+
+
+if __name__ == "__main__":
+    unittest.main()
