@@ -13,8 +13,6 @@
 #include "lastcall/config.hpp"
 #include "lastcall/jobs_cli.hpp"
 #include "lastcall/log.hpp"
-#include "lastcall/service_manager.hpp"
-#include "lastcall/service_status.hpp"
 #include "lastcall/notifier.hpp"
 #include "lastcall/scheduler.hpp"
 #include "lastcall/socket_activation.hpp"
@@ -41,20 +39,6 @@ int main(int argc, char** argv) {
     };
     // Invoked as tini, docker-init or dumb-init, `NAME up` runs a program called up.
     if (args.size() > 1 && !compat_mode_for_program(args[0]))
-        for (const auto& sub : kSubcommands)
-            if (args[1] == sub.name) return sub.run(args);
-
-    // `lastcall NAME ...` runs a subcommand; anything else is the supervisor's own command line
-    // (a program named like a subcommand runs as `lastcall -- NAME`).
-    struct Subcommand {
-        std::string_view name;
-        int (*run)(const std::vector<std::string>& args);
-    };
-    static constexpr Subcommand kSubcommands[] = {
-        {"up", run_up},
-        {"status", run_status},
-    };
-    if (args.size() > 1)
         for (const auto& sub : kSubcommands)
             if (args[1] == sub.name) return sub.run(args);
 
@@ -115,10 +99,6 @@ int main(int argc, char** argv) {
         scheduler.emplace(std::move(job_setup->jobs), std::move(*ledger));
         supervisor.add_component(&*scheduler);
     }
-    ServiceManagerOptions service_options;
-    service_options.state_path = status_path_for(::getpid());
-    ServiceManager services(std::move(*service_specs), service_options, clock);
-    if (!services.empty()) supervisor.add_component(&services);
     int code = supervisor.run();
 
     spdlog::shutdown();  // logs are flushed last, after the report and the cgroup removal
