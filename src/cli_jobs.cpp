@@ -114,22 +114,8 @@ void print_table(const std::vector<RunRecord>& runs) {
     }
 }
 
-int runs_release(const std::vector<std::string>& args) {
-    CLI::App app{"lastcall runs release: let a held job run again (its interrupted run is "
-                 "retried at the next start).\nUsage: lastcall runs release RUN_ID",
-                 "lastcall runs release"};
-    long long id = 0;
-    std::string state_dir, config;
-    app.add_option("run_id", id, "The interrupted run")->required();
-    app.add_option("--state-dir", state_dir, "Directory of the run ledger");
-    app.add_option("--config", config, "Take the state dir from this config");
-    if (auto code = parse(app, args, 3, "runs release")) return *code;
-    auto dir = state_dir_of(state_dir, config);
-    if (!dir) {
-        std::fprintf(stderr, "lastcall runs release: %s\n", dir.error().message.c_str());
-        return 2;
-    }
-    auto ledger = Ledger::open(*dir, false);
+int runs_release(long long id, const std::string& state_dir) {
+    auto ledger = Ledger::open(state_dir, false);
     if (!ledger) {
         std::fprintf(stderr, "lastcall runs release: %s\n", ledger.error().message.c_str());
         return 1;
@@ -146,8 +132,8 @@ int runs_release(const std::vector<std::string>& args) {
                      id);
         return 1;
     }
-    std::printf("run %lld released: its job runs again (the interrupted run is retried at the "
-                "next start)\n",
+    std::printf("run %lld released: its job runs again (a running lastcall retries it at the "
+                "job's next fire time, a new one at its start)\n",
                 id);
     return 0;
 }
@@ -155,12 +141,12 @@ int runs_release(const std::vector<std::string>& args) {
 }  // namespace
 
 int run_runs(const std::vector<std::string>& args) {
-    if (args.size() > 2 && args[2] == "release") return runs_release(args);
     CLI::App app{"lastcall runs: print the run ledger.\nUsage: lastcall runs [OPTIONS] | lastcall "
-                 "runs release RUN_ID",
+                 "runs release RUN_ID [OPTIONS]",
                  "lastcall runs"};
     std::string job, state, state_dir, config;
     bool json = false;
+    long long release_id = 0;
     app.add_option("--job", job, "Only this job's runs");
     app.add_option("--state", state, "Only runs in this state")
         ->check(CLI::IsMember(
@@ -168,12 +154,17 @@ int run_runs(const std::vector<std::string>& args) {
     app.add_flag("--json", json, "A JSON array instead of a table");
     app.add_option("--state-dir", state_dir, "Directory of the run ledger");
     app.add_option("--config", config, "Take the state dir from this config");
+    CLI::App* release = app.add_subcommand(
+        "release", "Let a held job run again: its interrupted run is retried");
+    release->add_option("run_id", release_id, "The interrupted run")->required();
+    release->fallthrough();  // --state-dir/--config may come after the run id too
     if (auto code = parse(app, args, 2, "runs")) return *code;
     auto dir = state_dir_of(state_dir, config);
     if (!dir) {
         std::fprintf(stderr, "lastcall runs: %s\n", dir.error().message.c_str());
         return 2;
     }
+    if (release->parsed()) return runs_release(release_id, *dir);
     auto ledger = Ledger::open(*dir, false);
     if (!ledger) {
         std::fprintf(stderr, "lastcall runs: %s\n", ledger.error().message.c_str());

@@ -250,7 +250,15 @@ void JobScheduler::fire(std::size_t j, std::int64_t scheduled_at) {
                 break;
         }
     }
-    start_run(j, scheduled_at, std::nullopt, {}, false);
+    // Interrupted runs released by `lastcall runs release` while lastcall runs: this run is
+    // their retry, so that the next start does not retry them a second time.
+    std::vector<std::int64_t> released;
+    if (auto pending = ledger_->awaiting_recovery(); !pending)
+        spdlog::error("job {}: {}", job.spec.name, pending.error().message);
+    else
+        for (const auto& r : *pending)
+            if (r.job == job.spec.name && r.recovery == kRecoveryReleased) released.push_back(r.id);
+    start_run(j, scheduled_at, std::nullopt, released, false);
 }
 
 std::vector<std::string> JobScheduler::environment(const Run& run,
