@@ -96,11 +96,6 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
     app.add_option("--state-dir", o.state_dir,
                    "Directory of the run ledger (default /var/lib/lastcall, or "
                    "$XDG_STATE_HOME/lastcall when not root)");
-    app.add_option("--crontab", o.crontab_path,
-                   "Crontab file whose lines run as scheduled jobs; the command becomes optional");
-    app.add_option("--state-dir", o.state_dir,
-                   "Directory of the run ledger (default /var/lib/lastcall, or "
-                   "$XDG_STATE_HOME/lastcall when not root)");
     app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
     app.add_option("--kill-scope", kill_scope, "Who receives the stop signal")
         ->check(CLI::IsMember({"tree", "group", "child"}));

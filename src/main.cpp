@@ -12,11 +12,8 @@
 #include "lastcall/compat.hpp"
 #include "lastcall/config.hpp"
 #include "lastcall/jobs_cli.hpp"
-#include "lastcall/config.hpp"
-#include "lastcall/jobs_cli.hpp"
 #include "lastcall/log.hpp"
 #include "lastcall/notifier.hpp"
-#include "lastcall/scheduler.hpp"
 #include "lastcall/scheduler.hpp"
 #include "lastcall/socket_activation.hpp"
 #include "lastcall/service_manager.hpp"
@@ -39,8 +36,6 @@ int main(int argc, char** argv) {
         {"status", run_status},
         {"runs", run_runs},
         {"jobs", run_jobs},
-        {"runs", run_runs},
-        {"jobs", run_jobs},
     };
     // Invoked as tini, docker-init or dumb-init, `NAME up` runs a program called up.
     if (args.size() > 1 && !compat_mode_for_program(args[0]))
@@ -54,12 +49,6 @@ int main(int argc, char** argv) {
     auto service_specs = load_config_services(options.config_path);
     if (!service_specs) {
         std::fprintf(stderr, "lastcall: %s\n", service_specs.error().message.c_str());
-        return 2;
-    }
-    // And so does a bad [jobs.*] table or crontab line.
-    auto job_setup = load_jobs(options);
-    if (!job_setup) {
-        std::fprintf(stderr, "lastcall: %s\n", job_setup.error().message.c_str());
         return 2;
     }
     // And so does a bad [jobs.*] table or crontab line.
@@ -98,18 +87,6 @@ int main(int argc, char** argv) {
     service_options.state_path = status_path_for(::getpid());
     ServiceManager services(std::move(*service_specs), service_options, clock);
     if (!services.empty()) supervisor.add_component(&services);
-    // The run ledger opens before anything starts: a read-only or full state dir stops lastcall
-    // here with the reason, instead of runs that go unrecorded.
-    std::optional<JobScheduler> scheduler;
-    if (!job_setup->jobs.empty()) {
-        auto ledger = Ledger::open(job_setup->state_dir, true);
-        if (!ledger) {
-            spdlog::critical("run ledger: {}", ledger.error().message);
-            return 1;
-        }
-        scheduler.emplace(std::move(job_setup->jobs), std::move(*ledger));
-        supervisor.add_component(&*scheduler);
-    }
     // The run ledger opens before anything starts: a read-only or full state dir stops lastcall
     // here with the reason, instead of runs that go unrecorded.
     std::optional<JobScheduler> scheduler;

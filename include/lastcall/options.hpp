@@ -25,10 +25,6 @@ struct Options {
     std::string crontab_path;
     // --state-dir DIR: where the run ledger lives; empty: the config's state_dir or the default.
     std::string state_dir;
-    // --crontab FILE: plain crontab lines as jobs (supercronic's format).
-    std::string crontab_path;
-    // --state-dir DIR: where the run ledger lives; empty: the config's state_dir or the default.
-    std::string state_dir;
 
     // Budget and shutdown.
     std::chrono::milliseconds grace{8000};
