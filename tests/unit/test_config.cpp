@@ -1,0 +1,97 @@
+#include <catch2/catch.hpp>
+
+#include "lastcall/config.hpp"
+
+using namespace lastcall;
+
+TEST_CASE("a [jobs.*] table loads with its defaults, in file order", "[config]") {
+    auto c = parse_jobs_toml(R"(state_dir = "/srv/state"
+[services.web]
+command = ["web"]
+
+[jobs.zeta]
+schedule = "@every 1s"
+command = ["/bin/echo", "hi"]
+
+[jobs.alpha]
+schedule = "0 3 * * *"
+command = "backup > /dev/null"
+timeout = "30s"
+overlap = "queue"
+on_interrupted = "hold"
+output = "/srv/out/backup.tar"
+verify = "tar tf \"$1\""
+)",
+                             "jobs.toml");
+    REQUIRE(c);
+    CHECK(c->state_dir == "/srv/state");
+    REQUIRE(c->jobs.size() == 2);
+    CHECK(c->jobs[0].name == "zeta");  // file order, not toml++'s sorted order
+    CHECK(c->jobs[0].overlap == Overlap::Skip);
+    CHECK(c->jobs[0].on_interrupted == OnInterrupted::Retry);
+    CHECK(c->jobs[0].command == std::vector<std::string>{"/bin/echo", "hi"});
+    const JobSpec& a = c->jobs[1];
+    CHECK(a.origin == "jobs.toml:9");
+    CHECK(a.command == std::vector<std::string>{"/bin/sh", "-c", "backup > /dev/null"});
+    CHECK(a.timeout == std::chrono::seconds(30));
+    CHECK(a.overlap == Overlap::Queue);
+    CHECK(a.on_interrupted == OnInterrupted::Hold);
+    CHECK(a.verify == std::vector<std::string>{"/bin/sh", "-c", "tar tf \"$1\"", "verify"});
+    CHECK(staging_path_for(a.output) == "/srv/out/.backup.tar.lastcall-staging");
+}
+
+TEST_CASE("job config errors name the file, the line and the key", "[config]") {
+    auto err = [](const char* text) {
+        auto c = parse_jobs_toml(text, "c.toml");
+        REQUIRE_FALSE(c);
+        return c.error().message;
+    };
+    CHECK_THAT(err("[jobs.a]\ncommand = \"x\"\n"),
+               Catch::StartsWith("c.toml:1: jobs.a.schedule: missing"));
+    CHECK_THAT(err("[jobs.a]\nschedule = \"* * * *\"\ncommand = \"x\"\n"),
+               Catch::StartsWith("c.toml:2: jobs.a.schedule: "));
+    CHECK_THAT(err("[jobs.a]\nschedule = \"@daily\"\ncommand = []\n"),
+               Catch::StartsWith("c.toml:3: jobs.a.command: must not be empty"));
+    CHECK_THAT(err("[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\ntimeout = \"soon\"\n"),
+               Catch::StartsWith("c.toml:4: jobs.a.timeout: "));
+    CHECK_THAT(err("[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\noutput = \"rel/p\"\n"),
+               Catch::StartsWith("c.toml:4: jobs.a.output: must be an absolute path"));
+    CHECK_THAT(err("[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\noutput = \"/o\"\n"
+                   "overlap = \"allow\"\n"),
+               Catch::StartsWith("c.toml:5: jobs.a.overlap: \"allow\" cannot be combined"));
+    CHECK_THAT(err("[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\nverify = \"true\"\n"),
+               Catch::StartsWith("c.toml:1: jobs.a.verify: needs `output`"));
+    CHECK_THAT(err("colour = \"blue\"\n"), Catch::StartsWith("c.toml:1: colour: unknown key"));
+    CHECK_THAT(err("[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\n[jobs.a.extra]\n"),
+               Catch::Contains("jobs.a.extra: unknown key"));
+    CHECK_THAT(err("[jobs]\nx = 1\n"), Catch::StartsWith("c.toml:2: jobs.x: expected a table"));
+    CHECK_THAT(err("[jobs.a\n"), Catch::StartsWith("c.toml:1: "));
+}
+
+TEST_CASE("crontab lines: 5 or 6 fields or a macro, then the command with its spacing",
+          "[config]") {
+    auto c = parse_crontab("# comment\n\nMAILTO=ops\n*/5 * * * * echo  two   spaces\n"
+                           "30 0 3 * * * /usr/bin/nightly --full\n@every 90s  tick\n"
+                           "@daily daily-job\n",
+                           "crontab");
+    REQUIRE(c);
+    REQUIRE(c->size() == 4);
+    CHECK((*c)[0].name == "crontab-4");
+    CHECK((*c)[0].command ==
+          std::vector<std::string>{"/bin/sh", "-c", "echo  two   spaces"});
+    CHECK((*c)[0].env == std::vector<std::string>{"MAILTO=ops"});
+    CHECK((*c)[0].schedule->expression().find("*/5 * * * *") != std::string::npos);
+    CHECK((*c)[1].command.back() == "/usr/bin/nightly --full");
+    CHECK((*c)[2].command.back() == "tick");
+    CHECK((*c)[2].schedule->interval() == std::chrono::seconds(90));
+    CHECK((*c)[3].command.back() == "daily-job");
+}
+
+TEST_CASE("a bad crontab line names the file and the line", "[config]") {
+    auto c = parse_crontab("0 3 * * * ok\n61 * * * * bad\n", "tab");
+    REQUIRE_FALSE(c);
+    CHECK_THAT(c.error().message, Catch::StartsWith("tab:2: schedule: minute"));
+    auto d = parse_crontab("* * * * *\n", "tab");
+    REQUIRE_FALSE(d);
+    CHECK_THAT(d.error().message, Catch::StartsWith("tab:1: schedule: "));
+}
