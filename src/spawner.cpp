@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "lastcall/userdb.hpp"
+
 namespace lastcall {
 
 const char* to_string(SpawnStage stage) {
@@ -259,7 +261,8 @@ Result<Credentials> lookup_credentials(const std::string& spec) {
     if (user.empty()) return Error{"--user '" + spec + "': empty user name"};
     Credentials c;
     errno = 0;
-    const passwd* pw = ::getpwnam(user.c_str());
+    // userdb: NSS in the dynamic build, /etc/passwd and /etc/group in the static one.
+    auto pw = userdb::find_user(user);
     if (!pw) {
         // Numeric ids without a passwd entry are allowed (common in containers).
         char* end = nullptr;
@@ -270,20 +273,14 @@ Result<Credentials> lookup_credentials(const std::string& spec) {
         c.gid = static_cast<gid_t>(uid);
         c.name = user;
     } else {
-        c.uid = pw->pw_uid;
-        c.gid = pw->pw_gid;
-        c.name = pw->pw_name;
-        int ngroups = 64;
-        std::vector<gid_t> groups(ngroups);
-        while (::getgrouplist(pw->pw_name, pw->pw_gid, groups.data(), &ngroups) < 0)
-            groups.resize(ngroups);
-        groups.resize(ngroups);
-        c.groups = groups;
+        c.uid = pw->uid;
+        c.gid = pw->gid;
+        c.name = pw->name;
+        c.groups = userdb::groups_of(pw->name, pw->gid);
     }
     if (!group_name.empty()) {
-        const group* gr = ::getgrnam(group_name.c_str());
-        if (gr) {
-            c.gid = gr->gr_gid;
+        if (auto gr = userdb::find_group(group_name)) {
+            c.gid = *gr;
         } else {
             char* end = nullptr;
             unsigned long gid = std::strtoul(group_name.c_str(), &end, 10);

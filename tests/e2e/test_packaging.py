@@ -1,0 +1,337 @@
+"""Packaging (issue 4): the man page, the Debian package, the static binary, the deployment examples.
+
+The package is made with cpack from the build under test ($LASTCALL_BUILD) into a temp dir, then
+inspected, unpacked and installed into a temporary root. The static binary is a second CMake build
+(-DLASTCALL_STATIC=ON) in $LASTCALL_BUILD/static-test, incremental on later runs, compiled at
+nice 19 so that the timing-sensitive tests running beside it keep their CPU; set
+LASTCALL_STATIC_BINARY to test a prebuilt one (e.g. build-static/lastcall from `make static`).
+"""
+import gzip
+import os
+import re
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import lctest
+
+SOURCE = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+BUILD = os.path.abspath(lctest.BUILD)
+
+
+def require_tools(*tools):
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        raise unittest.SkipTest(f"{', '.join(missing)} not installed (make package installs them)")
+
+
+def run(cmd, timeout=120, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def long_options(help_text):
+    """Every --option that a CLI11 help text lists in its option column."""
+    found = set()
+    for line in help_text.splitlines():
+        m = re.match(r"\s+(?:-\w,)?(--[a-z][a-z0-9-]*)", line)
+        if m:
+            found.add(m.group(1))
+    return found
+
+
+def man_page_text():
+    path = os.path.join(BUILD, "docs", "lastcall.1.gz")
+    if not os.path.exists(path):
+        if shutil.which("scdoc") is None:
+            raise unittest.SkipTest("scdoc not installed: the man page was not built (make deps)")
+        raise AssertionError(f"{path} was not built, though scdoc is installed")
+    with gzip.open(path, "rt") as f:
+        return f.read()
+
+
+class ManPageTest(unittest.TestCase):
+    def test_every_option_of_help_is_in_the_man_page(self):
+        roff = man_page_text()
+        documented = set(re.findall(r"\\fB(--[a-z][a-z0-9-]*)", roff))
+        for argv in ([lctest.LASTCALL, "--help"], [lctest.LASTCALL, "up", "--help"]):
+            out = run(argv)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            options = long_options(out.stdout)
+            self.assertIn("--grace", options, f"could not read the options of {argv}")
+            missing = sorted(options - documented)
+            self.assertEqual(missing, [], f"options of `{' '.join(argv[1:])}` missing from "
+                                          "docs/lastcall.1.scd")
+
+    def test_sections_exit_codes_and_environment(self):
+        roff = man_page_text()
+        for section in ("NAME", "SYNOPSIS", "OPTIONS", "SIGNALS", "EXIT STATUS", "ENVIRONMENT",
+                        "FILES"):
+            self.assertRegex(roff, rf"(?m)^\.SH {section}$")
+        exit_status = roff.split(".SH EXIT STATUS", 1)[1].split(".SH ", 1)[0]
+        for code in ("0", "2", "126", "127", "128"):
+            self.assertRegex(exit_status, rf"\\fB{code}\\fR")
+        environment = roff.split(".SH ENVIRONMENT", 1)[1].split(".SH ", 1)[0]
+        for var in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "LISTEN_FDS", "LISTEN_PID", "JOURNAL_STREAM",
+                    "TINI_SUBREAPER", "TINI_VERBOSITY", "TINI_KILL_PROCESS_GROUP",
+                    "DUMB_INIT_SETSID", "DUMB_INIT_DEBUG"):
+            self.assertIn(var, environment.replace("\\_", "_"))
+
+
+class DebianPackageTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_tools("cpack", "dpkg-deb", "dpkg-shlibdeps", "dpkg", "file")
+        cls.tmp = tempfile.mkdtemp(prefix="lctest-deb-")
+        config = os.path.join(BUILD, "CPackConfig.cmake")
+        if not os.path.exists(config):
+            raise AssertionError(f"{config} missing: packaging/CMakeLists.txt did not run")
+        started = time.monotonic()
+        out = run(["cpack", "--config", config, "-B", cls.tmp], timeout=300)
+        sys.stderr.write(f"cpack: {time.monotonic() - started:.1f}s\n")
+        if out.returncode != 0:
+            raise AssertionError(f"cpack failed:\n{out.stdout}\n{out.stderr}")
+        debs = [f for f in os.listdir(cls.tmp) if f.endswith(".deb")]
+        if len(debs) != 1:
+            raise AssertionError(f"expected one .deb in {cls.tmp}, found {debs}")
+        cls.deb = os.path.join(cls.tmp, debs[0])
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_contents(self):
+        listing = run(["dpkg-deb", "-c", self.deb]).stdout
+        paths = {line.split()[-1].lstrip(".") for line in listing.splitlines()}
+        for path in ("/usr/bin/lastcall", "/usr/share/man/man1/lastcall.1.gz",
+                     "/usr/share/doc/lastcall/README.md", "/usr/share/doc/lastcall/kubernetes.md"):
+            self.assertIn(path, paths, listing)
+        # Every example unit in the source tree ships (they are found by a glob).
+        for name in os.listdir(os.path.join(SOURCE, "systemd")):
+            if name.endswith((".service", ".socket")):
+                self.assertIn(f"/usr/share/doc/lastcall/examples/systemd/{name}", paths, listing)
+        self.assertRegex(listing, r"-rwxr-xr-x root/root .* \./usr/bin/lastcall\n")
+
+    def test_control_fields(self):
+        fields = run(["dpkg-deb", "-f", self.deb, "Package", "Version", "Architecture",
+                      "Depends"]).stdout
+        self.assertIn("Package: lastcall", fields)
+        arch = run(["dpkg", "--print-architecture"]).stdout.strip()
+        self.assertIn(f"Architecture: {arch}", fields)
+        # dpkg-shlibdeps read the binary's NEEDED entries: libc6 with the glibc version the build
+        # needs, and the shared libraries of the dynamic build.
+        depends = [d.strip() for d in fields.split("Depends:", 1)[1].split(",")]
+        self.assertTrue(any(re.fullmatch(r"libc6 \(>= [\d.]+\)", d) for d in depends), depends)
+        names = {d.split()[0] for d in depends}
+        for package in ("libsystemd0", "libsqlite3-0", "libstdc++6"):
+            self.assertIn(package, names, depends)
+
+    def test_unpacked_binary_runs(self):
+        root = tempfile.mkdtemp(prefix="lctest-root-")
+        try:
+            out = run(["dpkg", "-x", self.deb, root])
+            self.assertEqual(out.returncode, 0, out.stderr)
+            version = run([os.path.join(root, "usr/bin/lastcall"), "--version"])
+            self.assertEqual(version.returncode, 0, version.stderr)
+            self.assertRegex(version.stdout, r"^lastcall \d+\.\d+\.\d+\n$")
+            man = os.path.join(root, "usr/share/man/man1/lastcall.1.gz")
+            with gzip.open(man, "rt") as f:
+                self.assertIn(".TH", f.read(4096))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def test_install_and_remove_with_dpkg_into_a_temporary_root(self):
+        if os.geteuid() != 0:
+            self.skipTest("dpkg --root needs root")
+        root = tempfile.mkdtemp(prefix="lctest-dpkgroot-")
+        try:
+            admin = os.path.join(root, "var/lib/dpkg")
+            os.makedirs(os.path.join(admin, "info"))
+            os.makedirs(os.path.join(admin, "updates"))
+            open(os.path.join(admin, "status"), "w").close()
+            # The empty root has none of the dependencies; they are checked above, on the control
+            # file. --force-script-chrootless: there is no shell inside the root to chroot into.
+            dpkg = ["dpkg", f"--root={root}", "--force-depends", "--force-script-chrootless",
+                    "--log=/dev/null"]
+            out = run(dpkg + ["-i", self.deb])
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            status = run(dpkg + ["-s", "lastcall"]).stdout
+            self.assertIn("Status: install ok installed", status)
+            files = run(dpkg + ["-L", "lastcall"]).stdout.split()
+            self.assertIn("/usr/bin/lastcall", files)
+            self.assertIn("/usr/share/man/man1/lastcall.1.gz", files)
+            version = run([os.path.join(root, "usr/bin/lastcall"), "--version"])
+            self.assertEqual(version.returncode, 0, version.stderr)
+            out = run(dpkg + ["--purge", "lastcall"])
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            self.assertFalse(os.path.exists(os.path.join(root, "usr/bin/lastcall")))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def static_binary():
+    """The static lastcall: $LASTCALL_STATIC_BINARY, or built (incrementally) here."""
+    given = os.environ.get("LASTCALL_STATIC_BINARY")
+    if given:
+        return given
+    require_tools("cmake")
+    build = os.path.join(BUILD, "static-test")
+    started = time.monotonic()
+    cpu_before = os.times()
+    steps = [["cmake", "-S", SOURCE, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
+              "-DLASTCALL_STATIC=ON", "-DLASTCALL_TESTS=OFF"],
+             ["nice", "-n", "19", "cmake", "--build", build, "-j", str(os.cpu_count() or 1),
+              "--target", "lastcall"]]
+    for step in steps:
+        out = run(step, timeout=900)
+        if out.returncode != 0:
+            raise AssertionError(f"static build failed: {' '.join(step)}\n{out.stdout[-4000:]}"
+                                 f"\n{out.stderr[-4000:]}")
+    cpu = os.times()
+    sys.stderr.write(f"static build: {time.monotonic() - started:.1f}s wall, "
+                     f"{cpu.children_user - cpu_before.children_user:.1f}s user CPU\n")
+    return os.path.join(build, "lastcall")
+
+
+IDPROBE = r"""
+#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+    gid_t groups[64];
+    int n = getgroups(64, groups);
+    printf("uid=%d gid=%d groups=", (int)getuid(), (int)getgid());
+    for (int i = 0; i < n; ++i) printf(i ? ",%d" : "%d", (int)groups[i]);
+    printf("\n");
+    return 0;
+}
+"""
+
+
+class StaticBinaryTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.binary = static_binary()
+        cls.tmp = tempfile.mkdtemp(prefix="lctest-static-")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_is_static(self):
+        require_tools("file", "ldd", "readelf")
+        self.assertIn("statically linked", run(["file", "-L", self.binary]).stdout)
+        ldd = run(["ldd", self.binary])
+        self.assertNotEqual(ldd.returncode, 0)
+        self.assertIn("not a dynamic executable", ldd.stdout + ldd.stderr)
+        headers = run(["readelf", "--program-headers", "--dynamic", self.binary]).stdout
+        self.assertNotIn("INTERP", headers)
+        self.assertNotIn("(NEEDED)", headers)
+
+    def test_runs_with_an_empty_environment(self):
+        out = run(["env", "-i", self.binary, "--", "/bin/true"], timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        out = run(["env", "-i", self.binary, "--", "/bin/sh", "-c", "exit 7"], timeout=30)
+        self.assertEqual(out.returncode, 7, out.stderr)
+
+    def test_ready_datagram_without_libsystemd(self):
+        path = os.path.join(self.tmp, "notify.sock")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(path)
+        try:
+            env = {"NOTIFY_SOCKET": path, "PATH": "/usr/bin:/bin"}
+            out = run([self.binary, "--", "/bin/true"], env=env, timeout=30)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            messages = []
+            while select.select([sock], [], [], 0)[0]:
+                messages.append(sock.recv(65536).decode().split("\n"))
+            self.assertTrue(messages, "no datagram reached NOTIFY_SOCKET")
+            self.assertIn("READY=1", messages[0], messages)
+            self.assertTrue(any("STOPPING=1" in m for m in messages), messages)
+        finally:
+            sock.close()
+
+    def test_systemd_notify_suite_against_the_static_binary(self):
+        suite = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_systemd_notify.py")
+        if not os.path.exists(suite):
+            self.skipTest("tests/e2e/test_systemd_notify.py does not exist")
+        env = dict(os.environ, LASTCALL=self.binary)
+        out = run([sys.executable, "-m", "unittest", "test_systemd_notify"], env=env,
+                  cwd=os.path.dirname(suite), timeout=240)
+        self.assertEqual(out.returncode, 0, out.stderr[-6000:])
+
+    def test_user_names_from_etc_files_in_an_image_with_no_libc(self):
+        # The static binary alone in a root with an /etc/passwd and /etc/group and a static probe:
+        # no libc, no NSS modules, as FROM scratch. --user must resolve the name, its primary
+        # group and its supplementary groups from the files.
+        if os.geteuid() != 0:
+            self.skipTest("chroot and --user need root")
+        require_tools("cc")
+        root = os.path.join(self.tmp, "scratch")
+        os.makedirs(os.path.join(root, "etc"))
+        os.makedirs(os.path.join(root, "proc"))
+        src = os.path.join(self.tmp, "idprobe.c")
+        with open(src, "w") as f:
+            f.write(IDPROBE)
+        out = run(["cc", "-static", "-O1", "-o", os.path.join(root, "idprobe"), src])
+        self.assertEqual(out.returncode, 0, out.stderr)
+        shutil.copy(self.binary, os.path.join(root, "lastcall"))
+        with open(os.path.join(root, "etc/passwd"), "w") as f:
+            f.write("root:x:0:0:root:/:/idprobe\n# a comment\napp:x:4242:4343::/:/idprobe\n")
+        with open(os.path.join(root, "etc/group"), "w") as f:
+            f.write("root:x:0:\napp:x:4343:\nextra:x:4444:root,app\nother:x:4545:nobody\n")
+        # An NSS configuration whose module does not exist here: glibc's NSS (getpwnam in a static
+        # binary) finds nobody with it, so the test passes only if the files are read directly.
+        with open(os.path.join(root, "etc/nsswitch.conf"), "w") as f:
+            f.write("passwd: ldap\ngroup: ldap\n")
+        # A private mount namespace gets the chroot its own /proc (the tree tracker reads it)
+        # without touching the host's mounts.
+        script = ('mount -t proc proc "$1/proc" && exec chroot "$1" /lastcall --tracker proc '
+                  '--user "$2" -- /idprobe')
+        for spec, expected in (("app", "uid=4242 gid=4343 groups=4343,4444"),
+                               ("app:extra", "uid=4242 gid=4444 groups=4444"),
+                               ("4000:4001", "uid=4000 gid=4001 groups=4001")):
+            out = run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                       root, spec], timeout=30, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(out.stdout.strip(), expected, out.stderr)
+        out = run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                   root, "nosuchuser"], timeout=30)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("no such user 'nosuchuser'", out.stderr)
+
+
+class DeploymentExamplesTest(unittest.TestCase):
+    def test_dockerfiles_run_lastcall_as_entrypoint(self):
+        for name in ("Dockerfile.debian", "Dockerfile.scratch"):
+            with open(os.path.join(SOURCE, "packaging", name)) as f:
+                text = f.read()
+            self.assertRegex(text, r'(?m)^ENTRYPOINT \["lastcall", "--"\]$', name)
+        with open(os.path.join(SOURCE, "packaging", "Dockerfile.scratch")) as f:
+            self.assertRegex(f.read(), r"(?m)^FROM scratch$")
+
+    def test_kubernetes_grace_period_covers_drain_delay_and_grace(self):
+        with open(os.path.join(SOURCE, "packaging", "kubernetes-pod.yaml")) as f:
+            text = f.read()
+        period = int(re.search(r"terminationGracePeriodSeconds:\s*(\d+)", text).group(1))
+
+        def seconds(option):
+            m = re.search(rf"--{option}[= ](\d+)s\b", text)
+            self.assertIsNotNone(m, f"--{option} in seconds not found in the pod example")
+            return int(m.group(1))
+
+        grace, drain = seconds("grace"), seconds("drain-delay")
+        self.assertLessEqual(drain, grace, "the drain delay is spent inside the grace")
+        # The margin covers lastcall's SIGKILL, reap (up to 5 s for D-state processes) and report.
+        self.assertGreaterEqual(period, grace + 10)
+        # The options are valid for this lastcall.
+        out = run([lctest.LASTCALL, f"--grace={grace}s", f"--drain-delay={drain}s", "--",
+                   "/bin/true"], timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
