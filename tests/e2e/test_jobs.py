@@ -83,6 +83,8 @@ command = "trap '' TERM; echo started $LASTCALL_RUN_ID > $EVENTS; exec sleep 60"
                           "--drain-delay", "2s", "--report", report])
         line = self.fifo.readline()
         run_id = int(line.split()[1])
+        # The job can write its line before lastcall has recorded `started`: wait for the row.
+        wait_for_row(self.state, "id = ? AND state = 'started'", (run_id,))
         term_ms = int(time.time() * 1000)
         run.signal(signal.SIGTERM)
         run.wait()
