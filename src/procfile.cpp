@@ -50,9 +50,9 @@ Result<std::vector<ProcfileEntry>> parse_procfile(std::string_view text, const s
         if (command.empty()) return at(path, number, "process '" + name + "' has no command");
         for (const auto& e : out)
             if (e.name == name)
-                return at(path, number,
-                          "process '" + name + "' is already defined on line " +
-                              std::to_string(e.line));
+                return at(
+                    path, number,
+                    "process '" + name + "' is already defined on line " + std::to_string(e.line));
         out.push_back({name, command, number});
         return Ok{};
     });

@@ -2,6 +2,7 @@
 // of the service model (state table, backoff, restart decision).
 #include <sys/wait.h>
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -9,7 +10,6 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "lastcall/services.hpp"
 #include "lastcall/signals.hpp"
@@ -18,17 +18,22 @@ namespace lastcall {
 
 std::string_view to_string(RestartPolicy p) {
     switch (p) {
-        case RestartPolicy::No: return "no";
-        case RestartPolicy::OnFailure: return "on-failure";
-        case RestartPolicy::Always: return "always";
+        case RestartPolicy::No:
+            return "no";
+        case RestartPolicy::OnFailure:
+            return "on-failure";
+        case RestartPolicy::Always:
+            return "always";
     }
     return "?";
 }
 
 bool should_restart(RestartPolicy policy, int wait_status) {
     switch (policy) {
-        case RestartPolicy::No: return false;
-        case RestartPolicy::Always: return true;
+        case RestartPolicy::No:
+            return false;
+        case RestartPolicy::Always:
+            return true;
         case RestartPolicy::OnFailure:
             return !(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0);
     }
@@ -47,26 +52,40 @@ Millis Backoff::next_delay(MonoTime started, MonoTime ended) {
 
 std::string_view to_string(ServiceState s) {
     switch (s) {
-        case ServiceState::Pending: return "pending";
-        case ServiceState::Starting: return "starting";
-        case ServiceState::Ready: return "ready";
-        case ServiceState::Backoff: return "backoff";
-        case ServiceState::Exited: return "exited";
-        case ServiceState::Stopping: return "stopping";
-        case ServiceState::Stopped: return "stopped";
+        case ServiceState::Pending:
+            return "pending";
+        case ServiceState::Starting:
+            return "starting";
+        case ServiceState::Ready:
+            return "ready";
+        case ServiceState::Backoff:
+            return "backoff";
+        case ServiceState::Exited:
+            return "exited";
+        case ServiceState::Stopping:
+            return "stopping";
+        case ServiceState::Stopped:
+            return "stopped";
     }
     return "?";
 }
 
 std::string_view to_string(ServiceEvent e) {
     switch (e) {
-        case ServiceEvent::Spawned: return "spawned";
-        case ServiceEvent::ReadyPassed: return "ready check passed";
-        case ServiceEvent::ExitedRestart: return "exited, will restart";
-        case ServiceEvent::ExitedFinal: return "exited";
-        case ServiceEvent::RestartRefused: return "start refused";
-        case ServiceEvent::StopRequested: return "stop requested";
-        case ServiceEvent::TreeGone: return "tree gone";
+        case ServiceEvent::Spawned:
+            return "spawned";
+        case ServiceEvent::ReadyPassed:
+            return "ready check passed";
+        case ServiceEvent::ExitedRestart:
+            return "exited, will restart";
+        case ServiceEvent::ExitedFinal:
+            return "exited";
+        case ServiceEvent::RestartRefused:
+            return "start refused";
+        case ServiceEvent::StopRequested:
+            return "stop requested";
+        case ServiceEvent::TreeGone:
+            return "tree gone";
     }
     return "?";
 }
@@ -113,7 +132,7 @@ namespace {
 
 // Builds "FILE:LINE: services.NAME.KEY: message" errors.
 class Where {
-public:
+  public:
     Where(const std::string& path, std::string prefix) : path_(path), prefix_(std::move(prefix)) {}
     Error at(const toml::node& node, std::string_view key, const std::string& message) const {
         return at_line(static_cast<int>(node.source().begin.line), key, message);
@@ -127,7 +146,7 @@ public:
         return path_ + ":" + std::to_string(node.source().begin.line);
     }
 
-private:
+  private:
     const std::string& path_;
     std::string prefix_;
 };
@@ -310,7 +329,8 @@ Result<ServiceSpec> parse_service(const std::string& path, const std::string& na
             else if (*r == "always")
                 s.restart = RestartPolicy::Always;
             else
-                return w.at(v, key, "expected \"no\", \"on-failure\" or \"always\", not \"" + *r + "\"");
+                return w.at(v, key,
+                            "expected \"no\", \"on-failure\" or \"always\", not \"" + *r + "\"");
         } else if (key == "backoff") {
             if (auto st = parse_backoff(w, v, s.backoff); !st) return st.error();
         } else if (key == "depends_on") {

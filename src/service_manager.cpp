@@ -10,11 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <spdlog/spdlog.h>
 
 #include "lastcall/json.hpp"
 #include "lastcall/service_status.hpp"
@@ -111,8 +111,8 @@ struct ServiceManager::Service {
     pid_t probe_pid = -1;
     UniqueFd probe_sock;
 
-    std::set<std::pair<pid_t, unsigned long long>> known;     // members seen, for orphans
-    std::set<std::pair<pid_t, unsigned long long>> signalled; // got the stop signal
+    std::set<std::pair<pid_t, unsigned long long>> known;      // members seen, for orphans
+    std::set<std::pair<pid_t, unsigned long long>> signalled;  // got the stop signal
     std::optional<MonoTime> stop_deadline;
     bool killed = false;
 
@@ -242,8 +242,7 @@ void ServiceManager::mark_ready(Service& s) {
     s.wake.reset();
     bool first = !s.ever_ready;
     s.ever_ready = true;
-    if (s.spec.ready.kind != ReadyCheck::Kind::None)
-        spdlog::info("service {}: ready", s.spec.name);
+    if (s.spec.ready.kind != ReadyCheck::Kind::None) spdlog::info("service {}: ready", s.spec.name);
     if (first) start_eligible();
 }
 
@@ -316,10 +315,17 @@ void ServiceManager::on_timer() {
         if (!s.wake || *s.wake > now) continue;
         s.wake.reset();
         switch (s.state) {
-            case ServiceState::Backoff: start(s); break;
-            case ServiceState::Starting: probe(s); break;
-            case ServiceState::Stopping: check_stop(s); break;
-            default: break;
+            case ServiceState::Backoff:
+                start(s);
+                break;
+            case ServiceState::Starting:
+                probe(s);
+                break;
+            case ServiceState::Stopping:
+                check_stop(s);
+                break;
+            default:
+                break;
         }
     }
     rearm();

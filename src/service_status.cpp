@@ -75,8 +75,7 @@ Result<StatusFile> parse_status(std::string_view text, const std::string& path) 
 
 Status write_status_file(const std::string& path, const StatusFile& f) {
     std::string dir = dir_of(path);
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-        return sys_error("mkdir " + dir, errno);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return sys_error("mkdir " + dir, errno);
     auto file = AtomicFile::create(path, 0600);
     if (!file) return file.error();
     if (auto st = file->write(render_status(f)); !st) return st;
@@ -92,7 +91,8 @@ int run_status(const std::vector<std::string>& args) {
                 runtime_dir().c_str());
             return 0;
         }
-        std::fprintf(stderr, "lastcall status: unexpected argument '%s' (see lastcall status --help)\n",
+        std::fprintf(stderr,
+                     "lastcall status: unexpected argument '%s' (see lastcall status --help)\n",
                      args[i].c_str());
         return 2;
     }

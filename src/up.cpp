@@ -38,12 +38,13 @@ Result<std::vector<ServiceSpec>> procfile_services(const std::vector<ProcfileEnt
         for (const auto& name : *list)
             if (std::none_of(entries.begin(), entries.end(),
                              [&](const ProcfileEntry& e) { return e.name == name; }))
-                return Error{(list == &only ? "--only: " : "--except: ") + std::string("no process '") +
-                             name + "' in " + procfile};
+                return Error{(list == &only ? "--only: " : "--except: ") +
+                             std::string("no process '") + name + "' in " + procfile};
     std::vector<ServiceSpec> out;
     for (const auto& e : entries) {
-        bool selected = only.empty() ? std::find(except.begin(), except.end(), e.name) == except.end()
-                                     : std::find(only.begin(), only.end(), e.name) != only.end();
+        bool selected = only.empty()
+                            ? std::find(except.begin(), except.end(), e.name) == except.end()
+                            : std::find(only.begin(), only.end(), e.name) != only.end();
         if (!selected) continue;
         ServiceSpec s;
         s.name = e.name;

@@ -39,14 +39,14 @@
 namespace lastcall {
 
 struct ServiceManagerOptions {
-    bool color = false;              // coloured prefixes for captured output
-    int output_fd = STDOUT_FILENO;   // where captured lines go
-    std::string state_path;          // status file for `lastcall status`; empty: none
+    bool color = false;                  // coloured prefixes for captured output
+    int output_fd = STDOUT_FILENO;       // where captured lines go
+    std::string state_path;              // status file for `lastcall status`; empty: none
     std::vector<std::string> extra_env;  // "K=V" for every service, below its own env (.env)
 };
 
 class ServiceManager final : public SupervisorComponent {
-public:
+  public:
     ServiceManager(std::vector<ServiceSpec> specs, ServiceManagerOptions options,
                    const Clock& clock);
     ~ServiceManager() override;
@@ -62,7 +62,7 @@ public:
     void contribute_report(JsonWriter& j) override;
     void finished(int exit_code) override;
 
-private:
+  private:
     struct Service;
     struct Stream {
         std::size_t service;
@@ -104,8 +104,8 @@ private:
     bool holding_drain_ = false;
     std::optional<MonoTime> stop_begin_;  // the drain delay passes before the first stop signal
     MonoTime global_deadline_{};
-    std::size_t stop_cursor_ = 0;         // services_[stop_cursor_..] are done stopping
-    long long refused_ = 0;               // starts refused because the shutdown had begun
+    std::size_t stop_cursor_ = 0;  // services_[stop_cursor_..] are done stopping
+    long long refused_ = 0;        // starts refused because the shutdown had begun
     bool status_failing_ = false;
 };
 

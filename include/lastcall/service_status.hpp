@@ -22,10 +22,10 @@ namespace lastcall {
 
 struct ServiceStatusRow {
     std::string name;
-    pid_t pid = -1;          // -1: no running instance
+    pid_t pid = -1;  // -1: no running instance
     std::string state;
     int restarts = 0;
-    std::time_t since = 0;   // wall-clock start of the current instance; 0: none
+    std::time_t since = 0;  // wall-clock start of the current instance; 0: none
 };
 
 struct StatusFile {

@@ -36,13 +36,13 @@ struct BackoffPolicy {
 };
 
 class Backoff {
-public:
+  public:
     explicit Backoff(BackoffPolicy policy) : policy_(policy) {}
     // The instance ran from `started` to `ended`: the delay before the next start.
     Millis next_delay(MonoTime started, MonoTime ended);
     int consecutive() const { return consecutive_; }
 
-private:
+  private:
     BackoffPolicy policy_;
     int consecutive_ = 0;
 };
@@ -50,8 +50,8 @@ private:
 struct ReadyCheck {
     enum class Kind { None, File, Tcp, Exec };
     Kind kind = Kind::None;
-    std::string file;               // File: ready once it exists (it is removed before each start)
-    std::string host;               // Tcp: numeric IPv4/IPv6 address; ready once connect() succeeds
+    std::string file;  // File: ready once it exists (it is removed before each start)
+    std::string host;  // Tcp: numeric IPv4/IPv6 address; ready once connect() succeeds
     std::uint16_t port = 0;
     std::vector<std::string> exec;  // Exec: ready once this exits 0
     Millis interval{100};           // between two probes
@@ -82,7 +82,8 @@ bool valid_service_name(std::string_view name);
 // loaders and is ignored. Errors: one line, "FILE:LINE: services.NAME.KEY: what is wrong".
 // The result is in start order (see order_by_dependencies).
 Result<std::vector<ServiceSpec>> load_services_file(const std::string& path);
-Result<std::vector<ServiceSpec>> parse_services_toml(std::string_view text, const std::string& path);
+Result<std::vector<ServiceSpec>> parse_services_toml(std::string_view text,
+                                                     const std::string& path);
 
 // Stable topological order: each service after every service in its depends_on, otherwise in
 // the given order. An unknown dependency or a cycle is an error naming the service's origin.

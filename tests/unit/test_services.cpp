@@ -39,7 +39,8 @@ TEST_CASE("backoff doubles per quick exit up to the cap", "[services][backoff]")
     CHECK(delays == std::vector<long long>{100, 200, 400, 800, 1000, 1000});
 }
 
-TEST_CASE("backoff starts over after an instance ran for the stable period", "[services][backoff]") {
+TEST_CASE("backoff starts over after an instance ran for the stable period",
+          "[services][backoff]") {
     FakeClock clock;
     Backoff b(BackoffPolicy{100ms, 10s, 3.0, 5s});
     MonoTime t = clock.now();
@@ -136,19 +137,19 @@ TEST_CASE("services config: errors name file, line and key", "[services][config]
     CHECK(error_of("[services.a]\ncommand = 'x'\ncolour = 'red'\n") ==
           "x.toml:3: services.a.colour: unknown key");
     CHECK(error_of("[services.a]\nrestart = 'no'\n") == "x.toml:1: services.a.command: missing");
-    CHECK(error_of("[services.a]\ncommand = 'x'\ngrace = '5'\n").starts_with(
-        "x.toml:3: services.a.grace: invalid duration '5'"));
+    CHECK(error_of("[services.a]\ncommand = 'x'\ngrace = '5'\n")
+              .starts_with("x.toml:3: services.a.grace: invalid duration '5'"));
     CHECK(error_of("[services.a]\ncommand = 'x'\nready = { file = 'f', tcp = '1.2.3.4:5' }\n") ==
           "x.toml:3: services.a.ready: expected exactly one of file, tcp, exec");
     CHECK(error_of("[services.a]\ncommand = 'x'\nready = { tcp = 'localhost' }\n") ==
           "x.toml:3: services.a.ready.tcp: expected ADDRESS:PORT");
-    CHECK(error_of("[services.a]\ncommand = 'x'\nstop_signal = 'NOPE'\n").starts_with(
-        "x.toml:3: services.a.stop_signal: "));
+    CHECK(error_of("[services.a]\ncommand = 'x'\nstop_signal = 'NOPE'\n")
+              .starts_with("x.toml:3: services.a.stop_signal: "));
     CHECK(error_of("[services.a]\ncommand = 'x'\nmain = true\n[services.b]\ncommand = 'y'\n"
                    "main = true\n") ==
           "x.toml:4: services.b.main: only one service can be main (another is at x.toml:1)");
     CHECK(error_of("[services]\na = 1\n") == "x.toml:2: services.a: expected a table [services.a]");
-    CHECK(error_of("[services.a]\ncommand = [\n") .starts_with("x.toml:"));
+    CHECK(error_of("[services.a]\ncommand = [\n").starts_with("x.toml:"));
 }
 
 TEST_CASE("services config: dependency order, unknown names and cycles", "[services][config]") {
@@ -177,8 +178,8 @@ command = "d"
 }
 
 TEST_CASE("Procfile: entries, comments, and errors with the line number", "[services][procfile]") {
-    auto r = parse_procfile("# dev\nweb: npm run dev\n\nworker:  node worker.js --x=1:2\n",
-                            "Procfile");
+    auto r =
+        parse_procfile("# dev\nweb: npm run dev\n\nworker:  node worker.js --x=1:2\n", "Procfile");
     REQUIRE(r);
     REQUIRE(r->size() == 2);
     CHECK((*r)[0].name == "web");
@@ -213,12 +214,13 @@ TEST_CASE("Procfile selection with --only and --except", "[services][procfile]")
 
 TEST_CASE(".env: quoting, export and comments", "[services][dotenv]") {
     auto r = parse_dotenv(
-        "# c\nexport A=1\nB='x # y'\nC=\"line\\nnext \\\"q\\\"\"\nD=plain # comment\nE=\n",
-        ".env");
+        "# c\nexport A=1\nB='x # y'\nC=\"line\\nnext \\\"q\\\"\"\nD=plain # comment\nE=\n", ".env");
     REQUIRE(r);
     CHECK(*r == std::vector<std::string>{"A=1", "B=x # y", "C=line\nnext \"q\"", "D=plain", "E="});
-    CHECK(parse_dotenv("A=1\nnot a pair\n", ".env").error().message == ".env:2: expected KEY=value");
-    CHECK(parse_dotenv("A=\"open\n", ".env").error().message == ".env:1: A: unterminated double quote");
+    CHECK(parse_dotenv("A=1\nnot a pair\n", ".env").error().message ==
+          ".env:2: expected KEY=value");
+    CHECK(parse_dotenv("A=\"open\n", ".env").error().message ==
+          ".env:1: A: unterminated double quote");
 }
 
 TEST_CASE("status file round trip", "[services][status]") {
@@ -276,9 +278,8 @@ TEST_CASE("a drain hold keeps the tree unsignalled until released", "[services][
     CHECK(h.state() == State::Draining);
     h.release_drain();
     CHECK(h.state() == State::Stopping);
-    CHECK(holder.calls ==
-          std::vector<std::string>{"state draining", "readiness off", "state stopping",
-                                   "signal tree"});
+    CHECK(holder.calls == std::vector<std::string>{"state draining", "readiness off",
+                                                   "state stopping", "signal tree"});
 }
 
 TEST_CASE("a drain hold cannot stretch the grace budget", "[services][shutdown]") {
