@@ -6,12 +6,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <spdlog/spdlog.h>
 
 #include "lastcall/duration.hpp"
 #include "lastcall/notify_proxy.hpp"
@@ -55,7 +55,7 @@ void erase_env(std::vector<std::string>& env, std::string_view key) {
 }
 
 class SocketChannel final : public NotifyChannel {
-public:
+  public:
     SocketChannel(UniqueFd fd, NotifyAddress address)
         : fd_(std::move(fd)), address_(std::move(address)) {}
 
@@ -76,7 +76,7 @@ public:
         return Ok{};
     }
 
-private:
+  private:
     std::string printable() const {
         return address_.path[0] == '\0' ? "@" + address_.path.substr(1) : address_.path;
     }
@@ -86,7 +86,7 @@ private:
 
 #ifndef LASTCALL_NO_LIBSYSTEMD
 class LibsystemdChannel final : public NotifyChannel {
-public:
+  public:
     Status send(std::string_view message) override {
         std::string m(message);
         int r = ::sd_notify(0, m.c_str());
@@ -125,15 +125,15 @@ Result<NotifyFields> parse_notify_datagram(std::string_view data) {
             fields.invalid.emplace_back(line);
             continue;
         }
-        fields.assignments.push_back({std::string(line.substr(0, eq)),
-                                      std::string(line.substr(eq + 1))});
+        fields.assignments.push_back(
+            {std::string(line.substr(0, eq)), std::string(line.substr(eq + 1))});
     }
     return fields;
 }
 
 bool is_forwardable_key(std::string_view key) {
     // MONOTONIC_USEC accompanies RELOADING=1 (Type=notify-reload); BUSERROR accompanies ERRNO.
-    static constexpr std::string_view kKeys[] = {"READY",  "STATUS",   "RELOADING",     "STOPPING",
+    static constexpr std::string_view kKeys[] = {"READY", "STATUS",   "RELOADING",     "STOPPING",
                                                  "ERRNO", "BUSERROR", "MONOTONIC_USEC"};
     return std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys);
 }
@@ -233,7 +233,8 @@ Status Notifier::attach(Supervisor& s) {
     if (watchdog_) {
         watchdog_fd_.reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
         if (!watchdog_fd_) return sys_error("timerfd_create for the systemd watchdog", errno);
-        auto st = s.loop().watch(watchdog_fd_.get(), EPOLLIN, [this](auto) { on_watchdog_timer(); });
+        auto st =
+            s.loop().watch(watchdog_fd_.get(), EPOLLIN, [this](auto) { on_watchdog_timer(); });
         if (!st) return st;
         spdlog::info("systemd watchdog: WATCHDOG=1 every {}",
                      format_duration(duration_cast<milliseconds>(*watchdog_ / 2)));
@@ -290,8 +291,8 @@ void Notifier::child_started(pid_t pid) {
 }
 
 std::string Notifier::extend_timeout(milliseconds remaining) const {
-    milliseconds total = std::max(remaining, milliseconds(0)) + ShutdownConfig{}.force_limit +
-                         kExitSlack;
+    milliseconds total =
+        std::max(remaining, milliseconds(0)) + ShutdownConfig{}.force_limit + kExitSlack;
     return "EXTEND_TIMEOUT_USEC=" + std::to_string(duration_cast<microseconds>(total).count());
 }
 
@@ -300,8 +301,7 @@ void Notifier::state_changed(State from, State to) {
     if (to == State::Stopped) set_watchdog(false);
     if (!channel_) return;
     milliseconds left = grace_;
-    if (shutdown_started_)
-        left -= duration_cast<milliseconds>(clock_.now() - *shutdown_started_);
+    if (shutdown_started_) left -= duration_cast<milliseconds>(clock_.now() - *shutdown_started_);
     switch (to) {
         case State::Draining:
             // STOPPING=1 first: systemd takes the service out of "active" before anything else
@@ -310,8 +310,9 @@ void Notifier::state_changed(State from, State to) {
                  "\n" + extend_timeout(left));
             break;
         case State::Stopping:
-            send("STATUS=stopping: waiting up to " + format_duration(std::max(left, milliseconds(0))) +
-                 " for the tree to exit\n" + extend_timeout(left));
+            send("STATUS=stopping: waiting up to " +
+                 format_duration(std::max(left, milliseconds(0))) + " for the tree to exit\n" +
+                 extend_timeout(left));
             break;
         case State::Forcing:
             send("STATUS=forcing: SIGKILL sent to the tree\n" + extend_timeout(milliseconds(0)));
@@ -349,8 +350,10 @@ void Notifier::send(const std::string& message) {
     auto st = channel_->send(message);
     if (!st) {
         // Once per outage: the watchdog would otherwise repeat it twice per interval.
-        if (!send_failed_) spdlog::warn("notify: {} (further failures logged at debug)", st.error().message);
-        else spdlog::debug("notify: {}", st.error().message);
+        if (!send_failed_)
+            spdlog::warn("notify: {} (further failures logged at debug)", st.error().message);
+        else
+            spdlog::debug("notify: {}", st.error().message);
         send_failed_ = true;
     } else if (send_failed_) {
         spdlog::info("notify: messages reach the service manager again");
@@ -418,9 +421,10 @@ void Notifier::on_proxy_readable() {
             continue;
         }
         if (!in_tree(d.pid)) {
-            spdlog::warn("notify proxy: refused a datagram from pid {}: not in the supervised tree "
-                         "({})",
-                         d.pid, one_line(d.data));
+            spdlog::warn(
+                "notify proxy: refused a datagram from pid {}: not in the supervised tree "
+                "({})",
+                d.pid, one_line(d.data));
             continue;
         }
         auto fields = parse_notify_datagram(d.data);
@@ -442,9 +446,10 @@ void Notifier::on_proxy_readable() {
                     spdlog::info("pid {} says it is ready: telling systemd READY=1", d.pid);
                 ready_sent_ = true;
             } else if (a.key == "MAINPID") {
-                spdlog::warn("notify proxy: MAINPID={} from pid {} not relayed: the main pid is "
-                             "lastcall's",
-                             a.value, d.pid);
+                spdlog::warn(
+                    "notify proxy: MAINPID={} from pid {} not relayed: the main pid is "
+                    "lastcall's",
+                    a.value, d.pid);
                 continue;
             } else if (!is_forwardable_key(a.key)) {
                 spdlog::debug("notify proxy: {}= from pid {} not relayed", a.key, d.pid);

@@ -3,11 +3,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <spdlog/spdlog.h>
 #include <string>
 
 namespace lastcall {

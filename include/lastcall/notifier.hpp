@@ -53,7 +53,7 @@ bool is_forwardable_key(std::string_view key);
 // ---- Talking to the service manager ----
 
 class NotifyChannel {
-public:
+  public:
     virtual ~NotifyChannel() = default;
     // One datagram of newline-separated assignments to $NOTIFY_SOCKET. Errors are returned.
     virtual Status send(std::string_view message) = 0;
@@ -79,7 +79,7 @@ std::optional<std::chrono::microseconds> watchdog_interval(const char* watchdog_
 // ---- The component ----
 
 class Notifier final : public SupervisorComponent {
-public:
+  public:
     // Reads NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID from lastcall's environment.
     static Result<std::unique_ptr<Notifier>> from_environment(const Options& options,
                                                               const Clock& clock);
@@ -95,7 +95,7 @@ public:
     void reaped(const Reaped& r) override;
     void finished(int exit_code) override;
 
-private:
+  private:
     void send(const std::string& message);
     void set_watchdog(bool on);
     void on_watchdog_timer();

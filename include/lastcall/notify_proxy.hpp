@@ -20,13 +20,13 @@ std::string notify_runtime_base(const char* runtime_directory, const char* xdg_r
                                 bool root);
 
 struct NotifyDatagram {
-    pid_t pid = 0;        // from SCM_CREDENTIALS; 0 when the sender's pid was not passed
+    pid_t pid = 0;  // from SCM_CREDENTIALS; 0 when the sender's pid was not passed
     std::string data;
     bool truncated = false;  // larger than systemd's limit: refused as systemd refuses it
 };
 
 class NotifyProxy {
-public:
+  public:
     // Makes <base>/notify-XXXXXX (0700; owned by owner_uid when set, so a --user child can reach
     // it) and binds <dir>/notify there.
     static Result<std::unique_ptr<NotifyProxy>> create(const std::string& base,
@@ -43,7 +43,7 @@ public:
     // passed along are closed at once: the proxy relays no file descriptors.
     Result<std::optional<NotifyDatagram>> receive();
 
-private:
+  private:
     NotifyProxy(UniqueFd fd, std::string dir, std::string socket_path)
         : fd_(std::move(fd)), dir_(std::move(dir)), socket_path_(std::move(socket_path)) {}
     UniqueFd fd_;

@@ -18,7 +18,7 @@ namespace lastcall {
 int listen_fds_for(const char* listen_pid, const char* listen_fds, pid_t self);
 
 class SocketActivation final : public SupervisorComponent {
-public:
+  public:
     // Reads LISTEN_PID/LISTEN_FDS, checks that every passed fd is open and makes it CLOEXEC in
     // lastcall, so that hooks never inherit it. Must run before lastcall opens any fd of its own:
     // otherwise a missing fd 3 could be taken by, say, the epoll fd and handed to the child.
@@ -28,7 +28,7 @@ public:
     int count() const { return count_; }
     void prepare_spawn(SpawnSpec& spec, bool main_child) override;
 
-private:
+  private:
     int count_;
 };
 
