@@ -89,14 +89,15 @@ public:
     }
 
     int kill_all(const MemberFilter& filter) override {
-        auto list = members();
-        int n = 0;
-        for (const auto& p : list)
-            if (filter(p)) ++n;
-        // One write ends every member, including any forked while we read the list (cgroup.kill
-        // freezes out new forks for the duration of the kill).
+        // The kill goes first: one write ends every member, including any forked meanwhile
+        // (cgroup.kill holds off forks for its duration), and 10,000 members must not wait for
+        // 10,000 /proc reads. Then the list is read for the record: members still listed were
+        // alive when SIGKILL went out; those already gone are recorded when they are reaped.
         UniqueFd kill(::open((dir_ + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC));
-        if (!kill || ::write(kill.get(), "1", 1) != 1) return Tracker::kill_all(filter) + n;
+        if (!kill || ::write(kill.get(), "1", 1) != 1) return Tracker::kill_all(filter);
+        int n = 0;
+        for (const auto& p : members())
+            if (filter(p)) ++n;
         return n;
     }
 
@@ -293,7 +294,8 @@ Result<TrackerChoice> make_tracker(TrackerKind kind, const std::string& name_hin
     return TrackerChoice{std::make_unique<ProcTracker>(), "requested"};
 }
 
-bool reap_all(bool want_info, const std::function<void(const Reaped&)>& on_reaped) {
+bool reap_all(const std::function<bool(pid_t)>& want_info,
+              const std::function<void(const Reaped&)>& on_reaped) {
     for (;;) {
         pid_t pid;
         std::optional<ProcInfo> info;
@@ -305,8 +307,8 @@ bool reap_all(bool want_info, const std::function<void(const Reaped&)>& on_reape
                 return errno == ECHILD;
             }
             if (si.si_pid == 0) return false;
-            info = read_proc_stat(si.si_pid);
             pid = si.si_pid;
+            if (want_info && want_info(pid)) info = read_proc_stat(pid);
         } else {
             pid = -1;
         }

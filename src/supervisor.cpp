@@ -24,6 +24,7 @@ namespace {
 // During the drain, the tree is enumerated again at this period so that a process forked after
 // the stop signal went out gets it too. Only while Stopping: an idle lastcall never wakes.
 constexpr std::chrono::milliseconds kDrainRescan{50};
+constexpr std::chrono::milliseconds kDrainRescanMax{800};
 
 std::string join(const std::vector<std::string>& v) {
     std::string out;
@@ -194,7 +195,7 @@ void Supervisor::loop_until_stopped() {
             // Nothing can be waited for any more: end the tree now rather than leave it behind.
             spdlog::critical("event loop failed: {}; killing the tree", st.error().message);
             kill_tree();
-            reap_all(false, [this](const Reaped& r) { book_.reaped(r, true); });
+            reap_all(nullptr, [this](const Reaped& r) { book_.reaped(r, true); });
             return;
         }
         rearm_timer();
@@ -319,7 +320,11 @@ void Supervisor::suspend(int sig) {
 
 void Supervisor::on_sigchld() {
     bool main_exited = false, pre_stop_done = false;
-    bool want_info = shutdown_.state() != State::Running;
+    // During the shutdown every process is itemised in the report; one already seen alive needs
+    // no second /proc read. While running, reaped orphans are only counted.
+    std::function<bool(pid_t)> want_info;
+    if (shutdown_.state() != State::Running)
+        want_info = [this](pid_t pid) { return !book_.knows(pid); };
     bool forcing = shutdown_.state() == State::Forcing;
     children_gone_ = reap_all(want_info, [&](const Reaped& r) {
         book_.reaped(r, forcing);
@@ -359,7 +364,10 @@ void Supervisor::check_tree_gone() {
         siginfo_t si{};
         children_gone_ = ::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD;
     }
-    if (!children_gone_ || tracker_->populated()) return;
+    // lastcall is PID 1 or a subreaper, so every descendant is reparented to it before it dies:
+    // no child left means no descendant left. cgroup.events is not waited for: its
+    // notification is rate-limited by the kernel and would add milliseconds to every exit.
+    if (!children_gone_) return;
     shutdown_.on_tree_empty();
 }
 
@@ -375,7 +383,10 @@ void Supervisor::rescan_drain() {
     int n = tracker_->signal_all(stop_signal_, [this](const ProcInfo& p) { return take_stop(p); });
     if (n > 0)
         spdlog::info("sent {} to {} process(es) born during the drain", signal_name(stop_signal_), n);
-    next_rescan_ = clock_.now() + kDrainRescan;
+    // Each rescan reads /proc for the whole tree; a large tree that is slowly draining must not
+    // keep lastcall busy, so the period doubles up to kDrainRescanMax while nobody new shows up.
+    rescan_period_ = n > 0 ? kDrainRescan : std::min(rescan_period_ * 2, kDrainRescanMax);
+    next_rescan_ = clock_.now() + rescan_period_;
 }
 
 bool Supervisor::take_stop(const ProcInfo& p) {
@@ -470,13 +481,16 @@ void Supervisor::signal_tree(int sig) {
     int n = 0;
     if (scope == Scope::Child) {
         if (main_pidfd_ && send_via_pidfd(main_pidfd_.get(), sig)) {
-            book_.observe(*read_proc_stat(main_pid_)).stop_signal = sig;
+            if (auto info = read_proc_stat(main_pid_)) book_.observe(*info).stop_signal = sig;
             n = 1;
         }
     } else {
         if (scope == Scope::Group && !main_status_) ::kill(-main_pid_, sig);
         n = tracker_->signal_all(sig, [this](const ProcInfo& p) { return take_stop(p); });
-        if (scope == Scope::Tree) next_rescan_ = clock_.now() + kDrainRescan;
+        if (scope == Scope::Tree) {
+            rescan_period_ = kDrainRescan;
+            next_rescan_ = clock_.now() + rescan_period_;
+        }
     }
     spdlog::info("sent {} to {} process(es) (kill scope {})", signal_name(sig), n,
                  to_string(scope));

@@ -94,8 +94,10 @@ struct Reaped {
 };
 
 // Reaps every child that has exited, until waitpid says there is nothing more (ECHILD or 0).
+// want_info(pid) says whether to read the zombie's /proc/<pid>/stat before the reap (null: never).
 // Returns true when lastcall has no children left at all (ECHILD).
-bool reap_all(bool want_info, const std::function<void(const Reaped&)>& on_reaped);
+bool reap_all(const std::function<bool(pid_t)>& want_info,
+              const std::function<void(const Reaped&)>& on_reaped);
 
 // Exit code of a wait status: the code, or 128+N for signal N.
 int exit_code_of(int status);

@@ -42,6 +42,8 @@ public:
     // Records a reap. `forcing`: SIGKILL had gone out, so a SIGKILL death is lastcall's doing.
     void reaped(const Reaped& r, bool forcing);
     const std::vector<ProcessRecord>& records() const { return records_; }
+    // A live record exists for this pid (seen alive, not yet reaped).
+    bool knows(pid_t pid) const { return live_.count(pid) != 0; }
     // Pids forced with SIGKILL.
     std::vector<pid_t> forced() const;
     long long reaped_count() const { return reaped_; }

@@ -121,6 +121,7 @@ private:
     bool children_gone_ = false;
     bool gave_up_ = false;
     std::optional<MonoTime> next_rescan_;
+    std::chrono::milliseconds rescan_period_{50};
     int stop_signal_ = SIGTERM;
     Scope stop_scope_ = Scope::Tree;
     std::string fatal_;
