@@ -24,6 +24,24 @@ SOURCE = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.abspath(lctest.BUILD)
 
 
+def cache_option(name):
+    """A BOOL option of the build under test, from its CMakeCache.txt."""
+    try:
+        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+            m = re.search(rf"(?m)^{name}:BOOL=(\w+)$", f.read())
+    except OSError:
+        return False
+    return bool(m) and m.group(1).upper() in ("ON", "TRUE", "1", "YES")
+
+
+def skip_in_instrumented_builds():
+    # make test-sanitize runs the whole suite again: a package or a static build made from an
+    # ASan/TSan build would test nothing new and cost minutes of the CI budget.
+    for option in ("LASTCALL_SANITIZE", "LASTCALL_TSAN", "LASTCALL_FUZZ"):
+        if cache_option(option):
+            raise unittest.SkipTest(f"{option} build: packaging is tested in the ordinary build")
+
+
 def require_tools(*tools):
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
@@ -85,6 +103,7 @@ class ManPageTest(unittest.TestCase):
 class DebianPackageTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        skip_in_instrumented_builds()
         require_tools("cpack", "dpkg-deb", "dpkg-shlibdeps", "dpkg", "file")
         cls.tmp = tempfile.mkdtemp(prefix="lctest-deb-")
         config = os.path.join(BUILD, "CPackConfig.cmake")
@@ -178,11 +197,12 @@ def static_binary():
     given = os.environ.get("LASTCALL_STATIC_BINARY")
     if given:
         return given
+    skip_in_instrumented_builds()
     require_tools("cmake")
     build = os.path.join(BUILD, "static-test")
     started = time.monotonic()
     cpu_before = os.times()
-    steps = [["cmake", "-S", SOURCE, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
+    steps = [["cmake", "-S", SOURCE, "-B", build, "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
               "-DLASTCALL_STATIC=ON", "-DLASTCALL_TESTS=OFF"],
              ["nice", "-n", "19", "cmake", "--build", build, "-j", str(os.cpu_count() or 1),
               "--target", "lastcall"]]
