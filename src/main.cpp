@@ -1,8 +1,13 @@
 // lastcall: run one command as PID 1 or as a subreaper, forward signals to its tree, drain and
 // reap the whole tree within a budget, and record how it ended.
+//
+// main() is the table of contents: subcommands, command line, configuration, logging, the point
+// of no return, the components, the run.
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,18 +20,19 @@
 #include "lastcall/log.hpp"
 #include "lastcall/notifier.hpp"
 #include "lastcall/scheduler.hpp"
-#include "lastcall/socket_activation.hpp"
 #include "lastcall/service_manager.hpp"
 #include "lastcall/service_status.hpp"
+#include "lastcall/socket_activation.hpp"
 #include "lastcall/supervisor.hpp"
 #include "lastcall/up.hpp"
 
-int main(int argc, char** argv) {
-    using namespace lastcall;
-    std::vector<std::string> args(argv, argv + argc);
+namespace {
 
-    // `lastcall NAME ...` runs a subcommand; anything else is the supervisor's own command line
-    // (a program named like a subcommand runs as `lastcall -- NAME`).
+using namespace lastcall;
+
+// `lastcall NAME ...` runs a subcommand; anything else is the supervisor's own command line
+// (a program named like a subcommand runs as `lastcall -- NAME`).
+std::optional<int> run_subcommand(const std::vector<std::string>& args) {
     struct Subcommand {
         std::string_view name;
         int (*run)(const std::vector<std::string>& args);
@@ -38,23 +44,80 @@ int main(int argc, char** argv) {
         {"jobs", run_jobs},
     };
     // Invoked as tini, docker-init or dumb-init, `NAME up` runs a program called up.
-    if (args.size() > 1 && !compat_mode_for_program(args[0]))
-        for (const auto& sub : kSubcommands)
-            if (args[1] == sub.name) return sub.run(args);
+    if (args.size() < 2 || compat_mode_for_program(args[0])) return std::nullopt;
+    for (const auto& sub : kSubcommands)
+        if (args[1] == sub.name) return sub.run(args);
+    return std::nullopt;
+}
+
+// What the config file (and --crontab) asks for beside the command. A bad [services.*] or
+// [jobs.*] table ends the run before anything starts, like a usage error.
+struct Configuration {
+    std::vector<ServiceSpec> services;
+    JobsSetup jobs;
+};
+
+Result<Configuration> load_configuration(const Options& options) {
+    auto services = load_config_services(options.config_path);
+    if (!services) return services.error();
+    auto jobs = load_jobs(options);
+    if (!jobs) return jobs.error();
+    return Configuration{std::move(*services), std::move(*jobs)};
+}
+
+// The parts that live beside the main child for the whole run.
+struct Components {
+    std::unique_ptr<SocketActivation> activation;
+    std::unique_ptr<Notifier> notifier;
+    std::unique_ptr<ServiceManager> services;
+    std::unique_ptr<JobScheduler> scheduler;
+
+    void attach_to(Supervisor& supervisor) {
+        supervisor.add_component(activation.get());
+        supervisor.add_component(notifier.get());
+        if (!services->empty()) supervisor.add_component(services.get());
+        if (scheduler) supervisor.add_component(scheduler.get());
+    }
+};
+
+Result<Components> create_components(const Options& options, Configuration& config,
+                                     const Clock& clock) {
+    Components c;
+    // Socket activation first: its fds must be checked before lastcall opens any of its own.
+    auto activation = SocketActivation::from_environment();
+    if (!activation) return activation.error();
+    c.activation = std::move(*activation);
+    auto notifier = Notifier::from_environment(options, clock);
+    if (!notifier) return notifier.error();
+    c.notifier = std::move(*notifier);
+    ServiceManagerOptions service_options;
+    service_options.state_path = status_path_for(::getpid());
+    c.services =
+        std::make_unique<ServiceManager>(std::move(config.services), service_options, clock);
+    // The run ledger opens before anything starts: a read-only or full state dir stops lastcall
+    // here with the reason, instead of runs that go unrecorded.
+    if (!config.jobs.jobs.empty()) {
+        auto ledger = Ledger::open(config.jobs.state_dir, true);
+        if (!ledger) return Error{"run ledger: " + ledger.error().message};
+        c.scheduler =
+            std::make_unique<JobScheduler>(std::move(config.jobs.jobs), std::move(*ledger));
+    }
+    return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> args(argv, argv + argc);
+    if (auto code = run_subcommand(args)) return *code;
 
     ParsedCommandLine parsed = parse_command_line(args);
     if (!parsed.options) return parsed.exit_code;
     Options& options = *parsed.options;
-    // A bad [services.*] table ends the run before anything starts, like a usage error.
-    auto service_specs = load_config_services(options.config_path);
-    if (!service_specs) {
-        std::fprintf(stderr, "lastcall: %s\n", service_specs.error().message.c_str());
-        return 2;
-    }
-    // And so does a bad [jobs.*] table or crontab line.
-    auto job_setup = load_jobs(options);
-    if (!job_setup) {
-        std::fprintf(stderr, "lastcall: %s\n", job_setup.error().message.c_str());
+
+    auto config = load_configuration(options);
+    if (!config) {
+        std::fprintf(stderr, "lastcall: %s\n", config.error().message.c_str());
         return 2;
     }
 
@@ -68,37 +131,14 @@ int main(int argc, char** argv) {
         return 1;
     }
 
-    // Socket activation first: its fds must be checked before lastcall opens any of its own.
-    auto activation = SocketActivation::from_environment();
-    if (!activation) {
-        spdlog::critical("{}", activation.error().message);
-        return 1;
-    }
     SteadyClock clock;
-    auto notifier = Notifier::from_environment(options, clock);
-    if (!notifier) {
-        spdlog::critical("{}", notifier.error().message);
+    auto components = create_components(options, *config, clock);
+    if (!components) {
+        spdlog::critical("{}", components.error().message);
         return 1;
     }
     Supervisor supervisor(std::move(options), clock);
-    supervisor.add_component(activation->get());
-    supervisor.add_component(notifier->get());
-    ServiceManagerOptions service_options;
-    service_options.state_path = status_path_for(::getpid());
-    ServiceManager services(std::move(*service_specs), service_options, clock);
-    if (!services.empty()) supervisor.add_component(&services);
-    // The run ledger opens before anything starts: a read-only or full state dir stops lastcall
-    // here with the reason, instead of runs that go unrecorded.
-    std::optional<JobScheduler> scheduler;
-    if (!job_setup->jobs.empty()) {
-        auto ledger = Ledger::open(job_setup->state_dir, true);
-        if (!ledger) {
-            spdlog::critical("run ledger: {}", ledger.error().message);
-            return 1;
-        }
-        scheduler.emplace(std::move(job_setup->jobs), std::move(*ledger));
-        supervisor.add_component(&*scheduler);
-    }
+    components->attach_to(supervisor);
     int code = supervisor.run();
 
     spdlog::shutdown();  // logs are flushed last, after the report and the cgroup removal
