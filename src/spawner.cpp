@@ -143,11 +143,18 @@ void write_decimal(char* out, long v) {
     if (listen_pid_slot) write_decimal(listen_pid_slot, ::getpid());
     // Dispositions first, then the mask: a signal already pending is then delivered with its
     // default action, as if lastcall had never been in between.
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
+    // The raw system call, because glibc's sigaction() refuses its two reserved real-time
+    // signals (32, 33) with EINVAL, and an ignored disposition for them inherited from whoever
+    // started lastcall would otherwise reach the command.
+    struct {
+        void (*handler)(int);
+        unsigned long flags;
+        void (*restorer)();
+        unsigned long mask;
+    } dfl{SIG_DFL, 0, nullptr, 0};
     for (int sig = 1; sig < NSIG; ++sig) {
         if (sig == SIGKILL || sig == SIGSTOP) continue;
-        ::sigaction(sig, &dfl, nullptr);  // EINVAL for the glibc-reserved RT signals: harmless
+        ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
     }
     sigset_t none;
     sigemptyset(&none);
