@@ -59,7 +59,13 @@ bool have_proc_children() {
 // pidfd_open proves the pidfd refers to the process we enumerated, not a successor on that pid.
 bool signal_exact(const ProcInfo& p, int sig) {
     UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, p.pid, 0)));
-    if (!pidfd) return false;  // already gone (and reaped)
+    if (!pidfd) {
+        // Out of descriptors (someone lowered RLIMIT_NOFILE under us): a plain kill() is better
+        // than leaving the tree running. The pid was seen alive a moment ago; reuse within that
+        // window would need the whole pid space to wrap.
+        if (errno == EMFILE || errno == ENFILE) return ::kill(p.pid, sig) == 0;
+        return false;  // already gone (and reaped)
+    }
     auto now = read_proc_stat(p.pid);
     if (!now || now->start != p.start) return false;
     return ::syscall(SYS_pidfd_send_signal, pidfd.get(), sig, nullptr, 0) == 0;
@@ -231,11 +237,9 @@ std::vector<ProcInfo> descendants_of(pid_t root) {
     return out;
 }
 
-int Tracker::signal_all(int sig, const MemberFilter& filter) {
+int Tracker::signal_all(int sig, const MemberFilter& filter, int max_passes) {
     int total = 0;
-    // Bounded: a fork storm faster than we can signal must not hold the event loop forever; the
-    // supervisor's rescan during the drain and the repeated SIGKILL while forcing pick up the rest.
-    for (int pass = 0; pass < 50; ++pass) {
+    for (int pass = 0; pass < max_passes; ++pass) {
         int signalled = 0;
         for (const auto& p : members()) {
             if (!filter(p)) continue;

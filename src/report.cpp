@@ -200,8 +200,12 @@ std::string summarize(const ReportInput& in) {
     s += ", " + std::to_string(in.book->reaped_count()) + " reaped in all";
     auto forced = in.book->forced();
     if (!forced.empty()) {
+        // The log line stays readable after a fork storm; the report has the complete list.
+        constexpr std::size_t kShown = 20;
         s += ", forced with SIGKILL:";
-        for (pid_t p : forced) s += " " + std::to_string(p);
+        for (std::size_t i = 0; i < forced.size() && i < kShown; ++i)
+            s += " " + std::to_string(forced[i]);
+        if (forced.size() > kShown) s += " and " + std::to_string(forced.size() - kShown) + " more";
     }
     if (in.gave_up) s += ", some processes did not die from SIGKILL";
     if (sd.trigger().kind != TriggerKind::None && sd.entered(State::Stopped))

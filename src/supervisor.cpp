@@ -120,6 +120,9 @@ Status Supervisor::set_up() {
     }
     for (auto* c : components_)
         if (auto st = c->attach(*this); !st) return st;
+    // A few descriptors held back for the shutdown: signalling a member needs a pidfd and a /proc
+    // read at once, and a tree that exhausted RLIMIT_NOFILE must still get its stop signal.
+    for (auto& fd : reserved_fds_) fd.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     return Ok{};
 }
 
@@ -380,7 +383,10 @@ void Supervisor::on_timer() {
 void Supervisor::rescan_drain() {
     next_rescan_.reset();
     if (shutdown_.state() != State::Stopping) return;
-    int n = tracker_->signal_all(stop_signal_, [this](const ProcInfo& p) { return take_stop(p); });
+    // One pass: rescans repeat on their own, and each pass of the /proc tracker reads the
+    // whole of /proc.
+    int n = tracker_->signal_all(
+        stop_signal_, [this](const ProcInfo& p) { return take_stop(p); }, 1);
     if (n > 0)
         spdlog::info("sent {} to {} process(es) born during the drain", signal_name(stop_signal_), n);
     // Each rescan reads /proc for the whole tree; a large tree that is slowly draining must not
@@ -427,7 +433,10 @@ void Supervisor::state_changed(State from, State to, Event why) {
     spdlog::info("state {} -> {} ({})", to_string(from), to_string(to), to_string(why));
     // Intake closes before anything else happens in the shutdown: from here on no spawn, run or
     // restart is admitted, so the drain's view of active work can only shrink.
-    if (from == State::Running) admission_.close();
+    if (from == State::Running) {
+        admission_.close();
+        for (auto& fd : reserved_fds_) fd.reset();
+    }
     for (auto* c : components_) c->state_changed(from, to);
     if (why == Event::GiveUp) {
         gave_up_ = true;

@@ -47,9 +47,10 @@ public:
     virtual std::string_view name() const = 0;
     // Live members of the tree (lastcall itself and zombies excluded).
     virtual std::vector<ProcInfo> members() = 0;
-    // Signals every member the filter accepts; enumerates again until a pass finds nobody new,
-    // so a child forked while the signals went out is caught as well. Returns how many it signalled.
-    virtual int signal_all(int sig, const MemberFilter& filter);
+    // Signals every member the filter accepts; enumerates again until a pass finds nobody new (at
+    // most max_passes: a fork storm must not hold the event loop past a deadline; the caller's
+    // next rescan or repeated SIGKILL picks up the rest). Returns how many it signalled.
+    virtual int signal_all(int sig, const MemberFilter& filter, int max_passes = 3);
     // SIGKILL to everyone: first the filter sees each member (to record who had to be forced).
     virtual int kill_all(const MemberFilter& filter) { return signal_all(SIGKILL_, filter); }
     // An fd for the child's spawn to write "0" into (cgroup.procs), or -1.

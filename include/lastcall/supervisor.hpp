@@ -110,6 +110,7 @@ private:
     Admission admission_;
     std::optional<Ticket> main_ticket_;
     std::vector<SupervisorComponent*> components_;
+    UniqueFd reserved_fds_[4];
 
     pid_t main_pid_ = -1;
     UniqueFd main_pidfd_;
