@@ -95,14 +95,15 @@ class Up(LastcallTestCase):
 
     def test_output_is_prefixed_aligned_and_uncoloured_on_a_pipe_with_dotenv_applied(self):
         self.write("Procfile", "# services\n"
-                               "web: echo \"web says $GREETING\"; read x < gate\n"
-                               "background_worker: printf 'one\\ntwo\\n'; read x < gate\n")
+                               "web: echo \"web says $GREETING\"; cat gate >/dev/null\n"
+                               "background_worker: printf 'one\\ntwo\\n'; cat gate >/dev/null\n")
         self.write(".env", "GREETING='hello there'\n")
         os.mkfifo(os.path.join(self.dir, "gate"))
         proc = subprocess.Popen([LASTCALL, "up"], cwd=self.dir, env=self.env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines = [proc.stdout.readline() for _ in range(3)]
         # Both services block on the gate until here: every line they write is already printed.
+        # (cat, not read: both readers see EOF and exit 0 whichever of them gets the data.)
         with open(os.path.join(self.dir, "gate"), "w") as g:
             g.write("go\n")
         out, err = proc.communicate(timeout=30)
