@@ -1,4 +1,5 @@
 // [jobs.*] and top-level keys of the TOML config; plain crontab files.
+#include "lastcall/atomic_file.hpp"
 #include "lastcall/config.hpp"
 
 #include <unistd.h>
@@ -164,13 +165,6 @@ Result<JobSpec> parse_job(const std::string& path, const std::string& name, cons
     return job;
 }
 
-Result<std::string> read_file(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) return sys_error("cannot read " + path, errno);
-    std::stringstream buf;
-    buf << in.rdbuf();
-    return buf.str();
-}
 
 }  // namespace
 

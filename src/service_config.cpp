@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "lastcall/atomic_file.hpp"
 #include "lastcall/services.hpp"
 #include "lastcall/signals.hpp"
 
@@ -414,11 +415,9 @@ Result<std::vector<ServiceSpec>> parse_services_toml(std::string_view text,
 }
 
 Result<std::vector<ServiceSpec>> load_services_file(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) return sys_error("cannot read config " + path, errno);
-    std::stringstream buf;
-    buf << in.rdbuf();
-    return parse_services_toml(buf.str(), path);
+    auto text = read_file(path);
+    if (!text) return text.error();
+    return parse_services_toml(*text, path);
 }
 
 Status order_by_dependencies(std::vector<ServiceSpec>& services) {

@@ -109,10 +109,9 @@ int run_status(const std::vector<std::string>& args) {
     std::time_t now = std::time(nullptr);
     int shown = 0;
     for (const auto& path : files) {
-        std::ifstream in(path);
-        std::stringstream buf;
-        buf << in.rdbuf();
-        auto f = parse_status(buf.str(), path);
+        auto text = read_file(path);
+        if (!text) continue;  // removed by its lastcall between the listing and the read
+        auto f = parse_status(*text, path);
         if (!f) {
             std::fprintf(stderr, "lastcall status: %s\n", f.error().message.c_str());
             continue;

@@ -1,3 +1,4 @@
+#include "lastcall/atomic_file.hpp"
 #include "lastcall/up.hpp"
 
 #include <unistd.h>
@@ -20,13 +21,6 @@ namespace lastcall {
 
 namespace {
 
-Result<std::string> read_file(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) return sys_error("cannot read " + path, errno);
-    std::stringstream buf;
-    buf << in.rdbuf();
-    return buf.str();
-}
 
 }  // namespace
 
