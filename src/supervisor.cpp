@@ -516,6 +516,13 @@ void Supervisor::kill_tree() {
         rec.killed = true;
         return true;
     });
+    // A fallback that needs no descriptor and no enumeration (RLIMIT_NOFILE lowered under
+    // lastcall's feet): as PID 1 every process of the namespace is part of the tree; otherwise
+    // the main child's group, whose id cannot be reused while the main child is unreaped.
+    if (::getpid() == 1)
+        ::kill(-1, SIGKILL);
+    else if (main_pid_ > 0 && !main_status_)
+        ::kill(-main_pid_, SIGKILL);
     if (n > 0) spdlog::warn("sent SIGKILL to {} process(es)", n);
 }
 
