@@ -37,8 +37,11 @@ class Escapees(LastcallTestCase):
             doc = json.load(f)
         self.assertEqual(doc["verdict"], "forced")
         self.assertEqual(doc["tracker"], tracker)
-        left = [p for p in doc["processes"] if p["left_group"] and p["ending"] == "killed"]
-        self.assertGreaterEqual(len(left), 3, doc["processes"])
+        # The setsid grandchild and the setpgrp process left the group; the double-forked daemon
+        # keeps the group id (a double fork alone does not change it) but not its parent.
+        killed = [p for p in doc["processes"] if p["ending"] == "killed"]
+        self.assertGreaterEqual(len([p for p in killed if p["left_group"]]), 2, doc["processes"])
+        self.assertTrue(any("perl" in p["cmdline"] for p in killed), doc["processes"])
 
     def test_cgroup_tracker_ends_escaped_descendants(self):
         self.check_escapees_are_gone("cgroup", pid1=False)
@@ -147,7 +150,8 @@ class Report(LastcallTestCase):
         self.assertEqual([t["state"] for t in doc["transitions"]],
                          ["running", "draining", "stopping", "stopped"])
         self.assertEqual(doc["exit_code"], 3)
-        self.assertEqual(len(doc["processes"]), 2)
+        # The two termlogs (slower builds may also list the short-lived sh before its exec).
+        self.assertGreaterEqual(len(doc["processes"]), 2)
         self.assertTrue(all(p["within_grace"] for p in doc["processes"]))
         self.assertIn("shutdown clean", run.output())
 
