@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 #include "lastcall/userdb.hpp"
@@ -82,7 +84,8 @@ void write_decimal(char* out, long v) {
 }
 
 [[noreturn]] void run_child(const SpawnSpec& spec, const char* path, char* const* argv,
-                            char** envp, char* listen_pid_slot, int report_fd, pid_t parent) {
+                            char** envp, char* listen_pid_slot, int report_fd, pid_t parent,
+                            bool born_in_cgroup) {
     using Session = SpawnSpec::Session;
     if (spec.session == Session::NewSession) {
         if (::setsid() < 0) fail(report_fd, SpawnStage::Setsid);
@@ -97,10 +100,9 @@ void write_decimal(char* out, long v) {
         if (::setpgid(0, 0) < 0) fail(report_fd, SpawnStage::Setpgid);
         if (foreground) ::tcsetpgrp(STDIN_FILENO, ::getpid());
     }
-    if (spec.cgroup_procs_fd >= 0) {
+    if (spec.cgroup_procs_fd >= 0 && !born_in_cgroup) {
         // "0" moves the writing process: the command is in the cgroup before its first instruction.
         if (::write(spec.cgroup_procs_fd, "0", 1) != 1) fail(report_fd, SpawnStage::Cgroup);
-        ::close(spec.cgroup_procs_fd);
     }
     if (!spec.workdir.empty() && ::chdir(spec.workdir.c_str()) < 0)
         fail(report_fd, SpawnStage::Chdir);
@@ -161,9 +163,43 @@ void write_decimal(char* out, long v) {
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     // PR_SET_PDEATHSIG fires on the death of the parent *thread*; if lastcall died between fork
     // and prctl, the signal will never come, so check by hand (prctl(2)).
-    if (spec.pdeathsig > 0 && ::getppid() != parent) ::raise(spec.pdeathsig);
+    // kill(getpid()), not raise(): after a raw clone3 glibc's cached thread id is the parent's.
+    if (spec.pdeathsig > 0 && ::getppid() != parent) ::kill(::getpid(), spec.pdeathsig);
     ::execve(path, argv, envp);
     fail(report_fd, SpawnStage::Exec);
+}
+
+// The directory of the cgroup whose cgroup.procs is open as procs_fd (for CLONE_INTO_CGROUP).
+UniqueFd cgroup_dir_of(int procs_fd) {
+    char link[64];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%d", procs_fd);
+    char target[4096];
+    ssize_t n = ::readlink(link, target, sizeof target - 1);
+    if (n <= 0) return UniqueFd();
+    std::string path(target, static_cast<size_t>(n));
+    auto slash = path.rfind('/');
+    if (slash == std::string::npos || slash == 0) return UniqueFd();
+    path.resize(slash);
+    return UniqueFd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+}
+
+// struct clone_args of <linux/sched.h>, spelled out: that header collides with glibc's <sched.h>.
+struct CloneArgs {
+    std::uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
+        set_tid, set_tid_size, cgroup;
+};
+constexpr std::uint64_t kCloneIntoCgroup = 0x200000000ULL;
+
+// Like fork(), but the child starts life in the cgroup. -1 if the kernel refuses (ENOSYS,
+// E2BIG, EINVAL, seccomp): the caller then forks. Only called single-threaded, so the child's
+// glibc state is a faithful copy, except for the cached thread id (see run_child).
+pid_t clone_into_cgroup(int cgroup_dir_fd) {
+    CloneArgs args{};
+    args.flags = kCloneIntoCgroup;
+    args.exit_signal = SIGCHLD;
+    args.cgroup = static_cast<std::uint64_t>(cgroup_dir_fd);
+    long r = ::syscall(SYS_clone3, &args, sizeof args);
+    return r < 0 ? -1 : static_cast<pid_t>(r);
 }
 
 }  // namespace
@@ -229,14 +265,26 @@ SpawnResult spawn(const SpawnSpec& spec) {
     }
     UniqueFd report_read(pipefd[0]), report_write(pipefd[1]);
     pid_t parent = ::getpid();
-    pid_t pid = ::fork();
+    bool born_in_cgroup = false;
+    pid_t pid = -1;
+    if (spec.cgroup_procs_fd >= 0) {
+        // clone3(CLONE_INTO_CGROUP): the child is created inside the cgroup. Migrating it
+        // afterwards (a write to cgroup.procs) waits for an RCU grace period: milliseconds on
+        // every start. Kernels or sandboxes without it fall back to fork() + the write.
+        UniqueFd dir = cgroup_dir_of(spec.cgroup_procs_fd);
+        if (dir) {
+            pid = clone_into_cgroup(dir.get());
+            born_in_cgroup = pid >= 0;
+        }
+    }
+    if (!born_in_cgroup) pid = ::fork();
     if (pid < 0) {
         result.error = sys_error("fork " + spec.argv[0], errno);
         return result;
     }
     if (pid == 0)
         run_child(spec, path.c_str(), argv.data(), envp.data(), listen_pid_slot,
-                  report_write.get(), parent);
+                  report_write.get(), parent, born_in_cgroup);
     report_write.reset();
 
     ChildReport report{};

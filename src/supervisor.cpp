@@ -112,7 +112,8 @@ Status Supervisor::set_up() {
     if (auto st = loop_->watch(timer_->fd(), EPOLLIN, [this](auto) { on_timer(); }); !st)
         return st;
     if (int fd = tracker_->watch_fd(); fd >= 0) {
-        auto st = loop_->watch(fd, EPOLLIN, [this](auto) {
+        // EPOLLPRI only: kernfs files always poll readable, the change is signalled as PRI.
+        auto st = loop_->watch(fd, EPOLLPRI, [this](auto) {
             tracker_->consume_watch();
             check_tree_gone();
         });

@@ -55,7 +55,7 @@ public:
     virtual int kill_all(const MemberFilter& filter) { return signal_all(SIGKILL_, filter); }
     // An fd for the child's spawn to write "0" into (cgroup.procs), or -1.
     virtual int spawn_cgroup_fd() const { return -1; }
-    // An fd that becomes readable when the tree may have emptied (inotify), or -1.
+    // An fd that reports EPOLLPRI when the tree may have emptied (cgroup.events), or -1.
     virtual int watch_fd() const { return -1; }
     virtual void consume_watch() {}
     // True while the kernel still counts members (cgroup.events). Trackers without that
