@@ -93,16 +93,19 @@ class Fifo:
 class Run:
     """A running lastcall: Popen plus its stderr log collected to a file."""
 
-    def __init__(self, args, env=None, pid1=False, **kw):
+    def __init__(self, args, env=None, pid1=False, argv=None, prefix=(), log_path=None,
+                 stderr=None, **kw):
+        """args: lastcall's arguments; argv: the whole command instead (a compat symlink);
+        prefix: a wrapper command in front (prlimit, setpriv); pid1: run in a new PID namespace."""
         self.pid1 = pid1
         self.tmp = tempfile.mkdtemp(prefix="lctest-")
-        self.log_path = os.path.join(self.tmp, "lastcall.log")
+        self.log_path = log_path or os.path.join(self.tmp, "lastcall.log")
         self.log = open(self.log_path, "wb")
-        cmd = [LASTCALL] + list(args)
+        cmd = list(prefix) + (list(argv) if argv is not None else [LASTCALL] + list(args))
         if pid1:
             cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"] + cmd
         self.proc = subprocess.Popen(cmd, env=env, stdout=kw.pop("stdout", self.log),
-                                     stderr=self.log, **kw)
+                                     stderr=stderr or self.log, **kw)
 
     def lastcall_pid(self, timeout=10.0):
         """lastcall's pid as seen from here (for pid1 runs: unshare's forked child)."""

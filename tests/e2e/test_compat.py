@@ -9,7 +9,7 @@ import signal
 import subprocess
 import unittest
 
-from lctest import LASTCALL, LastcallTestCase, helper
+from lctest import LASTCALL, LastcallTestCase, Run, helper
 
 REAL_TINI = "/usr/bin/tini"
 REAL_DUMB_INIT = "/usr/bin/dumb-init"
@@ -22,26 +22,11 @@ def proc_stat(pid):
     return fields[0], int(fields[2]), int(fields[3])
 
 
-class Started:
+class Started(Run):
     """A lastcall running under a compat name, with its stderr log in a file."""
 
     def __init__(self, argv, env, log_path):
-        self.log_path = log_path
-        self.log = open(log_path, "wb")
-        self.proc = subprocess.Popen(argv, env=env, stdout=self.log, stderr=self.log)
-
-    def signal(self, sig):
-        os.kill(self.proc.pid, sig)
-
-    def wait(self, timeout=30):
-        try:
-            return self.proc.wait(timeout=timeout)
-        finally:
-            self.log.close()
-
-    def output(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
+        super().__init__(None, env=env, argv=argv, log_path=log_path)
 
 
 class CompatTestCase(LastcallTestCase):

@@ -12,7 +12,7 @@ import tempfile
 import time
 import unittest
 
-from lctest import LASTCALL, LastcallTestCase, helper, marked_pids
+from lctest import LASTCALL, LastcallTestCase, Run, helper, marked_pids
 
 FAULTKIT = helper("faultkit")
 IS_ROOT = os.geteuid() == 0
@@ -46,24 +46,12 @@ def ppid_of(pid):
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
-class Wrapped:
+class Wrapped(Run):
     """lastcall started behind a wrapper command (prlimit, setpriv, unshare), log to a file."""
 
     def __init__(self, prefix, args, env, directory, stderr=None):
-        self.log_path = os.path.join(directory, "lastcall.log")
-        self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(list(prefix) + [LASTCALL] + list(args), env=env,
-                                     stdout=self.log, stderr=stderr or self.log)
-
-    def wait(self, timeout=60):
-        try:
-            return self.proc.wait(timeout=timeout)
-        finally:
-            self.log.close()
-
-    def output(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
+        super().__init__(args, env=env, prefix=prefix,
+                         log_path=os.path.join(directory, "lastcall.log"), stderr=stderr)
 
 
 class FaultTestCase(LastcallTestCase):
