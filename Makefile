@@ -102,7 +102,7 @@ static: deps
 	cmake --build build-static -j $(JOBS) --target lastcall
 
 format:
-	clang-format -i src/*.cpp include/lastcall/*.hpp tests/unit/*.cpp tests/e2e/helpers/*.c
+	clang-format -i src/*.cpp src/*/*.cpp include/lastcall/*.hpp include/lastcall/*/*.hpp tests/unit/*.cpp tests/e2e/helpers/*.c
 
 clean:
 	rm -rf $(BUILD) build-san build-tsan build-static build-fuzz

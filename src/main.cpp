@@ -12,19 +12,20 @@
 #include <string_view>
 #include <vector>
 
-#include "lastcall/cli.hpp"
-#include "lastcall/clock.hpp"
-#include "lastcall/compat.hpp"
-#include "lastcall/config.hpp"
-#include "lastcall/jobs_cli.hpp"
-#include "lastcall/log.hpp"
-#include "lastcall/notifier.hpp"
-#include "lastcall/scheduler.hpp"
-#include "lastcall/service_manager.hpp"
-#include "lastcall/service_status.hpp"
-#include "lastcall/socket_activation.hpp"
+#include "lastcall/core/instance.hpp"
+#include "lastcall/cli/cli.hpp"
+#include "lastcall/core/clock.hpp"
+#include "lastcall/compat/compat.hpp"
+#include "lastcall/jobs/config.hpp"
+#include "lastcall/cli/jobs_cli.hpp"
+#include "lastcall/core/log.hpp"
+#include "lastcall/systemd/notifier.hpp"
+#include "lastcall/jobs/scheduler.hpp"
+#include "lastcall/services/service_manager.hpp"
+#include "lastcall/services/service_status.hpp"
+#include "lastcall/systemd/socket_activation.hpp"
 #include "lastcall/supervisor.hpp"
-#include "lastcall/up.hpp"
+#include "lastcall/services/up.hpp"
 
 namespace {
 
@@ -91,7 +92,7 @@ Result<Components> create_components(const Options& options, Configuration& conf
     if (!notifier) return notifier.error();
     c.notifier = std::move(*notifier);
     ServiceManagerOptions service_options;
-    service_options.state_path = status_path_for(::getpid());
+    service_options.state_path = status_path_for(instance_id());
     c.services =
         std::make_unique<ServiceManager>(std::move(config.services), service_options, clock);
     // The run ledger opens before anything starts: a read-only or full state dir stops lastcall

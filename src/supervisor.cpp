@@ -12,19 +12,16 @@
 #include <set>
 #include <spdlog/spdlog.h>
 
-#include "lastcall/duration.hpp"
-#include "lastcall/signals.hpp"
-
-extern char** environ;
+#include "lastcall/core/duration.hpp"
+#include "lastcall/core/instance.hpp"
+#include "lastcall/core/signals.hpp"
+#include "lastcall/process/environment.hpp"
+#include "lastcall/process/process_ref.hpp"
+#include "lastcall/process/stop.hpp"
 
 namespace lastcall {
 
 namespace {
-
-// During the drain, the tree is enumerated again at this period so that a process forked after
-// the stop signal went out gets it too. Only while Stopping: an idle lastcall never wakes.
-constexpr std::chrono::milliseconds kDrainRescan{50};
-constexpr std::chrono::milliseconds kDrainRescanMax{800};
 
 std::string join(const std::vector<std::string>& v) {
     std::string out;
@@ -48,9 +45,7 @@ ShutdownConfig shutdown_config(const Options& o) {
     return c;
 }
 
-bool send_via_pidfd(int pidfd, int sig) {
-    return ::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0) == 0;
-}
+bool send_via_pidfd(int pidfd, int sig) { return pidfd_signal(pidfd, sig); }
 
 }  // namespace
 
@@ -90,11 +85,11 @@ Status Supervisor::set_up() {
         spdlog::warn("not running as PID 1: registered as a child subreaper (tini needs -s or "
                      "TINI_SUBREAPER for that; pass either to silence this warning)");
     }
-    auto choice = make_tracker(opts_.tracker, "lastcall-" + std::to_string(::getpid()));
+    auto choice = make_tracker(opts_.tracker, instance_id());
     if (!choice) return choice.error();
     tracker_ = std::move(choice->tracker);
-    spdlog::info("tracking the process tree with the {} tracker: {}", tracker_->name(),
-                 choice->reason);
+    spdlog::info("tracking the process tree with the {} tracker: {}{}", tracker_->name(),
+                 choice->reason, tracker_->where().empty() ? "" : " (" + tracker_->where() + ")");
 
     auto loop = EventLoop::create();
     if (!loop) return loop.error();
@@ -127,16 +122,8 @@ Status Supervisor::set_up() {
     return Ok{};
 }
 
-std::vector<std::string> Supervisor::child_environment() const {
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) {
-        std::string_view kv(*e);
-        // The child must not talk to systemd behind lastcall's back: systemd knows lastcall as the
-        // service's main pid and would refuse (or misattribute) the child's messages.
-        if (kv.starts_with("NOTIFY_SOCKET=")) continue;
-        env.emplace_back(kv);
-    }
-    return env;
+std::vector<std::string> Supervisor::child_environment(UnitKind kind) const {
+    return Environment::inherited(kind).entries();
 }
 
 std::optional<int> Supervisor::start_child() {
@@ -145,7 +132,7 @@ std::optional<int> Supervisor::start_child() {
     main_ticket_ = admission_.try_admit();
     SpawnSpec spec;
     spec.argv = opts_.command;
-    spec.env = child_environment();
+    spec.env = child_environment(UnitKind::Main);
     spec.session =
         opts_.new_session ? SpawnSpec::Session::NewSession : SpawnSpec::Session::NewGroup;
     spec.take_tty = ::isatty(STDIN_FILENO) == 1;
@@ -208,8 +195,6 @@ void Supervisor::loop_until_stopped() {
 
 void Supervisor::rearm_timer() {
     auto deadline = shutdown_.next_deadline();
-    if (next_rescan_ && shutdown_.state() == State::Stopping)
-        deadline = deadline ? std::min(*deadline, *next_rescan_) : *next_rescan_;
     if (auto st = timer_->arm(deadline); !st) spdlog::error("{}", st.error().message);
 }
 
@@ -340,6 +325,7 @@ void Supervisor::on_sigchld() {
             main_exited = true;
             spdlog::info("child pid {} {}", r.pid, describe_status(r.status));
         } else if (r.pid == pre_stop_pid_) {
+            remove_helper_session(pre_stop_pid_);
             pre_stop_pid_ = -1;
             pre_stop_done = true;
             spdlog::info("pre-stop hook {}", describe_status(r.status));
@@ -377,27 +363,14 @@ void Supervisor::check_tree_gone() {
 
 void Supervisor::on_timer() {
     timer_->consume();
-    if (next_rescan_ && clock_.now() >= *next_rescan_) rescan_drain();
     shutdown_.on_timer();
-}
-
-void Supervisor::rescan_drain() {
-    next_rescan_.reset();
-    if (shutdown_.state() != State::Stopping) return;
-    // One pass: rescans repeat on their own, and each pass of the /proc tracker reads the
-    // whole of /proc.
-    int n = tracker_->signal_all(
-        stop_signal_, [this](const ProcInfo& p) { return take_stop(p); }, 1);
-    if (n > 0)
-        spdlog::info("sent {} to {} process(es) born during the drain", signal_name(stop_signal_), n);
-    // Each rescan reads /proc for the whole tree; a large tree that is slowly draining must not
-    // keep lastcall busy, so the period doubles up to kDrainRescanMax while nobody new shows up.
-    rescan_period_ = n > 0 ? kDrainRescan : std::min(rescan_period_ * 2, kDrainRescanMax);
-    next_rescan_ = clock_.now() + rescan_period_;
 }
 
 bool Supervisor::take_stop(const ProcInfo& p) {
     if (stop_scope_ == Scope::Group && p.pgid != main_pid_) return false;
+    // lastcall's own helpers (the pre-stop hook, a job's verify) are not part of what is being
+    // stopped: a commit step cut by the tree's SIGTERM would throw away finished work.
+    if (helper_sessions_.count(p.sid)) return false;
     auto& rec = book_.observe(p);
     if (rec.stop_signal) return false;  // each process gets the stop signal once
     rec.stop_signal = stop_signal_;
@@ -463,8 +436,9 @@ void Supervisor::start_pre_stop() {
     UniqueFd read_end(fds[0]), write_end(fds[1]);
     SpawnSpec spec;
     spec.argv = {"/bin/sh", "-c", opts_.pre_stop};
-    spec.env = child_environment();
-    spec.session = SpawnSpec::Session::NewGroup;
+    spec.env = child_environment(UnitKind::Helper);
+    // Its own session: the tree's stop signal does not reach a helper of lastcall's.
+    spec.session = SpawnSpec::Session::NewSession;
     spec.cgroup_procs_fd = tracker_->spawn_cgroup_fd();
     spec.stdout_fd = write_end.get();
     for (auto* c : components_) c->prepare_spawn(spec, false);
@@ -475,6 +449,7 @@ void Supervisor::start_pre_stop() {
         return shutdown_.on_pre_stop_done();
     }
     pre_stop_pid_ = result.child->pid;
+    add_helper_session(pre_stop_pid_);
     pre_stop_out_ = std::move(read_end);
     auto st = loop_->watch(pre_stop_out_.get(), EPOLLIN, [this](auto) { on_pre_stop_output(); });
     if (!st) spdlog::warn("pre-stop output will not be logged: {}", st.error().message);
@@ -491,16 +466,21 @@ void Supervisor::signal_tree(int sig) {
     int n = 0;
     if (scope == Scope::Child) {
         if (main_pidfd_ && send_via_pidfd(main_pidfd_.get(), sig)) {
+            if (needs_sigcont(sig)) send_via_pidfd(main_pidfd_.get(), SIGCONT);
             if (auto info = read_proc_stat(main_pid_)) book_.observe(*info).stop_signal = sig;
             n = 1;
         }
     } else {
-        if (scope == Scope::Group && !main_status_) ::kill(-main_pid_, sig);
-        n = tracker_->signal_all(sig, [this](const ProcInfo& p) { return take_stop(p); });
-        if (scope == Scope::Tree) {
-            rescan_period_ = kDrainRescan;
-            next_rescan_ = clock_.now() + rescan_period_;
-        }
+        // The stop primitive: once to each member, SIGCONT after it, passes until nobody new.
+        // No kill(-pgid) first: a process would get it twice. No rescans later: a process born
+        // after this is a cleanup helper, and the kill at grace end covers it.
+        StopPassIo io{[this] { return tracker_->members(); }, signal_exact};
+        auto result = send_stop_signal(io, sig, [this](const ProcInfo& p) { return take_stop(p); });
+        n = result.signalled;
+        if (!result.settled)
+            spdlog::warn("processes kept appearing while {} went out: the rest is killed at the "
+                         "end of the grace",
+                         signal_name(sig));
     }
     spdlog::info("sent {} to {} process(es) (kill scope {})", signal_name(sig), n,
                  to_string(scope));

@@ -5,16 +5,18 @@
 #include <signal.h>
 
 #include <optional>
+#include <set>
 #include <string>
 
-#include "lastcall/admission.hpp"
-#include "lastcall/clock.hpp"
-#include "lastcall/event_loop.hpp"
-#include "lastcall/options.hpp"
-#include "lastcall/process_tree.hpp"
-#include "lastcall/report.hpp"
-#include "lastcall/shutdown.hpp"
-#include "lastcall/spawner.hpp"
+#include "lastcall/shutdown/admission.hpp"
+#include "lastcall/core/clock.hpp"
+#include "lastcall/core/event_loop.hpp"
+#include "lastcall/cli/options.hpp"
+#include "lastcall/process/environment.hpp"
+#include "lastcall/process/process_tree.hpp"
+#include "lastcall/shutdown/report.hpp"
+#include "lastcall/shutdown/shutdown.hpp"
+#include "lastcall/process/spawner.hpp"
 
 namespace lastcall {
 
@@ -71,6 +73,11 @@ public:
     // stop signal to the whole tree waits, its grace timer and SIGKILL escalation do not.
     void hold_drain();
     void release_drain();
+    // lastcall's own helpers (a job's verify, the pre-stop hook) run in their own session, and
+    // the tree's stop signal never reaches that session: they are not the work being stopped.
+    // They are still killed by the force at grace end.
+    void add_helper_session(pid_t sid) { helper_sessions_.insert(sid); }
+    void remove_helper_session(pid_t sid) { helper_sessions_.erase(sid); }
 
 private:
     Status set_up();
@@ -86,11 +93,10 @@ private:
     void forward(int sig, Scope scope);
     void suspend(int sig);
     void check_tree_gone();
-    void rescan_drain();
     // Filter for the stop signal: true the first time a process (of the kill scope) is seen.
     bool take_stop(const ProcInfo& p);
     void rearm_timer();
-    std::vector<std::string> child_environment() const;
+    std::vector<std::string> child_environment(UnitKind kind) const;
 
     // ShutdownActions
     void state_changed(State from, State to, Event why) override;
@@ -121,8 +127,7 @@ private:
     std::string pre_stop_partial_;
     bool children_gone_ = false;
     bool gave_up_ = false;
-    std::optional<MonoTime> next_rescan_;
-    std::chrono::milliseconds rescan_period_{50};
+    std::set<pid_t> helper_sessions_;  // sessions of lastcall's own helpers
     int stop_signal_ = SIGTERM;
     Scope stop_scope_ = Scope::Tree;
     std::string fatal_;

@@ -86,6 +86,15 @@ class Fifo:
                 return seen
             seen.append(line)
 
+    def drain(self):
+        """Everything written so far and not read yet (no waiting)."""
+        try:
+            self.buffer += os.read(self.fd, 65536)
+        except BlockingIOError:
+            pass
+        out, self.buffer = self.buffer, b""
+        return out
+
     def close(self):
         os.close(self.fd)
 

@@ -2,6 +2,7 @@
 backoff, no restart once the shutdown began, dependency order both ways, the main service's exit
 code, `lastcall status`, and config errors."""
 import json
+import glob
 import os
 import select
 import signal
@@ -209,7 +210,11 @@ backoff = { initial = "1h" }
         self.assertEqual(self.fifo.readline(), "up")
         # The status file is rewritten on the state change, before the decision is logged.
         log.wait_for("service flaky: restarting in 1h")
-        state_file = os.path.join(runtime, "lastcall", f"{log.proc.pid}.status")
+        # Named by the instance (pid and a random part), not the pid alone: PID 1 is every
+        # container's pid, and two containers sharing /run must not share a status file.
+        files = glob.glob(os.path.join(runtime, "lastcall", f"{log.proc.pid}-*.status"))
+        self.assertEqual(len(files), 1, files)
+        state_file = files[0]
         self.assertEqual(stat.S_IMODE(os.stat(state_file).st_mode), 0o600)
         r = subprocess.run([LASTCALL, "status"], env=env, capture_output=True, text=True,
                            timeout=10)

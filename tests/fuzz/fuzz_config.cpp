@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "lastcall/config.hpp"
-#include "lastcall/services.hpp"
+#include "lastcall/jobs/config.hpp"
+#include "lastcall/services/services.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace lastcall;

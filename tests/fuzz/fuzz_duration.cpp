@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "lastcall/duration.hpp"
+#include "lastcall/core/duration.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace lastcall;

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "lastcall/notifier.hpp"
+#include "lastcall/systemd/notifier.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace lastcall;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "lastcall/cli.hpp"
+#include "lastcall/cli/cli.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace lastcall;

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "lastcall/signals.hpp"
+#include "lastcall/core/signals.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace lastcall;

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "lastcall/cron.hpp"
+#include "lastcall/jobs/cron.hpp"
 
 namespace {
 

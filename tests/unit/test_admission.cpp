@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "lastcall/admission.hpp"
+#include "lastcall/shutdown/admission.hpp"
 
 using namespace lastcall;
 

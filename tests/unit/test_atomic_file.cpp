@@ -6,8 +6,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "lastcall/atomic_file.hpp"
-#include "lastcall/json.hpp"
+#include "lastcall/core/atomic_file.hpp"
+#include "lastcall/core/json.hpp"
 
 using namespace lastcall;
 

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <map>
 
-#include "lastcall/compat.hpp"
+#include "lastcall/compat/compat.hpp"
 
 using namespace lastcall;
 

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "lastcall/config.hpp"
+#include "lastcall/jobs/config.hpp"
 
 using namespace lastcall;
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "lastcall/cron.hpp"
+#include "lastcall/jobs/cron.hpp"
 
 using namespace lastcall::cron;
 using std::chrono::seconds;

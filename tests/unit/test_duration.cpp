@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "lastcall/duration.hpp"
+#include "lastcall/core/duration.hpp"
 
 using namespace lastcall;
 using namespace std::chrono_literals;

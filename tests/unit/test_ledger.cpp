@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "lastcall/ledger.hpp"
+#include "lastcall/jobs/ledger.hpp"
 
 using namespace lastcall;
 

@@ -12,10 +12,10 @@
 #include <cstring>
 #include <string>
 
-#include "lastcall/log.hpp"
-#include "lastcall/notifier.hpp"
-#include "lastcall/notify_proxy.hpp"
-#include "lastcall/socket_activation.hpp"
+#include "lastcall/core/log.hpp"
+#include "lastcall/systemd/notifier.hpp"
+#include "lastcall/systemd/notify_proxy.hpp"
+#include "lastcall/systemd/socket_activation.hpp"
 
 using namespace lastcall;
 

@@ -3,10 +3,10 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
-#include "lastcall/service_status.hpp"
-#include "lastcall/services.hpp"
-#include "lastcall/shutdown.hpp"
-#include "lastcall/up.hpp"
+#include "lastcall/services/service_status.hpp"
+#include "lastcall/services/services.hpp"
+#include "lastcall/shutdown/shutdown.hpp"
+#include "lastcall/services/up.hpp"
 
 using namespace lastcall;
 using namespace std::chrono_literals;

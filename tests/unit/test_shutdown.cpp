@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "lastcall/shutdown.hpp"
+#include "lastcall/shutdown/shutdown.hpp"
 
 using namespace lastcall;
 using namespace std::chrono_literals;

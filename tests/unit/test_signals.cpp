@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "lastcall/signals.hpp"
+#include "lastcall/core/signals.hpp"
 
 using namespace lastcall;
 

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "lastcall/userdb.hpp"
+#include "lastcall/process/userdb.hpp"
 
 using namespace lastcall;
 

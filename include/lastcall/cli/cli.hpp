@@ -1,0 +1,35 @@
+// Command line -> Options. CLI11 lives only in cli.cpp.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lastcall/cli/options.hpp"
+
+namespace lastcall {
+
+// What main() does after parsing: run with these options, or exit now with this code (after
+// --help, --version, or a usage error, which has already been printed as one line).
+struct ParsedCommandLine {
+    std::optional<Options> options;
+    int exit_code = 0;
+};
+
+ParsedCommandLine parse_command_line(const std::vector<std::string>& args);
+
+// `lastcall up [OPTIONS]`: the Procfile dev runner (up.cpp).
+struct UpOptions {
+    Options options;  // the supervisor's: grace, coalesce, tracker, report, logging
+    std::string procfile = "Procfile";
+    std::string env_file = ".env";
+    bool env_file_given = false;  // a missing default .env is fine, a missing named one is not
+    std::vector<std::string> only, except;
+};
+struct ParsedUpCommandLine {
+    std::optional<UpOptions> up;
+    int exit_code = 0;
+};
+ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args);
+
+}  // namespace lastcall

@@ -1,0 +1,67 @@
+// Everything the command line (native or a compat mode) decides, as plain data.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "lastcall/process/process_tree.hpp"
+
+namespace lastcall {
+
+enum class LogFormat { Text, Json };
+// Who receives a forwarded signal (HUP, USR1, ...), and who receives the stop signal.
+enum class Scope { Child, Group, Tree };
+// When lastcall tells systemd READY=1: once the child is spawned, or when the child says so itself.
+enum class ReadyOn { Spawn, Notify };
+
+struct Options {
+    std::vector<std::string> command;
+    // --config FILE: TOML with [services.*] and [jobs.*]; each loader ignores the other's tables.
+    std::string config_path;
+    // --crontab FILE: plain crontab lines as jobs (supercronic's format).
+    std::string crontab_path;
+    // --state-dir DIR: where the run ledger lives; empty: the config's state_dir or the default.
+    std::string state_dir;
+
+    // Budget and shutdown.
+    std::chrono::milliseconds grace{8000};
+    std::chrono::milliseconds drain_delay{0};
+    std::chrono::milliseconds coalesce{100};
+    int stop_signal = 0;  // 0: the signal that triggered the shutdown (SIGTERM on child exit)
+    std::string ready_file;
+    ReadyOn ready_on = ReadyOn::Spawn;
+    std::string pre_stop;
+    std::string report_path;
+
+    // Tree.
+    Scope kill_scope = Scope::Tree;
+    Scope forward_to = Scope::Group;
+    TrackerKind tracker = TrackerKind::Auto;
+    bool new_session = true;  // false: the child stays in lastcall's session, in its own group
+
+    // Signal and exit mapping.
+    std::map<int, int> rewrite;  // received -> forwarded; 0 drops
+    std::set<int> success_exits;  // exit codes reported as 0
+    int pdeathsig = 0;
+
+    // Asked for by the compat modes (compat.cpp); the native CLI leaves them at their defaults.
+    bool warn_on_reap = false;  // tini -w: a warning for each reaped process but the main child
+    // tini without -s: say that lastcall registers as a subreaper anyway (tini would not).
+    bool warn_implicit_subreaper = false;
+    int exec_failure_exit = 0;  // nonzero: the exit code when the command cannot be executed
+
+    // Child credentials.
+    std::string user;
+    bool no_new_privs = false;
+
+    // Logging.
+    std::string log_level = "info";
+    LogFormat log_format = LogFormat::Text;
+};
+
+std::string_view to_string(Scope s);
+
+}  // namespace lastcall

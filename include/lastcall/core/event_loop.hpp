@@ -1,0 +1,46 @@
+// A single-threaded epoll loop over descriptors (signalfd, timerfd, inotify, pipes, sockets).
+// There is no tick: when nothing happens, lastcall sleeps in epoll_wait(-1).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "lastcall/core/clock.hpp"
+#include "lastcall/core/error.hpp"
+#include "lastcall/core/fd.hpp"
+
+namespace lastcall {
+
+class EventLoop {
+public:
+    using Handler = std::function<void(std::uint32_t events)>;
+
+    static Result<EventLoop> create();
+
+    Status watch(int fd, std::uint32_t events, Handler handler);
+    void unwatch(int fd);
+    // Waits for one batch of events and dispatches them. Returns false on a fatal epoll error.
+    Status run_once();
+
+private:
+    explicit EventLoop(UniqueFd epfd) : epfd_(std::move(epfd)) {}
+    UniqueFd epfd_;
+    std::map<int, Handler> handlers_;
+};
+
+// One timerfd holding the nearest deadline (CLOCK_MONOTONIC, absolute), disarmed when none.
+class DeadlineTimer {
+public:
+    static Result<DeadlineTimer> create();
+    Status arm(std::optional<MonoTime> deadline);
+    // Reads the expiration count so the fd stops being readable.
+    void consume();
+    int fd() const { return fd_.get(); }
+
+private:
+    explicit DeadlineTimer(UniqueFd fd) : fd_(std::move(fd)) {}
+    UniqueFd fd_;
+};
+
+}  // namespace lastcall

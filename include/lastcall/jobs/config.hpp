@@ -1,0 +1,73 @@
+// Scheduled jobs from the TOML config (`[jobs.NAME]` and the top-level keys) or from a plain
+// crontab (supercronic's format). `[services.*]` belongs to the services loader and is skipped.
+// Every error is one line "FILE:LINE: KEY: message"; main() prints it and exits 2 before
+// anything starts.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lastcall/jobs/cron.hpp"
+#include "lastcall/core/duration.hpp"
+#include "lastcall/core/error.hpp"
+#include "lastcall/cli/options.hpp"
+
+namespace lastcall {
+
+// A fire time that comes while the previous run of the same job is still going.
+enum class Overlap {
+    Skip,   // recorded as skipped
+    Queue,  // run after the current one ends (at most one waits; more are skipped)
+    Allow,  // run at once, side by side
+};
+// What the next start does with a run that was interrupted (shutdown grace or a crash).
+enum class OnInterrupted {
+    Retry,         // run the job again at once, staging file kept (a job may resume from it)
+    CleanupRetry,  // remove the staging file, then run again at once
+    Hold,          // never retry, and run the job no more, until `lastcall runs release ID`
+};
+std::string_view to_string(Overlap o);
+std::string_view to_string(OnInterrupted o);
+
+struct JobSpec {
+    std::string name;
+    std::string origin;  // "FILE:LINE" of its table or crontab line, for messages
+    std::optional<cron::Schedule> schedule;  // always set once loaded
+    std::vector<std::string> command;        // argv; a string command is /bin/sh -c STRING
+    std::optional<Millis> timeout;
+    Overlap overlap = Overlap::Skip;
+    OnInterrupted on_interrupted = OnInterrupted::Retry;
+    std::string output;               // absolute path of the final artifact; empty: none
+    std::vector<std::string> verify;  // argv, given the staged path as its last argument
+    std::vector<std::string> env;     // extra "K=V" (crontab assignments)
+};
+
+struct JobsConfig {
+    std::vector<JobSpec> jobs;  // in file order
+    std::string state_dir;      // top-level `state_dir`; empty: the default
+};
+
+// The staging path of a job's output: next to the final name (rename(2) needs one filesystem),
+// hidden, and unique to the job.
+std::string staging_path_for(const std::string& output);
+
+Result<JobsConfig> parse_jobs_toml(std::string_view text, const std::string& path);
+Result<JobsConfig> load_jobs_config(const std::string& path);
+Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::string& path);
+Result<std::vector<JobSpec>> load_crontab(const std::string& path);
+
+// Jobs of --config and --crontab together (names unique), and the state dir to use.
+struct JobsSetup {
+    std::vector<JobSpec> jobs;
+    std::string state_dir;
+};
+Result<JobsSetup> load_jobs(const Options& options);
+std::string resolve_state_dir(const std::string& flag, const std::string& from_config);
+
+// --state-dir, else the config's state_dir, else /var/lib/lastcall for root and
+// $XDG_STATE_HOME/lastcall (or ~/.local/state/lastcall) for anyone else.
+std::string default_state_dir();
+
+}  // namespace lastcall

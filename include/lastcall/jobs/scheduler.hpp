@@ -1,0 +1,115 @@
+// The scheduler: turns each job's fire times into admitted, recorded runs, and runs into
+// promoted artifacts and terminal ledger records.
+//
+// A run, in order:
+//   fire -> Admission::try_admit() (refused once draining began: `skipped: shutting down`)
+//        -> ledger row `scheduled` -> spawn into lastcall's tree -> `started`
+//        -> leader exits 0 -> output staged, non-empty -> verify (spawned, its exit handled in
+//           the loop) -> fsync, rename onto the final name, fsync the directory
+//        -> `completed` and the watermark, in one transaction (promote -> completed -> watermark)
+//        -> the ticket is released once the run's process group is gone.
+// At shutdown the run's tree gets the stop signal with the rest of lastcall's tree; when the
+// grace runs out, before_force() marks every run still in flight `interrupted` before SIGKILL,
+// and its later exit cannot change that record.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lastcall/process/stop.hpp"
+#include "lastcall/shutdown/admission.hpp"
+#include "lastcall/jobs/config.hpp"
+#include "lastcall/core/event_loop.hpp"
+#include "lastcall/jobs/ledger.hpp"
+#include "lastcall/supervisor.hpp"
+
+namespace lastcall {
+
+class JobScheduler final : public SupervisorComponent {
+public:
+    JobScheduler(std::vector<JobSpec> jobs, Ledger ledger);
+
+    Status attach(Supervisor& s) override;
+    void state_changed(State from, State to) override;
+    void before_force() override;
+    void reaped(const Reaped& r) override;
+    void contribute_report(JsonWriter& j) override;
+    void finished(int exit_code) override;
+
+private:
+    enum class Phase { Running, Verifying, Lingering };
+    struct Run {
+        std::int64_t id = 0;
+        std::size_t job = 0;
+        std::int64_t scheduled_at = 0;
+        pid_t pid = -1;          // the job's leader
+        pid_t verify_pid = -1;   // the verify command while Phase::Verifying
+        Phase phase = Phase::Running;
+        std::optional<Ticket> ticket;
+        bool recorded = false;   // a terminal state is in the ledger
+        std::optional<MonoTime> deadline;  // the timeout, then the SIGKILL after it
+        bool timed_out = false;
+        std::unique_ptr<UnitScope> scope;  // every process of the run, verify included
+        std::set<ProcKey> stopped;         // got the timeout's SIGTERM: never a second time
+    };
+    struct JobState {
+        JobSpec spec;
+        std::optional<cron::sys_seconds> next_fire;
+        std::optional<std::int64_t> queued_id;  // overlap = queue: the one waiting run
+        std::int64_t queued_at = 0;
+        int running = 0;
+    };
+    struct Interrupted {
+        std::int64_t id;
+        std::string job;
+        pid_t pid;
+        std::int64_t scheduled_at;
+        std::string reason;
+    };
+
+    void recover();
+    void on_fire_timer();
+    void on_timeout_timer();
+    void arm_fire_timer();
+    void arm_timeout_timer();
+    void fire(std::size_t job, std::int64_t scheduled_at);
+    void start_run(std::size_t job, std::int64_t scheduled_at,
+                   std::optional<std::int64_t> existing_id,
+                   const std::vector<std::int64_t>& retry_of, bool keep_staging);
+    void record_skipped(std::size_t job, std::int64_t scheduled_at, const std::string& reason);
+    void on_leader_exit(Run& run, int status);
+    void on_verify_exit(Run& run, int status);
+    void start_verify(Run& run);
+    void promote(Run& run);
+    void fail(Run& run, RunOutcome outcome, const std::string& reason);
+    void complete(Run& run);
+    void after_exit(Run& run);
+    void release_finished_runs();
+    void start_queued(std::size_t job);
+    std::vector<std::string> environment(const Run& run, const std::string& staging);
+
+    std::vector<JobState> jobs_;
+    std::optional<Ledger> ledger_;
+    Supervisor* sup_ = nullptr;
+    UniqueFd fire_timer_;  // CLOCK_REALTIME: fire times are wall-clock times
+    std::optional<DeadlineTimer> timeout_timer_;
+    std::map<std::int64_t, Run> runs_;
+    // Retries of interrupted runs, started on the first turn of the loop (not from attach(),
+    // which runs before the main child exists).
+    struct Retry {
+        std::size_t job;
+        std::int64_t scheduled_at;
+        std::vector<std::int64_t> of;
+        bool keep_staging;
+    };
+    std::vector<Retry> retries_;
+    std::optional<MonoTime> drain_started_;
+    std::vector<Interrupted> interrupted_;
+    long skipped_at_shutdown_ = 0;
+};
+
+}  // namespace lastcall

@@ -1,0 +1,48 @@
+// Environment: the variables a unit of work starts with. One type and one place that decides
+// what each kind of unit inherits from lastcall's own environment, so no unit gets a variable
+// twice (getenv would see the first, a shell the last) or one meant for someone else.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace lastcall {
+
+enum class UnitKind {
+    Main,     // the command after `--`
+    Service,  // an instance of a [services.*] entry or a Procfile line
+    Job,      // a run of a [jobs.*] entry or a crontab line (and its verify)
+    Helper,   // lastcall's own helpers: the pre-stop hook, a readiness probe
+};
+
+class Environment {
+public:
+    // lastcall's environment as `kind` inherits it:
+    //  - NOTIFY_SOCKET never: only lastcall talks to systemd, which knows lastcall as the main
+    //    pid (the notify proxy adds its own socket where it is meant);
+    //  - LISTEN_* (socket activation) and WATCHDOG_* only for the main command: the sockets and
+    //    the watchdog were handed to one process, and a second user would steal connections or
+    //    pings;
+    //  - LASTCALL_* not for jobs: a job's LASTCALL_RUN_ID and friends are its own, and one
+    //    inherited from lastcall's environment could pose as them.
+    static Environment inherited(UnitKind kind);
+    static Environment from(const std::vector<std::string>& entries);
+
+    // Replaces an existing value in place (its position is kept), else appends.
+    void set(std::string_view key, std::string_view value);
+    // "KEY=VALUE"; an entry without '=' is ignored (execve would pass it, getenv never finds it).
+    void set(std::string_view entry);
+    void unset(std::string_view key);
+    const std::string* get(std::string_view key) const;
+    std::size_t size() const { return vars_.size(); }
+
+    // "KEY=VALUE" each key once, for execve.
+    std::vector<std::string> entries() const;
+
+private:
+    std::vector<std::pair<std::string, std::string>> vars_;
+};
+
+}  // namespace lastcall

@@ -1,0 +1,149 @@
+// The supervised process tree: who belongs to it, how to signal all of it, how to reap it.
+//
+// A process group is not a tree: shells, npm and daemons call setsid or double-fork. Two trackers
+// find the whole tree behind one interface:
+//  - CgroupTracker: one cgroup v2 child group per supervised command. The kernel keeps every
+//    descendant inside it whatever it does with sessions and groups; cgroup.kill ends all of them
+//    atomically (no fork can race it); cgroup.events says when it is empty.
+//  - ProcTracker: no writable cgroup (an unprivileged container). lastcall is PID 1 or a child
+//    subreaper, so every descendant stays below it; a walk of /proc finds them, and pidfds make
+//    sure a recycled pid is never signalled.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lastcall/core/error.hpp"
+#include "lastcall/core/fd.hpp"
+
+namespace lastcall {
+
+struct ProcInfo {
+    pid_t pid = 0;
+    pid_t ppid = 0;
+    pid_t pgid = 0;
+    pid_t sid = 0;                 // session: services are told apart by it (service_manager)
+    unsigned long long start = 0;  // start time in clock ticks: (pid, start) names one process
+    char state = '?';              // R, S, D, Z (zombie: exited, waiting to be reaped), ...
+    std::string comm;
+};
+
+// Parses /proc/<pid>/stat. Works for zombies too (comm and pgrp are kept until the reap).
+std::optional<ProcInfo> read_proc_stat(pid_t pid);
+// /proc/<pid>/cmdline with NULs turned into spaces; empty for zombies and kernel threads.
+std::string read_cmdline(pid_t pid);
+// Is there anything left to signal? Not for a zombie, except a zombie leader whose other threads
+// still run (it called pthread_exit): the process lives on and a signal still reaches it.
+bool is_alive(const ProcInfo& p);
+
+// Decides, for each member found, whether to signal it now (false: already done).
+using MemberFilter = std::function<bool(const ProcInfo&)>;
+
+// The processes of one unit of work (a service instance, a job run), nested in the instance's
+// tree. With cgroup v2 it is a child cgroup of the instance's (membership recursive: every
+// process in its subtree of cgroups); without, the /proc walk attributes each descendant of
+// lastcall to the unit by ancestry (the leader's descendants), session (units are spawned with
+// setsid) and memory (a member seen once stays one while it lives, so an orphan reparented to
+// lastcall is still found).
+class UnitScope {
+public:
+    virtual ~UnitScope() = default;
+    virtual std::string_view kind() const = 0;
+    // Live members (zombies excluded, but a zombie leader whose threads still run is a member).
+    virtual std::vector<ProcInfo> members() = 0;
+    // An fd of cgroup.procs for the spawn (CLONE_INTO_CGROUP / write "0"), or -1.
+    virtual int spawn_cgroup_fd() const { return -1; }
+    // The unit's leader, once spawned: the /proc scope attributes by it.
+    virtual void started(pid_t leader) { (void)leader; }
+    // Step 4 of the stop primitive: SIGKILL to every member, atomically against forks where the
+    // kernel can (cgroup.kill). record(p) sees each member alive when it went out; returns how
+    // many that were.
+    virtual int kill(const MemberFilter& record) = 0;
+    // The irreversible step once the unit is over (rmdir of its cgroup). Errors are returned.
+    virtual Status remove() { return Ok{}; }
+};
+
+class Tracker {
+public:
+    virtual ~Tracker() = default;
+    virtual std::string_view name() const = 0;
+    // Live members of the whole tree (lastcall itself and zombies excluded): every unit's, and
+    // every descendant of lastcall, also one that left lastcall's cgroup.
+    virtual std::vector<ProcInfo> members() = 0;
+    // Signals every member the filter accepts; enumerates again until a pass finds nobody new (at
+    // most max_passes: a fork storm must not hold the event loop past a deadline). Returns how
+    // many it signalled. For the stop signal, use send_stop_signal (process/stop.hpp).
+    virtual int signal_all(int sig, const MemberFilter& filter, int max_passes = 3);
+    // SIGKILL to everyone: first the filter sees each member (to record who had to be forced).
+    virtual int kill_all(const MemberFilter& filter) { return signal_all(SIGKILL_, filter); }
+    // An fd for the main command's spawn (its leaf cgroup's cgroup.procs), or -1.
+    virtual int spawn_cgroup_fd() const { return -1; }
+    // A new scope for one unit of work, named uniquely within the instance ("svc-web.3").
+    virtual Result<std::unique_ptr<UnitScope>> make_scope(const std::string& unit) = 0;
+    // An fd that reports EPOLLPRI when the tree may have emptied (cgroup.events), or -1.
+    virtual int watch_fd() const { return -1; }
+    virtual void consume_watch() {}
+    // True while the kernel still counts members (cgroup.events). Trackers without that
+    // knowledge say false and rely on the reaper's ECHILD alone: lastcall is PID 1 or a subreaper,
+    // so "no children left" means "no descendants left".
+    virtual bool populated() { return false; }
+    // The instance's cgroup directory ("" for the /proc tracker), for logs and tests.
+    virtual std::string where() const { return {}; }
+    // The irreversible step at exit (rmdir of the instance's cgroups, leaves first). Errors are
+    // returned, not logged.
+    virtual Status remove() { return Ok{}; }
+
+protected:
+    static constexpr int SIGKILL_ = 9;
+};
+
+// The scope of a new unit of work. Where the tracker cannot make one (its cgroup could not be
+// created), says so in the log and falls back to the /proc attribution: the unit still runs,
+// stops and is reaped; only the kernel's help (atomic kill) is lost.
+std::unique_ptr<UnitScope> make_unit_scope(Tracker& tracker, const std::string& unit);
+
+enum class TrackerKind { Auto, Cgroup, Proc };
+
+struct TrackerChoice {
+    std::unique_ptr<Tracker> tracker;
+    std::string reason;  // logged: why this tracker is in use
+};
+
+// auto: cgroup when a writable cgroup2 hierarchy is mounted, else proc. cgroup explicitly
+// requested but impossible is an error. With cgroups, the instance gets its own cgroup
+// "lastcall-<instance>" next to lastcall's, created exclusively (mkdir fails on an existing name:
+// an instance never adopts another's cgroup), with a leaf "main" for the main command.
+Result<TrackerChoice> make_tracker(TrackerKind kind, const std::string& instance);
+
+// Finds the cgroup2 mount in /proc/self/mountinfo and lastcall's own cgroup directory in it.
+Result<std::string> own_cgroup_dir();
+
+// Lists every descendant of `root` by walking /proc: /proc/<pid>/task/<tid>/children where the
+// kernel has it (CONFIG_PROC_CHILDREN), else one scan of /proc/[0-9]*/stat building the parent map.
+std::vector<ProcInfo> descendants_of(pid_t root);
+
+// One reaped process.
+struct Reaped {
+    pid_t pid;
+    int status;                     // waitpid status
+    std::optional<ProcInfo> info;   // read from the zombie before the reap, when asked for
+};
+
+// Reaps every child that has exited, until waitpid says there is nothing more (ECHILD or 0).
+// want_info(pid) says whether to read the zombie's /proc/<pid>/stat before the reap (null: never).
+// Returns true when lastcall has no children left at all (ECHILD).
+bool reap_all(const std::function<bool(pid_t)>& want_info,
+              const std::function<void(const Reaped&)>& on_reaped);
+
+// Exit code of a wait status: the code, or 128+N for signal N.
+int exit_code_of(int status);
+
+// prctl(PR_SET_CHILD_SUBREAPER): orphans of the tree come back to lastcall instead of PID 1.
+Status become_subreaper();
+
+}  // namespace lastcall

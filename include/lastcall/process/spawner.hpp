@@ -1,0 +1,94 @@
+// spawn(): fork + exec with everything a supervised child needs set up in between.
+//
+// Everything that allocates, formats or can take a lock (PATH search, env building, user lookup)
+// happens in the parent before fork. Between fork and exec the child makes only
+// async-signal-safe system calls; a failure is reported as {stage, errno} over a CLOEXEC pipe and
+// the child _exits. The parent learns "exec happened" from EOF on that pipe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lastcall/core/error.hpp"
+#include "lastcall/core/fd.hpp"
+
+namespace lastcall {
+
+enum class SpawnStage : int {
+    Setsid,
+    Setpgid,
+    Cgroup,
+    Chdir,
+    Pdeathsig,
+    Setgroups,
+    Setgid,
+    Setuid,
+    VerifyIds,
+    NoNewPrivs,
+    Dup,
+    CloseFds,
+    Exec,
+};
+const char* to_string(SpawnStage stage);
+
+struct Credentials {
+    uid_t uid;
+    gid_t gid;
+    std::vector<gid_t> groups;
+    std::string name;  // for messages
+};
+
+struct SpawnSpec {
+    std::vector<std::string> argv;  // argv[0] is looked up in PATH unless it contains a '/'
+    std::vector<std::string> env;   // "K=V"; the complete environment of the child
+    enum class Session { NewSession, NewGroup, Inherit } session = Session::NewSession;
+    bool take_tty = false;        // stdin is a terminal: make it the child's controlling tty
+    int cgroup_procs_fd = -1;     // write "0" here so the child is in the cgroup before exec
+    int pdeathsig = 0;            // PR_SET_PDEATHSIG, with the getppid() recheck
+    std::optional<Credentials> credentials;
+    bool no_new_privs = false;
+    std::string workdir;
+    int keep_fds = 0;             // fds 3 .. 3+keep_fds-1 survive (socket activation)
+    bool set_listen_pid = false;  // LISTEN_PID=<child pid> is written in the child before exec
+    int stdout_fd = -1;           // dup2'ed onto 1 and 2 when >= 0 (hook output capture)
+};
+
+struct SpawnFailure {
+    SpawnStage stage;
+    int err;
+    std::string path;
+    // 127 for a command that does not exist, 126 for one that cannot be executed, 1 otherwise:
+    // the shell's conventions, which every init follows.
+    int exit_code() const;
+    std::string message() const;
+};
+
+struct Spawned {
+    pid_t pid = -1;
+    UniqueFd pidfd;  // pidfd_open(pid): signalled through it, a reused pid is never hit
+};
+
+// Resolves argv[0] like execvp would (PATH, or /usr/local/sbin:... when PATH is unset).
+// Either a path, or the errno of the lookup (ENOENT: nowhere; EACCES: found, not executable).
+struct Resolved {
+    std::string path;
+    int err = 0;
+};
+Resolved resolve_command(const std::string& name, const std::vector<std::string>& env);
+
+// fork()s and execs. On failure of any stage in the child, returns the SpawnFailure after the
+// failed child has been reaped (it is lastcall's child, so waitpid on it is safe here).
+struct SpawnResult {
+    std::optional<Spawned> child;
+    std::optional<SpawnFailure> failure;
+    std::optional<Error> error;  // fork/pipe failed in the parent
+};
+SpawnResult spawn(const SpawnSpec& spec);
+
+// Credentials for --user USER[:GROUP]; looked up in the parent (getpwnam is not fork-safe).
+Result<Credentials> lookup_credentials(const std::string& spec);
+
+}  // namespace lastcall

@@ -1,0 +1,59 @@
+// The one stop primitive, for every unit of work (the main command, a service instance, a job
+// run) and for the whole tree:
+//
+//   1. stop signal   once to each member: enumerate, signal every member not signalled yet,
+//                    enumerate again until a pass finds nobody new. Repeating closes the fork race
+//                    (a member forked while the previous pass ran); the record of who got it
+//                    makes sure no process ever gets it twice (an app with
+//                    `process.once('SIGTERM')` dies of a second one).
+//   2. SIGCONT       right after it, to each: a stopped process (Ctrl-Z, SIGSTOP) must be able to
+//                    act on the stop signal instead of sleeping until the kill.
+//   3. grace         the caller waits for the unit's grace (a timer, never a sleep).
+//   4. kill          cgroup.kill of the unit's scope, or SIGKILL to each member.
+//   5. reap          lastcall is PID 1 or a subreaper: every member is reaped by its loop.
+//
+// A process born after step 1 is a cleanup helper of a process that is shutting down (a TERM trap
+// that runs `flush.sh`, `pg_dump`, an upload): it is not signalled; step 4 covers it if it is
+// still there when the grace ends. lastcall's own helpers (a job's verify, the pre-stop hook) are
+// not members of what is being stopped: the caller's `take` refuses them.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <functional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "lastcall/process/process_tree.hpp"
+
+namespace lastcall {
+
+// (pid, start time): one process, whatever happens to its pid later.
+using ProcKey = std::pair<pid_t, unsigned long long>;
+inline ProcKey key_of(const ProcInfo& p) { return {p.pid, p.start}; }
+
+struct StopPassResult {
+    int signalled = 0;      // processes that got the stop signal in this call
+    bool settled = false;   // the last pass found nobody new (false: passes ran out, fork storm)
+};
+
+struct StopPassIo {
+    std::function<std::vector<ProcInfo>()> members;     // the unit's live members
+    std::function<bool(const ProcInfo&, int)> send;      // signal_exact in production
+};
+
+// Steps 1 and 2. `take(p)` says whether p should get the stop signal now and records that it did
+// (true at most once per process: the caller's record is the single source of "already had it").
+// At most max_passes enumerations: a fork storm must not hold the event loop past the grace; the
+// kill at grace end covers whatever the passes did not reach.
+StopPassResult send_stop_signal(const StopPassIo& io, int sig,
+                                const std::function<bool(const ProcInfo&)>& take,
+                                int max_passes = 16);
+
+// Does signal `sig` end a stopped process's sleep by itself? SIGKILL does; SIGCONT is the
+// wake-up itself. Any other stop signal needs a SIGCONT after it.
+constexpr bool needs_sigcont(int sig) { return sig != SIGKILL && sig != SIGCONT; }
+
+}  // namespace lastcall

@@ -1,0 +1,116 @@
+// Runs the services of a config or Procfile beside (or instead of) the main command, as one
+// SupervisorComponent on the supervisor's single-threaded loop.
+//
+// Tree identity: every instance of a service is a unit of work with its own scope
+// (process_tree.hpp): a child cgroup of the instance's, or, without cgroups, its leader's
+// descendants, its session and every process once seen as a member. The supervisor's whole-tree
+// stop and its grace timer and SIGKILL escalation remain the outer bound of everything here.
+//
+// Starting: in dependency order; a service starts once each of its depends_on has passed its
+// readiness check. Each start (first or restart) is a unit of work admitted by the supervisor's
+// Admission, so none is started once the shutdown has begun.
+//
+// Stopping: on Running -> Draining the manager holds the drain and stops the services in reverse
+// dependency order, in parallel: every service that nothing running depends on gets its stop
+// signal at once (the stop primitive, process/stop.hpp: once per process, then SIGCONT); a
+// service whose dependents are still running waits until they have exited or been killed. Each
+// has its own grace, capped by the global budget, then its scope is killed. Then the manager
+// releases the drain and the supervisor sends its stop signal to whatever is left.
+//
+// Wakeups: one timerfd, armed only for a due restart, a readiness probe, or a stop in progress;
+// an idle lastcall with ready services sleeps in epoll_wait.
+#pragma once
+
+#include <unistd.h>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "lastcall/shutdown/admission.hpp"
+#include "lastcall/core/clock.hpp"
+#include "lastcall/core/event_loop.hpp"
+#include "lastcall/services/services.hpp"
+#include "lastcall/supervisor.hpp"
+
+namespace lastcall {
+
+struct ServiceManagerOptions {
+    bool color = false;                  // coloured prefixes for captured output
+    int output_fd = STDOUT_FILENO;       // where captured lines go
+    std::string state_path;              // status file for `lastcall status`; empty: none
+    std::vector<std::string> extra_env;  // "K=V" for every service, below its own env (.env)
+};
+
+class ServiceManager final : public SupervisorComponent {
+  public:
+    ServiceManager(std::vector<ServiceSpec> specs, ServiceManagerOptions options,
+                   const Clock& clock);
+    ~ServiceManager() override;
+    ServiceManager(const ServiceManager&) = delete;
+    ServiceManager& operator=(const ServiceManager&) = delete;
+
+    bool empty() const { return services_.empty(); }
+
+    Status attach(Supervisor& sup) override;
+    void state_changed(State from, State to) override;
+    void before_force() override;
+    void reaped(const Reaped& r) override;
+    void contribute_report(JsonWriter& j) override;
+    void finished(int exit_code) override;
+
+  private:
+    struct Service;
+    struct Stream {
+        std::size_t service;
+        UniqueFd fd;
+        std::string partial;
+    };
+
+    bool apply(Service& s, ServiceEvent e);
+    void start_eligible();
+    void start(Service& s);
+    void mark_ready(Service& s);
+    void instance_ended(Service& s, int status);
+    void on_timer();
+    void rearm();
+    void probe(Service& s);
+    void probe_finished(Service& s, bool ok);
+    void cancel_probe(Service& s);
+    void begin_ordered_stop();
+    bool stop_done(const Service& s) const;
+    void stop_eligible();
+    void begin_stop(Service& s);
+    int send_stop(Service& s);
+    void check_stop(Service& s);
+    void end_ordered_stop(bool forced);
+    std::vector<ProcInfo> members_of(Service& s);
+    int kill_members(Service& s);
+    void retire_scopes(Service& s);
+    void watch_output(std::size_t service, UniqueFd fd);
+    void on_output(int fd);
+    void emit_line(std::size_t service, std::string_view line);
+    void write_status();
+
+    std::vector<Service> services_;
+    ServiceManagerOptions opts_;
+    const Clock& clock_;
+    Supervisor* sup_ = nullptr;
+    std::optional<DeadlineTimer> timer_;
+    std::map<int, Stream> streams_;
+    std::size_t name_width_ = 0;
+
+    bool shutting_down_ = false;
+    bool holding_drain_ = false;
+    std::optional<MonoTime> stop_begin_;  // the drain delay passes before the first stop signal
+    MonoTime global_deadline_{};
+    long long refused_ = 0;        // starts refused because the shutdown had begun
+    bool status_failing_ = false;
+};
+
+// The services of `--config FILE` ([services.*]; other tables are ignored). No file: none.
+Result<std::vector<ServiceSpec>> load_config_services(const std::string& config_path);
+
+}  // namespace lastcall

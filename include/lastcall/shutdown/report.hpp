@@ -1,0 +1,81 @@
+// What became of every process of the tree, and the shutdown report built from it.
+//
+// The ProcessBook learns about processes two ways: when an enumeration of the tree sees them
+// (signalling, forcing) and when lastcall reaps them. A process reaped by its own parent is only
+// known to be gone, not how it ended; the report says so instead of guessing.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lastcall/core/clock.hpp"
+#include "lastcall/core/error.hpp"
+#include "lastcall/process/process_tree.hpp"
+#include "lastcall/shutdown/shutdown.hpp"
+
+namespace lastcall {
+
+class JsonWriter;
+
+struct ProcessRecord {
+    pid_t pid = 0;
+    unsigned long long start = 0;
+    std::string comm;
+    std::string cmdline;
+    pid_t pgid = 0;
+    bool is_main = false;
+    int stop_signal = 0;          // the stop signal it was sent, 0 if none
+    bool killed = false;          // it was alive when SIGKILL went out
+    std::optional<int> status;    // wait status, when lastcall reaped it
+};
+
+class ProcessBook {
+public:
+    void set_main(pid_t pid);
+    // Records a member seen alive; returns its record (existing or new).
+    ProcessRecord& observe(const ProcInfo& info);
+    // Records a reap. `forcing`: SIGKILL had gone out, so a SIGKILL death is lastcall's doing.
+    void reaped(const Reaped& r, bool forcing);
+    const std::vector<ProcessRecord>& records() const { return records_; }
+    // A live record exists for this pid (seen alive, not yet reaped).
+    bool knows(pid_t pid) const { return live_.count(pid) != 0; }
+    // Pids forced with SIGKILL.
+    std::vector<pid_t> forced() const;
+    long long reaped_count() const { return reaped_; }
+
+private:
+    std::vector<ProcessRecord> records_;
+    std::map<pid_t, std::size_t> live_;  // pid -> index of its current record
+    pid_t main_pid_ = 0;
+    long long reaped_ = 0;
+};
+
+struct ReportInput {
+    std::vector<std::string> command;
+    pid_t main_pid = 0;
+    std::optional<int> main_status;
+    int exit_code = 0;
+    std::string tracker;
+    std::string kill_scope;
+    std::chrono::milliseconds grace{};
+    std::chrono::milliseconds drain_delay{};
+    const Shutdown* shutdown = nullptr;
+    const ProcessBook* book = nullptr;
+    MonoTime now{};
+    bool gave_up = false;  // SIGKILL could not end everything within the force limit
+    // Extra top-level keys (components: interrupted runs, services).
+    std::function<void(JsonWriter&)> extra;
+};
+
+std::string verdict_of(const ReportInput& in);
+std::string render_report(const ReportInput& in);
+// One line for the log, the same facts as the report.
+std::string summarize(const ReportInput& in);
+Status write_report(const std::string& path, const std::string& json);
+
+}  // namespace lastcall

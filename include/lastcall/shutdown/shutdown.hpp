@@ -1,0 +1,128 @@
+// The shutdown state machine. One enum, one transition function, one controller.
+//
+//   Running --trigger--> Draining --drain done--> Stopping --tree empty--> Stopped
+//                           |                        |                        ^
+//                           +--escalate / grace------+--> Forcing --tree empty-+
+//                           +--tree empty-----------------------------------> Stopped
+//
+// Running:  the command runs; signals are forwarded.
+// Draining: intake is closed: readiness is off, the pre-stop hook runs, the drain delay elapses;
+//           nothing has been signalled yet (load balancers must stop routing first).
+// Stopping: the stop signal went to the tree; we wait for it to empty within the grace budget.
+// Forcing:  SIGKILL went to the tree (second termination signal, or the grace ran out).
+// Stopped:  every process of the tree is gone and reaped; only the record and the exit remain.
+//
+// The first trigger runs the teardown exactly once; any later trigger can only escalate. The
+// controller is pure logic: time comes from a Clock, effects go out through ShutdownActions, so
+// tests drive it with a FakeClock and a recording fake instead of real processes and sleeps.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "lastcall/core/clock.hpp"
+
+namespace lastcall {
+
+enum class State { Running, Draining, Stopping, Forcing, Stopped };
+enum class Event { Trigger, DrainDone, Escalate, GraceExpired, TreeEmpty, GiveUp };
+
+std::string_view to_string(State s);
+std::string_view to_string(Event e);
+
+// The whole transition table. nullopt: the event has no effect in that state (it is ignored).
+std::optional<State> transition(State from, Event event);
+
+// What a state change asks the outside world to do. The supervisor implements this.
+class ShutdownActions {
+public:
+    virtual ~ShutdownActions() = default;
+    virtual void state_changed(State from, State to, Event why) = 0;
+    virtual void readiness_off() = 0;
+    virtual void start_pre_stop() = 0;
+    virtual void signal_tree(int sig) = 0;
+    virtual void kill_tree() = 0;
+};
+
+struct ShutdownConfig {
+    std::chrono::milliseconds grace{8000};
+    std::chrono::milliseconds drain_delay{0};
+    // Termination signals closer together than this belong to one burst and do not escalate.
+    std::chrono::milliseconds coalesce{100};
+    // 0: forward the signal that triggered the shutdown (SIGTERM when the child exited by itself).
+    int stop_signal = 0;
+    bool has_pre_stop = false;
+    // While Forcing, SIGKILL is re-sent at this period (a fork racing the first kill is caught),
+    // and after force_limit lastcall stops waiting for processes that SIGKILL cannot end (D state).
+    std::chrono::milliseconds force_repeat{100};
+    std::chrono::milliseconds force_limit{5000};
+};
+
+enum class TriggerKind { None, Signal, MainExited };
+
+struct Trigger {
+    TriggerKind kind = TriggerKind::None;
+    int signal = 0;
+    MonoTime at{};
+};
+
+struct Burst {
+    int signal;
+    MonoTime first;
+    int count;
+};
+
+enum class SignalOutcome { Started, Coalesced, Escalated, Ignored };
+
+class Shutdown {
+public:
+    Shutdown(ShutdownConfig config, const Clock& clock, ShutdownActions& actions);
+
+    // A termination signal arrived (SIGTERM/SIGINT/SIGQUIT).
+    SignalOutcome on_signal(int sig);
+    // The main child ended by itself while Running.
+    void on_main_exit();
+    void on_pre_stop_done();
+    // The supervisor calls this whenever now() >= next_deadline().
+    void on_timer();
+    // Every process of the tree is gone and reaped.
+    void on_tree_empty();
+    // A component holds the drain (the ordered stop of services): Draining does not move on to
+    // Stopping while a hold is out. The grace deadline still escalates to Forcing, so a hold can
+    // never stretch the budget.
+    void hold_drain() { ++holds_; }
+    void release_drain();
+
+    State state() const { return state_; }
+    std::optional<MonoTime> next_deadline() const;
+    const Trigger& trigger() const { return trigger_; }
+    const std::vector<Burst>& bursts() const { return bursts_; }
+    // Time of entry into each state; unset for states never entered.
+    const std::optional<MonoTime>& entered(State s) const {
+        return entered_[static_cast<int>(s)];
+    }
+    MonoTime grace_deadline() const { return trigger_.at + config_.grace; }
+    bool forced() const { return entered(State::Forcing).has_value(); }
+
+private:
+    void start(Trigger t);
+    void apply(Event e);
+    void maybe_finish_drain();
+    void enter(State s);
+
+    ShutdownConfig config_;
+    const Clock& clock_;
+    ShutdownActions& actions_;
+    State state_ = State::Running;
+    Trigger trigger_;
+    std::vector<Burst> bursts_;
+    MonoTime last_signal_{};
+    bool pre_stop_running_ = false;
+    int holds_ = 0;
+    MonoTime next_kill_{};
+    std::optional<MonoTime> entered_[5];
+};
+
+}  // namespace lastcall

@@ -1,0 +1,12 @@
+#!/bin/sh
+# Rewrites #include "lastcall/NAME.hpp" to its subsystem folder (scripts/layout.map), so a branch
+# written against the flat layout builds after a merge. Idempotent.
+set -eu
+cd "$(dirname "$0")/.."
+expr=""
+while read -r dir names; do
+  for n in $names; do expr="$expr -e s#\"lastcall/$n\\.hpp\"#\"lastcall/$dir/$n.hpp\"#g"; done
+done < scripts/layout.map
+files=$(git ls-files -co --exclude-standard '*.cpp' '*.hpp' '*.h' '*.c' '*.cc')
+# shellcheck disable=SC2086
+sed -i $expr $files

@@ -1,0 +1,247 @@
+#include "lastcall/cli/cli.hpp"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <tuple>
+
+#include "lastcall/compat/compat.hpp"
+#include "lastcall/core/duration.hpp"
+#include "lastcall/core/signals.hpp"
+
+namespace lastcall {
+
+std::string_view to_string(Scope s) {
+    switch (s) {
+        case Scope::Child: return "child";
+        case Scope::Group: return "group";
+        case Scope::Tree: return "tree";
+    }
+    return "?";
+}
+
+namespace {
+
+constexpr const char* kUsageHint = " (see lastcall --help)";
+
+int usage_error(const std::string& message) {
+    std::fprintf(stderr, "lastcall: %s%s\n", message.c_str(), kUsageHint);
+    return 2;
+}
+
+// CLI11 messages are multi-word sentences; keep them on one line.
+std::string one_line(std::string s) {
+    for (char& c : s)
+        if (c == '\n') c = ' ';
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    return s;
+}
+
+Scope parse_scope(const std::string& s) {
+    if (s == "child") return Scope::Child;
+    if (s == "group") return Scope::Group;
+    return Scope::Tree;
+}
+
+// Index of "--" or of the first word that is neither an option nor an option's value;
+// args.size() when there is none.
+std::size_t find_command_start(const CLI::App& app, const std::vector<std::string>& args) {
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--" || a.empty() || a[0] != '-' || a == "-") return i;
+        if (a.find('=') != std::string::npos) continue;  // --grace=5s
+        const CLI::Option* opt = app.get_option_no_throw(a);
+        if (opt && opt->get_type_size_max() > 0 && opt->get_items_expected_min() > 0) ++i;
+    }
+    return args.size();
+}
+
+}  // namespace
+
+ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
+    // Invoked as tini, docker-init or dumb-init (or with a leading --compat): their flag sets.
+    if (auto compat = parse_compat_command_line(args)) return std::move(*compat);
+    Options o;
+    CLI::App app{
+        "lastcall: an init and process supervisor that shuts a whole process tree down within a "
+        "budget and records how it ended.\nUsage: lastcall [OPTIONS] -- COMMAND [ARGS...]",
+        "lastcall"};
+    std::string grace = "8s", drain_delay = "0", coalesce = "100ms", stop_signal, pdeathsig;
+    std::string kill_scope = "tree", forward_to = "group", tracker = "auto", log_format = "text";
+    std::string ready_on = "spawn";
+    std::vector<std::string> rewrites;
+    std::vector<int> success_exits;
+    bool version = false;
+    std::string compat;
+
+    app.add_option("--grace", grace, "Budget from the first stop request to SIGKILL (default 8s)");
+    app.add_option("--drain-delay", drain_delay,
+                   "Wait this long after readiness goes off before signalling (default 0)");
+    app.add_option("--coalesce", coalesce,
+                   "Termination signals closer than this are one burst (default 100ms)");
+    app.add_option("--stop-signal", stop_signal,
+                   "Signal the tree receives at shutdown (default: the one received, TERM on exit)");
+    app.add_option("--ready-file", o.ready_file,
+                   "Created when the child started, removed first thing at shutdown");
+    app.add_option("--ready-on", ready_on,
+                   "When systemd hears READY=1: spawn (the child started) or notify (the child "
+                   "sent its own READY=1 to the socket in its NOTIFY_SOCKET)")
+        ->check(CLI::IsMember({"spawn", "notify"}));
+    app.add_option("--pre-stop", o.pre_stop, "Shell command run once at the start of shutdown");
+    app.add_option("--config", o.config_path,
+                   "TOML file with [services.*] (and [jobs.*]); the command becomes optional");
+    app.add_option("--crontab", o.crontab_path,
+                   "Crontab file whose lines run as scheduled jobs; the command becomes optional");
+    app.add_option("--state-dir", o.state_dir,
+                   "Directory of the run ledger (default /var/lib/lastcall, or "
+                   "$XDG_STATE_HOME/lastcall when not root)");
+    app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
+    app.add_option("--kill-scope", kill_scope, "Who receives the stop signal")
+        ->check(CLI::IsMember({"tree", "group", "child"}));
+    app.add_option("--forward-to", forward_to, "Who receives forwarded signals (default group)")
+        ->check(CLI::IsMember({"tree", "group", "child"}));
+    app.add_option("--tracker", tracker, "How the tree is tracked (default auto)")
+        ->check(CLI::IsMember({"auto", "cgroup", "proc"}));
+    app.add_option("--rewrite", rewrites, "Rewrite a received signal, SIG:SIG (to 0 drops it)");
+    app.add_option("--success-exit", success_exits, "Report this child exit code as 0")
+        ->check(CLI::Range(0, 255));
+    app.add_option("--pdeathsig", pdeathsig, "Signal the child gets if lastcall dies");
+    app.add_option("--user", o.user, "Run the child as USER[:GROUP]");
+    app.add_flag("--no-new-privs", o.no_new_privs, "Set PR_SET_NO_NEW_PRIVS for the child");
+    app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error, off")
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+    app.add_option("--log-format", log_format, "text or json")
+        ->check(CLI::IsMember({"text", "json"}));
+    app.add_flag("--version", version, "Print the version and exit");
+    app.add_option("--compat", compat,
+                   "tini or dumb-init: parse the rest of the line as that program does (must be "
+                   "the first argument; a symlink named tini, docker-init or dumb-init does the "
+                   "same)");
+
+    // Options end at "--" or at the first word that is not an option, so "lastcall sh -c x" passes
+    // -c to sh (getopt's "+" convention, as in tini and env).
+    std::size_t split = find_command_start(app, args);
+    std::vector<std::string> reversed(args.rend() - static_cast<long>(split), args.rend() - 1);
+    if (split < args.size()) {
+        o.command.assign(args.begin() + static_cast<long>(split), args.end());
+        if (o.command.front() == "--") o.command.erase(o.command.begin());
+    }
+    try {
+        app.parse(reversed);
+    } catch (const CLI::CallForHelp&) {
+        std::cout << app.help();
+        return {std::nullopt, 0};
+    } catch (const CLI::ParseError& e) {
+        return {std::nullopt, usage_error(one_line(e.what()))};
+    }
+    if (!compat.empty())
+        return {std::nullopt, usage_error("--compat must be the first argument")};
+    if (version) {
+        std::printf("lastcall %s\n", LASTCALL_VERSION);
+        return {std::nullopt, 0};
+    }
+    if (o.command.empty() && o.config_path.empty() && o.crontab_path.empty())
+        return {std::nullopt, usage_error("no command given")};
+
+    auto dur = [&](const std::string& text, const char* name, std::chrono::milliseconds& out) {
+        auto d = parse_duration(text);
+        if (!d) return usage_error(std::string(name) + ": " + d.error().message), false;
+        out = *d;
+        return true;
+    };
+    if (!dur(grace, "--grace", o.grace) || !dur(drain_delay, "--drain-delay", o.drain_delay) ||
+        !dur(coalesce, "--coalesce", o.coalesce))
+        return {std::nullopt, 2};
+    if (o.drain_delay > o.grace)
+        return {std::nullopt,
+                usage_error("--drain-delay " + format_duration(o.drain_delay) +
+                            " is longer than --grace " + format_duration(o.grace) +
+                            ": the drain delay is spent inside the grace budget")};
+    if (!stop_signal.empty()) {
+        auto s = parse_signal(stop_signal);
+        if (!s) return {std::nullopt, usage_error("--stop-signal: " + s.error().message)};
+        o.stop_signal = *s;
+    }
+    if (!pdeathsig.empty()) {
+        auto s = parse_signal(pdeathsig);
+        if (!s) return {std::nullopt, usage_error("--pdeathsig: " + s.error().message)};
+        o.pdeathsig = *s;
+    }
+    for (const auto& rw : rewrites) {
+        auto colon = rw.find(':');
+        if (colon == std::string::npos)
+            return {std::nullopt, usage_error("--rewrite '" + rw + "': expected FROM:TO")};
+        auto from = parse_signal(rw.substr(0, colon));
+        auto to = parse_signal(rw.substr(colon + 1), /*allow_zero=*/true);
+        if (!from) return {std::nullopt, usage_error("--rewrite: " + from.error().message)};
+        if (!to) return {std::nullopt, usage_error("--rewrite: " + to.error().message)};
+        o.rewrite[*from] = *to;
+    }
+    o.success_exits.insert(success_exits.begin(), success_exits.end());
+    o.kill_scope = parse_scope(kill_scope);
+    o.forward_to = parse_scope(forward_to);
+    o.tracker = tracker == "cgroup" ? TrackerKind::Cgroup
+                : tracker == "proc" ? TrackerKind::Proc
+                                    : TrackerKind::Auto;
+    o.log_format = log_format == "json" ? LogFormat::Json : LogFormat::Text;
+    o.ready_on = ready_on == "notify" ? ReadyOn::Notify : ReadyOn::Spawn;
+    return {std::move(o), 0};
+}
+
+ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) {
+    UpOptions up;
+    Options& o = up.options;
+    CLI::App app{
+        "lastcall up: run the processes of ./Procfile side by side, with ./.env in their "
+        "environment and each output line prefixed with its process name. Ctrl-C stops every "
+        "process's whole tree; a second Ctrl-C kills them at once.\nUsage: lastcall up [OPTIONS]",
+        "lastcall up"};
+    std::string grace = "8s", coalesce = "100ms", tracker = "auto";
+    app.add_option("-f,--procfile", up.procfile, "The Procfile (default ./Procfile)");
+    app.add_option("-e,--env", up.env_file, "Environment file (default ./.env, if present)");
+    app.add_option("--only", up.only, "Run only these processes (comma-separated)")
+        ->delimiter(',');
+    app.add_option("--except", up.except, "Run every process but these (comma-separated)")
+        ->delimiter(',');
+    app.add_option("--grace", grace, "Budget from Ctrl-C to SIGKILL (default 8s)");
+    app.add_option("--coalesce", coalesce,
+                   "Termination signals closer than this are one burst (default 100ms)");
+    app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
+    app.add_option("--tracker", tracker, "How the tree is tracked (default auto)")
+        ->check(CLI::IsMember({"auto", "cgroup", "proc"}));
+    app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error, off")
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+    std::vector<std::string> rest(args.begin() + 2, args.end());
+    std::reverse(rest.begin(), rest.end());  // CLI11 takes its argument vector reversed
+    try {
+        app.parse(rest);
+    } catch (const CLI::CallForHelp&) {
+        std::cout << app.help();
+        return {std::nullopt, 0};
+    } catch (const CLI::ParseError& e) {
+        std::fprintf(stderr, "lastcall up: %s (see lastcall up --help)\n",
+                     one_line(e.what()).c_str());
+        return {std::nullopt, 2};
+    }
+    up.env_file_given = app.count("--env") > 0;
+    if (!up.only.empty() && !up.except.empty()) {
+        std::fprintf(stderr, "lastcall up: --only and --except exclude each other\n");
+        return {std::nullopt, 2};
+    }
+    for (auto [text, name, out] : {std::tuple{&grace, "--grace", &o.grace},
+                                   std::tuple{&coalesce, "--coalesce", &o.coalesce}}) {
+        auto d = parse_duration(*text);
+        if (!d) {
+            std::fprintf(stderr, "lastcall up: %s: %s\n", name, d.error().message.c_str());
+            return {std::nullopt, 2};
+        }
+        *out = *d;
+    }
+    o.tracker = tracker == "cgroup" ? TrackerKind::Cgroup
+                : tracker == "proc" ? TrackerKind::Proc
+                                    : TrackerKind::Auto;
+    return {std::move(up), 0};
+}
+
+}  // namespace lastcall

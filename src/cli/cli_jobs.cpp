@@ -1,0 +1,225 @@
+// The `runs` and `jobs` subcommands. CLI11 parses them here, as cli.cpp does for the main line.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+
+#include "lastcall/jobs/config.hpp"
+#include "lastcall/cli/jobs_cli.hpp"
+#include "lastcall/core/json.hpp"
+#include "lastcall/jobs/ledger.hpp"
+
+namespace lastcall {
+
+namespace {
+
+std::string iso_utc_ms(std::int64_t ms) {
+    std::time_t t = static_cast<std::time_t>(ms / 1000);
+    std::tm tm{};
+    ::gmtime_r(&t, &tm);
+    char buf[40];
+    std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms % 1000));
+    return buf;
+}
+
+std::string iso_utc(std::int64_t seconds) {
+    std::string s = iso_utc_ms(seconds * 1000);
+    return s.substr(0, s.size() - 5) + "Z";  // whole seconds: drop ".000"
+}
+
+std::string one_line(std::string s) {
+    for (char& c : s)
+        if (c == '\n') c = ' ';
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    return s;
+}
+
+// Parses args[first..] with app; nullopt to go on, or the exit code (help printed: 0, usage: 2).
+std::optional<int> parse(CLI::App& app, const std::vector<std::string>& args, std::size_t first,
+                         const char* name) {
+    std::vector<std::string> rest(args.begin() + static_cast<long>(first), args.end());
+    std::reverse(rest.begin(), rest.end());  // CLI11 takes its argument vector reversed
+    try {
+        app.parse(rest);
+    } catch (const CLI::CallForHelp&) {
+        std::cout << app.help();
+        return 0;
+    } catch (const CLI::ParseError& e) {
+        std::fprintf(stderr, "lastcall %s: %s (see lastcall %s --help)\n", name,
+                     one_line(e.what()).c_str(), name);
+        return 2;
+    }
+    return std::nullopt;
+}
+
+// The state dir the way the supervisor picks it: --state-dir, else the config's, else default.
+Result<std::string> state_dir_of(const std::string& flag, const std::string& config_path) {
+    std::string from_config;
+    if (flag.empty() && !config_path.empty()) {
+        auto config = load_jobs_config(config_path);
+        if (!config) return config.error();
+        from_config = config->state_dir;
+    }
+    return resolve_state_dir(flag, from_config);
+}
+
+void print_json(const std::vector<RunRecord>& runs) {
+    JsonWriter j;
+    j.begin_array();
+    for (const auto& r : runs) {
+        j.begin_object();
+        j.field("id", static_cast<long long>(r.id));
+        j.field("job", r.job);
+        j.field("state", to_string(r.state));
+        j.field("scheduled_at", iso_utc(r.scheduled_at));
+        j.key("pid");
+        r.pid ? j.value(static_cast<long long>(*r.pid)) : j.null();
+        j.field("created_at", iso_utc_ms(r.created_ms));
+        j.key("started_at");
+        r.started_ms ? j.value(iso_utc_ms(*r.started_ms)) : j.null();
+        j.key("ended_at");
+        r.ended_ms ? j.value(iso_utc_ms(*r.ended_ms)) : j.null();
+        j.key("exit_code");
+        r.exit_code ? j.value(*r.exit_code) : j.null();
+        j.key("signal");
+        r.signal ? j.value(*r.signal) : j.null();
+        j.field("reason", r.reason);
+        j.key("retry_of");
+        r.retry_of ? j.value(static_cast<long long>(*r.retry_of)) : j.null();
+        j.key("recovery");
+        r.recovery.empty() ? j.null() : j.value(r.recovery);
+        j.end_object();
+    }
+    j.end_array();
+    std::printf("%s\n", j.str().c_str());
+}
+
+void print_table(const std::vector<RunRecord>& runs) {
+    std::printf("%-6s %-20s %-12s %-20s %-8s %-24s %-5s %s\n", "ID", "JOB", "STATE", "SCHEDULED",
+                "PID", "ENDED", "EXIT", "REASON");
+    for (const auto& r : runs) {
+        std::string exit = r.exit_code ? std::to_string(*r.exit_code)
+                           : r.signal  ? "sig" + std::to_string(*r.signal)
+                                       : "-";
+        std::string reason = r.reason;
+        if (!r.recovery.empty()) reason += (reason.empty() ? "" : "; ") + ("recovery: " + r.recovery);
+        if (r.retry_of) reason += (reason.empty() ? "" : "; ") + ("retry of " + std::to_string(*r.retry_of));
+        std::printf("%-6lld %-20s %-12s %-20s %-8s %-24s %-5s %s\n", static_cast<long long>(r.id),
+                    r.job.c_str(), std::string(to_string(r.state)).c_str(),
+                    iso_utc(r.scheduled_at).c_str(),
+                    r.pid ? std::to_string(*r.pid).c_str() : "-",
+                    r.ended_ms ? iso_utc_ms(*r.ended_ms).c_str() : "-", exit.c_str(),
+                    reason.c_str());
+    }
+}
+
+int runs_release(long long id, const std::string& state_dir) {
+    auto ledger = Ledger::open(state_dir, false);
+    if (!ledger) {
+        std::fprintf(stderr, "lastcall runs release: %s\n", ledger.error().message.c_str());
+        return 1;
+    }
+    auto done = ledger->release(id);
+    if (!done) {
+        std::fprintf(stderr, "lastcall runs release: %s\n", done.error().message.c_str());
+        return 1;
+    }
+    if (!*done) {
+        std::fprintf(stderr,
+                     "lastcall runs release: run %lld is not an interrupted run awaiting "
+                     "recovery\n",
+                     id);
+        return 1;
+    }
+    std::printf("run %lld released: its job runs again (a running lastcall retries it at the "
+                "job's next fire time, a new one at its start)\n",
+                id);
+    return 0;
+}
+
+}  // namespace
+
+int run_runs(const std::vector<std::string>& args) {
+    CLI::App app{"lastcall runs: print the run ledger.\nUsage: lastcall runs [OPTIONS] | lastcall "
+                 "runs release RUN_ID [OPTIONS]",
+                 "lastcall runs"};
+    std::string job, state, state_dir, config;
+    bool json = false;
+    long long release_id = 0;
+    app.add_option("--job", job, "Only this job's runs");
+    app.add_option("--state", state, "Only runs in this state")
+        ->check(CLI::IsMember(
+            {"scheduled", "started", "completed", "failed", "interrupted", "skipped"}));
+    app.add_flag("--json", json, "A JSON array instead of a table");
+    app.add_option("--state-dir", state_dir, "Directory of the run ledger");
+    app.add_option("--config", config, "Take the state dir from this config");
+    CLI::App* release = app.add_subcommand(
+        "release", "Let a held job run again: its interrupted run is retried");
+    release->add_option("run_id", release_id, "The interrupted run")->required();
+    release->fallthrough();  // --state-dir/--config may come after the run id too
+    if (auto code = parse(app, args, 2, "runs")) return *code;
+    auto dir = state_dir_of(state_dir, config);
+    if (!dir) {
+        std::fprintf(stderr, "lastcall runs: %s\n", dir.error().message.c_str());
+        return 2;
+    }
+    if (release->parsed()) return runs_release(release_id, *dir);
+    auto ledger = Ledger::open(*dir, false);
+    if (!ledger) {
+        std::fprintf(stderr, "lastcall runs: %s\n", ledger.error().message.c_str());
+        return 1;
+    }
+    RunFilter filter;
+    filter.job = job;
+    if (!state.empty()) filter.state = parse_run_state(state);
+    auto runs = ledger->list(filter);
+    if (!runs) {
+        std::fprintf(stderr, "lastcall runs: %s\n", runs.error().message.c_str());
+        return 1;
+    }
+    json ? print_json(*runs) : print_table(*runs);
+    return 0;
+}
+
+int run_jobs(const std::vector<std::string>& args) {
+    CLI::App app{"lastcall jobs: print each job's next fire times.\nUsage: lastcall jobs "
+                 "--config FILE [--crontab FILE] [--count N]",
+                 "lastcall jobs"};
+    Options o;
+    int count = 3;
+    app.add_option("--config", o.config_path, "TOML config with [jobs.*]");
+    app.add_option("--crontab", o.crontab_path, "Crontab file");
+    app.add_option("--count", count, "How many fire times per job (default 3)")
+        ->check(CLI::Range(1, 1000));
+    if (auto code = parse(app, args, 2, "jobs")) return *code;
+    if (o.config_path.empty() && o.crontab_path.empty()) {
+        std::fprintf(stderr, "lastcall jobs: --config or --crontab is required\n");
+        return 2;
+    }
+    auto setup = load_jobs(o);
+    if (!setup) {
+        std::fprintf(stderr, "lastcall: %s\n", setup.error().message.c_str());
+        return 2;
+    }
+    auto now = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now());
+    for (const auto& job : setup->jobs) {
+        std::printf("%s  (%s)  schedule '%s'  overlap=%s  on_interrupted=%s%s\n", job.name.c_str(),
+                    job.origin.c_str(), job.schedule->expression().c_str(),
+                    std::string(to_string(job.overlap)).c_str(),
+                    std::string(to_string(job.on_interrupted)).c_str(),
+                    job.output.empty() ? "" : ("  output=" + job.output).c_str());
+        std::optional<cron::sys_seconds> t = cron::sys_seconds{now.time_since_epoch()};
+        for (int i = 0; i < count; ++i) {
+            t = job.schedule->next_after(*t);
+            if (!t) {
+                std::printf("  (no further fire time)\n");
+                break;
+            }
+            std::printf("  %s\n", iso_utc(t->time_since_epoch().count()).c_str());
+        }
+    }
+    return 0;
+}
+
+}  // namespace lastcall

@@ -1,0 +1,78 @@
+#include "lastcall/core/event_loop.hpp"
+
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+
+#include <cerrno>
+#include <string>
+
+namespace lastcall {
+
+Result<EventLoop> EventLoop::create() {
+    UniqueFd fd(::epoll_create1(EPOLL_CLOEXEC));
+    if (!fd) return sys_error("epoll_create1", errno);
+    return EventLoop(std::move(fd));
+}
+
+Status EventLoop::watch(int fd, std::uint32_t events, Handler handler) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.fd = fd;
+    if (::epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+        return sys_error("epoll_ctl ADD fd " + std::to_string(fd), errno);
+    handlers_[fd] = std::move(handler);
+    return Ok{};
+}
+
+void EventLoop::unwatch(int fd) {
+    // Removal cannot usefully fail: the fd is either registered or already closed.
+    ::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    handlers_.erase(fd);
+}
+
+Status EventLoop::run_once() {
+    epoll_event events[16];
+    int n = ::epoll_wait(epfd_.get(), events, 16, -1);
+    if (n < 0) {
+        if (errno == EINTR) return Ok{};  // SIGSTOP/SIGCONT of lastcall itself interrupts the wait
+        return sys_error("epoll_wait", errno);
+    }
+    for (int i = 0; i < n; ++i) {
+        auto it = handlers_.find(events[i].data.fd);
+        // A handler earlier in this batch may have unwatched this fd.
+        if (it == handlers_.end()) continue;
+        auto handler = it->second;  // copy: the handler may unwatch itself
+        handler(events[i].events);
+    }
+    return Ok{};
+}
+
+Result<DeadlineTimer> DeadlineTimer::create() {
+    UniqueFd fd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+    if (!fd) return sys_error("timerfd_create", errno);
+    return DeadlineTimer(std::move(fd));
+}
+
+Status DeadlineTimer::arm(std::optional<MonoTime> deadline) {
+    itimerspec spec{};
+    if (deadline) {
+        // steady_clock is CLOCK_MONOTONIC on Linux, so its epoch is the timerfd's.
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      deadline->time_since_epoch())
+                      .count();
+        if (ns <= 0) ns = 1;  // an all-zero it_value would disarm instead of firing now
+        spec.it_value.tv_sec = ns / 1000000000;
+        spec.it_value.tv_nsec = ns % 1000000000;
+    }
+    if (::timerfd_settime(fd_.get(), TFD_TIMER_ABSTIME, &spec, nullptr) != 0)
+        return sys_error("timerfd_settime", errno);
+    return Ok{};
+}
+
+void DeadlineTimer::consume() {
+    std::uint64_t expirations;
+    // EAGAIN just means it was already consumed.
+    [[maybe_unused]] auto r = ::read(fd_.get(), &expirations, sizeof expirations);
+}
+
+}  // namespace lastcall

@@ -1,0 +1,99 @@
+#include "lastcall/core/signals.hpp"
+
+#include <array>
+#include <cctype>
+#include <string>
+
+namespace lastcall {
+
+namespace {
+
+struct Named {
+    const char* name;
+    int number;
+};
+
+constexpr std::array kNames{
+    Named{"HUP", SIGHUP},       Named{"INT", SIGINT},       Named{"QUIT", SIGQUIT},
+    Named{"ILL", SIGILL},       Named{"TRAP", SIGTRAP},     Named{"ABRT", SIGABRT},
+    Named{"IOT", SIGIOT},       Named{"BUS", SIGBUS},       Named{"FPE", SIGFPE},
+    Named{"KILL", SIGKILL},     Named{"USR1", SIGUSR1},     Named{"SEGV", SIGSEGV},
+    Named{"USR2", SIGUSR2},     Named{"PIPE", SIGPIPE},     Named{"ALRM", SIGALRM},
+    Named{"TERM", SIGTERM},     Named{"STKFLT", SIGSTKFLT}, Named{"CHLD", SIGCHLD},
+    Named{"CONT", SIGCONT},     Named{"STOP", SIGSTOP},     Named{"TSTP", SIGTSTP},
+    Named{"TTIN", SIGTTIN},     Named{"TTOU", SIGTTOU},     Named{"URG", SIGURG},
+    Named{"XCPU", SIGXCPU},     Named{"XFSZ", SIGXFSZ},     Named{"VTALRM", SIGVTALRM},
+    Named{"PROF", SIGPROF},     Named{"WINCH", SIGWINCH},   Named{"IO", SIGIO},
+    Named{"POLL", SIGPOLL},     Named{"PWR", SIGPWR},       Named{"SYS", SIGSYS},
+};
+
+bool parse_int(std::string_view s, int& out) {
+    if (s.empty() || s.size() > 4) return false;
+    int v = 0;
+    for (char c : s) {
+        if (c < '0' || c > '9') return false;
+        v = v * 10 + (c - '0');
+    }
+    out = v;
+    return true;
+}
+
+}  // namespace
+
+Result<int> parse_signal(std::string_view text, bool allow_zero) {
+    std::string up;
+    for (char c : text) up += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    std::string_view s = up;
+    auto invalid = [&] { return Error{"invalid signal '" + std::string(text) + "'"}; };
+    int n = 0;
+    if (parse_int(s, n)) {
+        if (n == 0 && allow_zero) return 0;
+        if (n < 1 || n > SIGRTMAX) return invalid();
+        return n;
+    }
+    if (s.starts_with("SIG")) s.remove_prefix(3);
+    for (const auto& named : kNames)
+        if (s == named.name) return named.number;
+    // Real-time signals: RTMIN, RTMIN+n, RTMAX, RTMAX-n.
+    if (s.starts_with("RTMIN") || s.starts_with("RTMAX")) {
+        bool min = s.starts_with("RTMIN");
+        std::string_view rest = s.substr(5);
+        int base = min ? SIGRTMIN : SIGRTMAX;
+        int off = 0;
+        if (!rest.empty()) {
+            if (rest[0] != (min ? '+' : '-') || !parse_int(rest.substr(1), off)) return invalid();
+        }
+        int sig = min ? base + off : base - off;
+        if (sig < SIGRTMIN || sig > SIGRTMAX) return invalid();
+        return sig;
+    }
+    return invalid();
+}
+
+std::string signal_name(int sig) {
+    for (const auto& named : kNames)
+        if (named.number == sig && std::string_view(named.name) != "IOT" &&
+            std::string_view(named.name) != "POLL")
+            return std::string("SIG") + named.name;
+    if (sig >= SIGRTMIN && sig <= SIGRTMAX)
+        return sig == SIGRTMIN ? "SIGRTMIN" : "SIGRTMIN+" + std::to_string(sig - SIGRTMIN);
+    return "signal " + std::to_string(sig);
+}
+
+sigset_t handled_signals() {
+    sigset_t set;
+    sigfillset(&set);
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGKILL, SIGSTOP})
+        sigdelset(&set, sig);
+    return set;
+}
+
+bool is_termination_signal(int sig) {
+    return sig == SIGTERM || sig == SIGINT || sig == SIGQUIT;
+}
+
+bool is_job_control_signal(int sig) {
+    return sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
+}
+
+}  // namespace lastcall

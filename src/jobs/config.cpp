@@ -1,0 +1,352 @@
+// [jobs.*] and top-level keys of the TOML config; plain crontab files.
+#include "lastcall/core/atomic_file.hpp"
+#include "lastcall/jobs/config.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <toml++/toml.h>
+
+namespace lastcall {
+
+std::string_view to_string(Overlap o) {
+    switch (o) {
+        case Overlap::Skip: return "skip";
+        case Overlap::Queue: return "queue";
+        case Overlap::Allow: return "allow";
+    }
+    return "?";
+}
+
+std::string_view to_string(OnInterrupted o) {
+    switch (o) {
+        case OnInterrupted::Retry: return "retry";
+        case OnInterrupted::CleanupRetry: return "cleanup-retry";
+        case OnInterrupted::Hold: return "hold";
+    }
+    return "?";
+}
+
+std::string staging_path_for(const std::string& output) {
+    auto slash = output.rfind('/');
+    std::string dir = output.substr(0, slash + 1);
+    return dir + "." + output.substr(slash + 1) + ".lastcall-staging";
+}
+
+std::string default_state_dir() {
+    if (::geteuid() == 0) return "/var/lib/lastcall";
+    if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg && *xdg == '/')
+        return std::string(xdg) + "/lastcall";
+    if (const char* home = std::getenv("HOME"); home && *home)
+        return std::string(home) + "/.local/state/lastcall";
+    return "/tmp/lastcall-state-" + std::to_string(::geteuid());
+}
+
+namespace {
+
+bool valid_job_name(std::string_view name) {
+    return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_' || c == '-' || c == '.';
+    });
+}
+
+Error at(const std::string& path, long line, std::string_view key, const std::string& message) {
+    return Error{path + ":" + std::to_string(line) + ": " + std::string(key) + ": " + message};
+}
+
+Error at(const std::string& path, const toml::node& n, std::string_view key,
+         const std::string& message) {
+    return at(path, static_cast<long>(n.source().begin.line), key, message);
+}
+
+// A command: an argv array of strings, or one string for /bin/sh -c.
+Result<std::vector<std::string>> get_command(const std::string& path, const toml::node& n,
+                                             const std::string& key) {
+    if (auto s = n.value_exact<std::string>()) {
+        if (s->empty()) return at(path, n, key, "must not be empty");
+        return std::vector<std::string>{"/bin/sh", "-c", *s};
+    }
+    const toml::array* arr = n.as_array();
+    if (!arr) return at(path, n, key, "expected a string or an array of strings");
+    std::vector<std::string> argv;
+    for (const auto& item : *arr) {
+        auto s = item.value_exact<std::string>();
+        if (!s) return at(path, item, key, "expected an array of strings");
+        argv.push_back(*s);
+    }
+    if (argv.empty() || argv.front().empty()) return at(path, n, key, "must not be empty");
+    return argv;
+}
+
+Result<JobSpec> parse_job(const std::string& path, const std::string& name, const toml::table& t,
+                          const cron::TimeZone* zone) {
+    JobSpec job;
+    job.name = name;
+    long line = static_cast<long>(t.source().begin.line);
+    job.origin = path + ":" + std::to_string(line);
+    const std::string prefix = "jobs." + name + ".";
+    const toml::node* schedule_node = nullptr;
+    const toml::node* output_node = nullptr;
+    const toml::node* overlap_node = nullptr;
+    for (const auto& [k, v] : t) {
+        std::string key(k.str());
+        std::string full = prefix + key;
+        if (key == "schedule") {
+            auto s = v.value_exact<std::string>();
+            if (!s) return at(path, v, full, "expected a cron expression string");
+            auto sched = cron::parse(*s, zone);
+            if (!sched) return at(path, v, full, sched.error().message);
+            job.schedule = std::move(*sched);
+            schedule_node = &v;
+        } else if (key == "command") {
+            auto argv = get_command(path, v, full);
+            if (!argv) return argv.error();
+            job.command = std::move(*argv);
+        } else if (key == "timeout") {
+            auto s = v.value_exact<std::string>();
+            if (!s) return at(path, v, full, "expected a duration string such as \"30s\"");
+            auto d = parse_duration(*s);
+            if (!d) return at(path, v, full, d.error().message);
+            if (d->count() <= 0) return at(path, v, full, "must be above 0");
+            job.timeout = *d;
+        } else if (key == "overlap") {
+            auto s = v.value_exact<std::string>();
+            if (s == "skip")
+                job.overlap = Overlap::Skip;
+            else if (s == "queue")
+                job.overlap = Overlap::Queue;
+            else if (s == "allow")
+                job.overlap = Overlap::Allow;
+            else
+                return at(path, v, full, "expected \"skip\", \"queue\" or \"allow\"");
+            overlap_node = &v;
+        } else if (key == "on_interrupted") {
+            auto s = v.value_exact<std::string>();
+            if (s == "retry")
+                job.on_interrupted = OnInterrupted::Retry;
+            else if (s == "cleanup-retry")
+                job.on_interrupted = OnInterrupted::CleanupRetry;
+            else if (s == "hold")
+                job.on_interrupted = OnInterrupted::Hold;
+            else
+                return at(path, v, full, "expected \"retry\", \"cleanup-retry\" or \"hold\"");
+        } else if (key == "output") {
+            auto s = v.value_exact<std::string>();
+            if (!s || s->empty()) return at(path, v, full, "expected a file path");
+            if (s->front() != '/') return at(path, v, full, "must be an absolute path");
+            if (s->back() == '/') return at(path, v, full, "must name a file, not a directory");
+            job.output = *s;
+            output_node = &v;
+        } else if (key == "verify") {
+            auto argv = get_command(path, v, full);
+            if (!argv) return argv.error();
+            // A shell string sees the staged path as $1 ("verify" is its $0).
+            if (argv->size() == 3 && (*argv)[0] == "/bin/sh") argv->push_back("verify");
+            job.verify = std::move(*argv);
+        } else {
+            return at(path, v, full, "unknown key");
+        }
+    }
+    if (!schedule_node) return at(path, line, prefix + "schedule", "missing");
+    if (job.command.empty()) return at(path, line, prefix + "command", "missing");
+    if (!job.verify.empty() && job.output.empty())
+        return at(path, line, prefix + "verify", "needs `output` (it checks the staged output)");
+    // Two runs at once would write the same staging file.
+    if (output_node && job.overlap == Overlap::Allow)
+        return at(path, *overlap_node, prefix + "overlap",
+                  "\"allow\" cannot be combined with `output`: concurrent runs would share the "
+                  "staging file");
+    return job;
+}
+
+
+}  // namespace
+
+Result<JobsConfig> parse_jobs_toml(std::string_view text, const std::string& path) {
+    toml::table root;
+    try {
+        root = toml::parse(text, path);
+    } catch (const toml::parse_error& e) {
+        return Error{path + ":" + std::to_string(e.source().begin.line) + ": " +
+                     std::string(e.description())};
+    }
+    JobsConfig config;
+    std::optional<cron::TimeZone> zone;
+    const toml::node* jobs = nullptr;
+    for (const auto& [k, v] : root) {
+        std::string key(k.str());
+        if (key == "services") continue;  // the services loader's
+        if (key == "jobs") {
+            jobs = &v;
+        } else if (key == "state_dir") {
+            auto s = v.value_exact<std::string>();
+            if (!s || s->empty() || s->front() != '/')
+                return at(path, v, key, "expected an absolute directory path");
+            config.state_dir = *s;
+        } else if (key == "timezone") {
+            auto s = v.value_exact<std::string>();
+            if (!s) return at(path, v, key, "expected a time zone name such as \"Europe/Berlin\"");
+            auto z = cron::TimeZone::load(*s);
+            if (!z) return at(path, v, key, z.error().message);
+            zone = std::move(*z);
+        } else {
+            return at(path, v, key, "unknown key");
+        }
+    }
+    if (!jobs) return config;
+    const toml::table* table = jobs->as_table();
+    if (!table) return at(path, *jobs, "jobs", "expected tables [jobs.NAME]");
+    for (const auto& [k, v] : *table) {
+        std::string name(k.str());
+        const toml::table* t = v.as_table();
+        if (!t) return at(path, v, "jobs." + name, "expected a table [jobs." + name + "]");
+        if (!valid_job_name(name))
+            return at(path, v, "jobs." + name, "a job name uses only letters, digits, _ . -");
+        auto job = parse_job(path, name, *t, zone ? &*zone : nullptr);
+        if (!job) return job.error();
+        config.jobs.push_back(std::move(*job));
+    }
+    // Two jobs promoting onto one final name would overwrite each other's artifact.
+    for (std::size_t i = 0; i < config.jobs.size(); ++i)
+        for (std::size_t j = 0; j < i; ++j)
+            if (!config.jobs[i].output.empty() && config.jobs[i].output == config.jobs[j].output)
+                return Error{config.jobs[i].origin + ": jobs." + config.jobs[i].name +
+                             ".output: the same file as jobs." + config.jobs[j].name + ".output"};
+    // toml++ keeps tables sorted by key; the file's order is what a reader expects.
+    std::stable_sort(config.jobs.begin(), config.jobs.end(), [](const auto& a, const auto& b) {
+        auto line = [](const std::string& o) { return std::stol(o.substr(o.rfind(':') + 1)); };
+        return line(a.origin) < line(b.origin);
+    });
+    return config;
+}
+
+Result<JobsConfig> load_jobs_config(const std::string& path) {
+    auto text = read_file(path);
+    if (!text) return text.error();
+    return parse_jobs_toml(*text, path);
+}
+
+Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::string& path) {
+    std::vector<JobSpec> jobs;
+    std::vector<std::string> env;
+    std::string cron_tz;  // a CRON_TZ= line applies to the entries after it
+    long line_no = 0;
+    std::size_t pos = 0;
+    while (pos <= text.size()) {
+        std::size_t nl = text.find('\n', pos);
+        std::string_view raw = text.substr(pos, nl == std::string_view::npos ? text.npos : nl - pos);
+        pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
+        ++line_no;
+        std::string line(raw);
+        while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+            line.pop_back();
+        std::size_t first = line.find_first_not_of(" \t");
+        if (first == std::string::npos || line[first] == '#') continue;
+        line.erase(0, first);
+
+        // Words and where each one ends, so the command keeps its own spacing.
+        std::vector<std::pair<std::size_t, std::size_t>> words;
+        for (std::size_t i = 0; i < line.size();) {
+            std::size_t b = line.find_first_not_of(" \t", i);
+            if (b == std::string::npos) break;
+            std::size_t e = line.find_first_of(" \t", b);
+            if (e == std::string::npos) e = line.size();
+            words.emplace_back(b, e);
+            i = e;
+        }
+        std::string first_word = line.substr(words[0].first, words[0].second - words[0].first);
+        auto eq = first_word.find('=');
+        if (eq != std::string::npos && line[0] != '@' && line[0] != '*' &&
+            !std::isdigit(static_cast<unsigned char>(line[0]))) {
+            // NAME=VALUE: an environment assignment for the entries that follow, as in cron.
+            std::string name = line.substr(0, line.find('='));
+            std::string value = line.substr(line.find('=') + 1);
+            if (name == "CRON_TZ")
+                cron_tz = value;
+            else
+                env.push_back(name + "=" + value);
+            continue;
+        }
+        auto expr_of = [&](std::size_t n) {
+            return line.substr(0, words[n - 1].second);
+        };
+        std::optional<cron::Schedule> schedule;
+        std::size_t used = 0;
+        std::string last_error;
+        std::vector<std::size_t> candidates;
+        if (line[0] == '@')
+            candidates = {first_word == "@every" ? std::size_t{2} : std::size_t{1}};
+        else
+            candidates = {6, 5};  // seconds first (supercronic's 6-field form), then classic
+        for (std::size_t n : candidates) {
+            if (words.size() <= n) {
+                if (last_error.empty())
+                    last_error = "expected a schedule and a command";
+                continue;
+            }
+            std::string expr = expr_of(n);
+            if (!cron_tz.empty()) expr = "CRON_TZ=" + cron_tz + " " + expr;
+            auto s = cron::parse(expr);
+            if (s) {
+                schedule = std::move(*s);
+                used = n;
+                break;
+            }
+            last_error = s.error().message;
+        }
+        if (!schedule) return at(path, line_no, "schedule", last_error);
+        JobSpec job;
+        job.name = "crontab-" + std::to_string(line_no);
+        job.origin = path + ":" + std::to_string(line_no);
+        job.schedule = std::move(schedule);
+        job.command = {"/bin/sh", "-c", line.substr(words[used].first)};
+        job.env = env;
+        jobs.push_back(std::move(job));
+    }
+    return jobs;
+}
+
+Result<std::vector<JobSpec>> load_crontab(const std::string& path) {
+    auto text = read_file(path);
+    if (!text) return text.error();
+    return parse_crontab(*text, path);
+}
+
+std::string resolve_state_dir(const std::string& flag, const std::string& from_config) {
+    if (!flag.empty()) return flag;
+    if (!from_config.empty()) return from_config;
+    return default_state_dir();
+}
+
+Result<JobsSetup> load_jobs(const Options& options) {
+    JobsSetup setup;
+    std::string config_dir;
+    if (!options.config_path.empty()) {
+        auto config = load_jobs_config(options.config_path);
+        if (!config) return config.error();
+        setup.jobs = std::move(config->jobs);
+        config_dir = config->state_dir;
+    }
+    if (!options.crontab_path.empty()) {
+        auto lines = load_crontab(options.crontab_path);
+        if (!lines) return lines.error();
+        for (auto& job : *lines) {
+            for (const auto& other : setup.jobs)
+                if (other.name == job.name)
+                    return Error{job.origin + ": the crontab entry is named " + job.name +
+                                 ", which [jobs." + job.name + "] (" + other.origin +
+                                 ") already uses"};
+            setup.jobs.push_back(std::move(job));
+        }
+    }
+    setup.state_dir = resolve_state_dir(options.state_dir, config_dir);
+    return setup;
+}
+
+}  // namespace lastcall

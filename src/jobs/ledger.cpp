@@ -1,0 +1,460 @@
+#include "lastcall/jobs/ledger.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace lastcall {
+
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS runs (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    job          TEXT    NOT NULL,
+    scheduled_at INTEGER NOT NULL,
+    state        TEXT    NOT NULL CHECK (state IN
+                     ('scheduled', 'started', 'completed', 'failed', 'interrupted', 'skipped')),
+    pid          INTEGER,
+    created_ms   INTEGER NOT NULL,
+    started_ms   INTEGER,
+    ended_ms     INTEGER,
+    exit_code    INTEGER,
+    signal       INTEGER,
+    reason       TEXT    NOT NULL DEFAULT '',
+    retry_of     INTEGER,
+    recovery     TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_by_job ON runs (job, id);
+CREATE INDEX IF NOT EXISTS runs_by_state ON runs (state);
+-- The database itself refuses to rewrite a terminal record, whoever writes to it.
+CREATE TRIGGER IF NOT EXISTS runs_terminal_is_final
+BEFORE UPDATE OF state ON runs
+WHEN OLD.state IN ('completed', 'failed', 'interrupted', 'skipped') AND NEW.state <> OLD.state
+BEGIN
+    SELECT RAISE(ABORT, 'a terminal run state is final');
+END;
+CREATE TABLE IF NOT EXISTS watermarks (
+    job          TEXT    PRIMARY KEY,
+    scheduled_at INTEGER NOT NULL,
+    run_id       INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS starts (
+    id    INTEGER PRIMARY KEY AUTOINCREMENT,
+    pid   INTEGER NOT NULL,
+    at_ms INTEGER NOT NULL
+);
+)sql";
+
+constexpr const char* kColumns =
+    "id, job, scheduled_at, state, pid, created_ms, started_ms, ended_ms, exit_code, signal, "
+    "reason, retry_of, coalesce(recovery, '')";
+
+// A prepared statement, finalized on every path.
+class Stmt {
+public:
+    Stmt(sqlite3* db, const std::string& sql) : db_(db) {
+        rc_ = sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr);
+    }
+    Stmt(const Stmt&) = delete;
+    Stmt& operator=(const Stmt&) = delete;
+    ~Stmt() { sqlite3_finalize(stmt_); }
+    bool ok() const { return rc_ == SQLITE_OK; }
+    sqlite3_stmt* get() const { return stmt_; }
+    void bind(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+    void bind(int i, std::string_view s) {
+        sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+    }
+    void bind(int i, std::optional<std::int64_t> v) {
+        if (v)
+            bind(i, *v);
+        else
+            sqlite3_bind_null(stmt_, i);
+    }
+    void bind(int i, std::optional<int> v) {
+        bind(i, v ? std::optional<std::int64_t>(*v) : std::nullopt);
+    }
+    // SQLITE_ROW, SQLITE_DONE or an error code.
+    int step() { return sqlite3_step(stmt_); }
+
+private:
+    sqlite3* db_;
+    sqlite3_stmt* stmt_ = nullptr;
+    int rc_;
+};
+
+std::optional<std::int64_t> opt_int(sqlite3_stmt* s, int col) {
+    if (sqlite3_column_type(s, col) == SQLITE_NULL) return std::nullopt;
+    return sqlite3_column_int64(s, col);
+}
+
+std::string text(sqlite3_stmt* s, int col) {
+    const unsigned char* t = sqlite3_column_text(s, col);
+    return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
+}
+
+RunRecord read_row(sqlite3_stmt* s) {
+    RunRecord r;
+    r.id = sqlite3_column_int64(s, 0);
+    r.job = text(s, 1);
+    r.scheduled_at = sqlite3_column_int64(s, 2);
+    r.state = parse_run_state(text(s, 3)).value_or(RunState::Failed);
+    r.pid = opt_int(s, 4);
+    r.created_ms = sqlite3_column_int64(s, 5);
+    r.started_ms = opt_int(s, 6);
+    r.ended_ms = opt_int(s, 7);
+    if (auto v = opt_int(s, 8)) r.exit_code = static_cast<int>(*v);
+    if (auto v = opt_int(s, 9)) r.signal = static_cast<int>(*v);
+    r.reason = text(s, 10);
+    r.retry_of = opt_int(s, 11);
+    r.recovery = text(s, 12);
+    return r;
+}
+
+// "('a', 'b')": the states from which `to` may be reached, per run_transition().
+std::string sources_of(RunState to) {
+    std::string out;
+    for (RunState from : kAllRunStates) {
+        if (!run_transition(from, to)) continue;
+        out += out.empty() ? "(" : ", ";
+        out += "'" + std::string(to_string(from)) + "'";
+    }
+    return out.empty() ? "(NULL)" : out + ")";
+}
+
+Status make_dirs(const std::string& dir) {
+    std::string path;
+    std::size_t pos = 0;
+    while (pos != std::string::npos) {
+        pos = dir.find('/', pos + 1);
+        path = dir.substr(0, pos);
+        if (path.empty()) continue;
+        if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST)
+            return sys_error("mkdir " + path, errno);
+    }
+    return Ok{};
+}
+
+}  // namespace
+
+std::int64_t unix_ms_now() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+std::string_view to_string(RunState s) {
+    switch (s) {
+        case RunState::Scheduled: return "scheduled";
+        case RunState::Started: return "started";
+        case RunState::Completed: return "completed";
+        case RunState::Failed: return "failed";
+        case RunState::Interrupted: return "interrupted";
+        case RunState::Skipped: return "skipped";
+    }
+    return "?";
+}
+
+std::optional<RunState> parse_run_state(std::string_view s) {
+    for (RunState st : kAllRunStates)
+        if (to_string(st) == s) return st;
+    return std::nullopt;
+}
+
+bool is_terminal(RunState s) { return s != RunState::Scheduled && s != RunState::Started; }
+
+bool run_transition(RunState from, RunState to) {
+    switch (from) {
+        case RunState::Scheduled:
+            // Skipped: refused before it started (shutting down, held). Failed: the spawn
+            // failed. Interrupted: the owner died or stopped while it was queued.
+            return to == RunState::Started || to == RunState::Skipped ||
+                   to == RunState::Failed || to == RunState::Interrupted;
+        case RunState::Started:
+            return to == RunState::Completed || to == RunState::Failed ||
+                   to == RunState::Interrupted;
+        case RunState::Completed:
+        case RunState::Failed:
+        case RunState::Interrupted:
+        case RunState::Skipped:
+            return false;
+    }
+    return false;
+}
+
+std::string Ledger::path_in(const std::string& state_dir) { return state_dir + "/ledger.sqlite"; }
+
+Result<Ledger> Ledger::open(const std::string& state_dir, bool exclusive) {
+    std::string path = path_in(state_dir);
+    UniqueFd lock;
+    if (exclusive) {
+        if (auto st = make_dirs(state_dir); !st)
+            return Error{"state dir " + state_dir + ": " + st.error().message};
+        std::string lock_path = state_dir + "/ledger.lock";
+        lock.reset(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+        if (!lock) return sys_error("state dir " + state_dir + ": open " + lock_path, errno);
+        if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+            if (errno == EWOULDBLOCK)
+                return Error{"state dir " + state_dir +
+                             " is in use by another lastcall (flock " + lock_path + ")"};
+            return sys_error("state dir " + state_dir + ": flock " + lock_path, errno);
+        }
+    } else if (::access(path.c_str(), F_OK) != 0) {
+        return sys_error("no run ledger at " + path, errno);
+    }
+    sqlite3* raw = nullptr;
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (exclusive ? SQLITE_OPEN_CREATE : 0);
+    int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+    SqliteHandle db(raw);
+    if (rc != SQLITE_OK)
+        return Error{"sqlite open " + path + ": " +
+                     (raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc))};
+    Ledger ledger(std::move(db), std::move(path), std::move(lock));
+    sqlite3_busy_timeout(ledger.db_.get(), 5000);
+    sqlite3_extended_result_codes(ledger.db_.get(), 1);
+    // WAL: readers (`lastcall runs`) never block the supervisor's writes. FULL: a commit that
+    // returned survives a power cut, which is what a state change promises.
+    {
+        Stmt wal(ledger.db_.get(), "PRAGMA journal_mode=WAL");
+        if (!wal.ok() || wal.step() != SQLITE_ROW) return ledger.sql_error("PRAGMA journal_mode");
+        std::string mode = text(wal.get(), 0);
+        if (mode != "wal")
+            return Error{"sqlite " + ledger.path_ + ": journal_mode is " + mode + ", not wal"};
+    }
+    if (auto st = ledger.exec("PRAGMA synchronous=FULL"); !st) return st.error();
+    if (auto st = ledger.exec(kSchema); !st) return st.error();
+    if (exclusive) {
+        // A real write now: a full disk or read-only file fails the start, not the first run.
+        Stmt ins(ledger.db_.get(), "INSERT INTO starts (pid, at_ms) VALUES (?1, ?2)");
+        if (!ins.ok()) return ledger.sql_error("prepare insert start");
+        ins.bind(1, static_cast<std::int64_t>(::getpid()));
+        ins.bind(2, unix_ms_now());
+        if (ins.step() != SQLITE_DONE) return ledger.sql_error("record start");
+    }
+    return ledger;
+}
+
+Error Ledger::sql_error(std::string_view what) const {
+    return Error{"sqlite " + path_ + ": " + std::string(what) + ": " + sqlite3_errmsg(db_.get())};
+}
+
+Status Ledger::exec(const char* sql) {
+    char* msg = nullptr;
+    if (sqlite3_exec(db_.get(), sql, nullptr, nullptr, &msg) != SQLITE_OK) {
+        std::string text = msg ? msg : sqlite3_errmsg(db_.get());
+        sqlite3_free(msg);
+        return Error{"sqlite " + path_ + ": " + text};
+    }
+    return Ok{};
+}
+
+Result<std::int64_t> Ledger::add(std::string_view job, std::int64_t scheduled_at, RunState state,
+                                 std::string_view reason, std::optional<std::int64_t> retry_of) {
+    Stmt s(db_.get(),
+           "INSERT INTO runs (job, scheduled_at, state, created_ms, ended_ms, reason, retry_of) "
+           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+    if (!s.ok()) return sql_error("prepare insert run");
+    std::int64_t now = unix_ms_now();
+    s.bind(1, job);
+    s.bind(2, scheduled_at);
+    s.bind(3, to_string(state));
+    s.bind(4, now);
+    s.bind(5, is_terminal(state) ? std::optional<std::int64_t>(now) : std::nullopt);
+    s.bind(6, reason);
+    s.bind(7, retry_of);
+    if (s.step() != SQLITE_DONE) return sql_error("insert run of job " + std::string(job));
+    return static_cast<std::int64_t>(sqlite3_last_insert_rowid(db_.get()));
+}
+
+Result<bool> Ledger::transition(std::int64_t id, RunState to, const std::string& set_clause,
+                                const std::function<Status(sqlite3_stmt*, int)>& bind) {
+    std::string sql = "UPDATE runs SET state = ?1" + set_clause + " WHERE id = ?2 AND state IN " +
+                      sources_of(to);
+    Stmt s(db_.get(), sql);
+    if (!s.ok()) return sql_error("prepare update run");
+    s.bind(1, to_string(to));
+    s.bind(2, id);
+    if (auto st = bind(s.get(), 3); !st) return st.error();
+    if (s.step() != SQLITE_DONE)
+        return sql_error("update run " + std::to_string(id) + " to " + std::string(to_string(to)));
+    return sqlite3_changes(db_.get()) == 1;
+}
+
+Result<bool> Ledger::start(std::int64_t id, std::int64_t pid) {
+    return transition(id, RunState::Started, ", pid = ?3, started_ms = ?4",
+                      [&](sqlite3_stmt* s, int) {
+                          sqlite3_bind_int64(s, 3, pid);
+                          sqlite3_bind_int64(s, 4, unix_ms_now());
+                          return Status(Ok{});
+                      });
+}
+
+Result<bool> Ledger::finish(std::int64_t id, RunState to, RunOutcome outcome,
+                            std::string_view reason) {
+    if (!is_terminal(to)) return Error{"finish run " + std::to_string(id) + ": not terminal"};
+    return transition(
+        id, to, ", ended_ms = ?3, exit_code = ?4, signal = ?5, reason = ?6",
+        [&](sqlite3_stmt* s, int) {
+            sqlite3_bind_int64(s, 3, unix_ms_now());
+            if (outcome.exit_code)
+                sqlite3_bind_int(s, 4, *outcome.exit_code);
+            else
+                sqlite3_bind_null(s, 4);
+            if (outcome.signal)
+                sqlite3_bind_int(s, 5, *outcome.signal);
+            else
+                sqlite3_bind_null(s, 5);
+            sqlite3_bind_text(s, 6, reason.data(), static_cast<int>(reason.size()),
+                              SQLITE_TRANSIENT);
+            return Status(Ok{});
+        });
+}
+
+Result<bool> Ledger::complete(std::int64_t id, RunOutcome outcome) {
+    // One transaction: the record and the watermark become durable together, and the watermark
+    // only ever moves on a run that really became completed.
+    if (auto st = exec("BEGIN IMMEDIATE"); !st) return st.error();
+    auto done = finish(id, RunState::Completed, outcome, "");
+    if (!done || !*done) {
+        (void)exec("ROLLBACK");
+        return done;
+    }
+    Stmt w(db_.get(),
+           "INSERT INTO watermarks (job, scheduled_at, run_id) "
+           "SELECT job, scheduled_at, id FROM runs WHERE id = ?1 "
+           "ON CONFLICT (job) DO UPDATE SET scheduled_at = excluded.scheduled_at, "
+           "run_id = excluded.run_id WHERE excluded.scheduled_at >= watermarks.scheduled_at");
+    if (!w.ok() || (w.bind(1, id), w.step()) != SQLITE_DONE) {
+        Error e = sql_error("advance watermark for run " + std::to_string(id));
+        (void)exec("ROLLBACK");
+        return e;
+    }
+    if (auto st = exec("COMMIT"); !st) {
+        (void)exec("ROLLBACK");
+        return st.error();
+    }
+    return true;
+}
+
+Result<std::optional<std::int64_t>> Ledger::watermark(std::string_view job) {
+    Stmt s(db_.get(), "SELECT scheduled_at FROM watermarks WHERE job = ?1");
+    if (!s.ok()) return sql_error("prepare watermark");
+    s.bind(1, job);
+    int rc = s.step();
+    if (rc == SQLITE_ROW) return std::optional<std::int64_t>(sqlite3_column_int64(s.get(), 0));
+    if (rc == SQLITE_DONE) return std::optional<std::int64_t>();
+    return sql_error("read watermark of " + std::string(job));
+}
+
+Result<std::vector<RunRecord>> Ledger::list(const RunFilter& filter) {
+    std::string sql = std::string("SELECT ") + kColumns + " FROM runs WHERE 1";
+    if (!filter.job.empty()) sql += " AND job = ?1";
+    if (filter.state) sql += " AND state = ?2";
+    sql += " ORDER BY id";
+    Stmt s(db_.get(), sql);
+    if (!s.ok()) return sql_error("prepare list runs");
+    if (!filter.job.empty()) s.bind(1, filter.job);
+    if (filter.state) s.bind(2, to_string(*filter.state));
+    std::vector<RunRecord> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_row(s.get()));
+    if (rc != SQLITE_DONE) return sql_error("list runs");
+    return out;
+}
+
+Result<std::optional<RunRecord>> Ledger::get(std::int64_t id) {
+    Stmt s(db_.get(), std::string("SELECT ") + kColumns + " FROM runs WHERE id = ?1");
+    if (!s.ok()) return sql_error("prepare get run");
+    s.bind(1, id);
+    int rc = s.step();
+    if (rc == SQLITE_ROW) return std::optional<RunRecord>(read_row(s.get()));
+    if (rc == SQLITE_DONE) return std::optional<RunRecord>();
+    return sql_error("get run " + std::to_string(id));
+}
+
+Result<std::vector<RunRecord>> Ledger::interrupt_unfinished(std::string_view reason) {
+    auto open_runs = list({});
+    if (!open_runs) return open_runs.error();
+    std::vector<RunRecord> out;
+    for (auto& r : *open_runs) {
+        if (is_terminal(r.state)) continue;
+        auto done = finish(r.id, RunState::Interrupted, {}, reason);
+        if (!done) return done.error();
+        if (*done) {
+            r.state = RunState::Interrupted;
+            r.reason = std::string(reason);
+            out.push_back(std::move(r));
+        }
+    }
+    return out;
+}
+
+Result<std::vector<RunRecord>> Ledger::awaiting_recovery() {
+    Stmt s(db_.get(), std::string("SELECT ") + kColumns +
+                          " FROM runs WHERE state = 'interrupted' AND (recovery IS NULL OR "
+                          "recovery = 'released') ORDER BY id");
+    if (!s.ok()) return sql_error("prepare recovery query");
+    std::vector<RunRecord> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_row(s.get()));
+    if (rc != SQLITE_DONE) return sql_error("list runs awaiting recovery");
+    return out;
+}
+
+Result<std::optional<RunRecord>> Ledger::held_run(std::string_view job) {
+    Stmt s(db_.get(), std::string("SELECT ") + kColumns +
+                          " FROM runs WHERE job = ?1 AND state = 'interrupted' AND recovery = "
+                          "'held' ORDER BY id LIMIT 1");
+    if (!s.ok()) return sql_error("prepare held query");
+    s.bind(1, job);
+    int rc = s.step();
+    if (rc == SQLITE_ROW) return std::optional<RunRecord>(read_row(s.get()));
+    if (rc == SQLITE_DONE) return std::optional<RunRecord>();
+    return sql_error("find held run of " + std::string(job));
+}
+
+Status Ledger::set_recovery(std::int64_t id, std::string_view recovery) {
+    Stmt s(db_.get(), "UPDATE runs SET recovery = ?1 WHERE id = ?2");
+    if (!s.ok()) return sql_error("prepare set recovery");
+    s.bind(1, recovery);
+    s.bind(2, id);
+    if (s.step() != SQLITE_DONE) return sql_error("set recovery of run " + std::to_string(id));
+    return Ok{};
+}
+
+Result<std::int64_t> Ledger::add_retry(std::string_view job, std::int64_t scheduled_at,
+                                       const std::vector<std::int64_t>& interrupted) {
+    if (interrupted.empty()) return Error{"add retry of " + std::string(job) + ": no run given"};
+    if (auto st = exec("BEGIN IMMEDIATE"); !st) return st.error();
+    auto id = add(job, scheduled_at, RunState::Scheduled, "", interrupted.back());
+    if (!id) {
+        (void)exec("ROLLBACK");
+        return id;
+    }
+    for (std::int64_t old : interrupted) {
+        if (auto st = set_recovery(old, kRecoveryRetried); !st) {
+            (void)exec("ROLLBACK");
+            return st.error();
+        }
+    }
+    if (auto st = exec("COMMIT"); !st) {
+        (void)exec("ROLLBACK");
+        return st.error();
+    }
+    return id;
+}
+
+Result<bool> Ledger::release(std::int64_t id) {
+    Stmt s(db_.get(),
+           "UPDATE runs SET recovery = 'released' WHERE id = ?1 AND state = 'interrupted' AND "
+           "(recovery IS NULL OR recovery = 'held')");
+    if (!s.ok()) return sql_error("prepare release");
+    s.bind(1, id);
+    if (s.step() != SQLITE_DONE) return sql_error("release run " + std::to_string(id));
+    return sqlite3_changes(db_.get()) == 1;
+}
+
+}  // namespace lastcall

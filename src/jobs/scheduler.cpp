@@ -1,0 +1,662 @@
+#include "lastcall/jobs/scheduler.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <spdlog/spdlog.h>
+
+#include "lastcall/core/atomic_file.hpp"
+#include "lastcall/core/duration.hpp"
+#include "lastcall/core/json.hpp"
+#include "lastcall/process/environment.hpp"
+#include "lastcall/process/process_ref.hpp"
+#include "lastcall/process/stop.hpp"
+#include "lastcall/core/signals.hpp"
+
+
+namespace lastcall {
+
+namespace {
+
+// After a job's timeout its group gets SIGTERM; if it is still there this much later, SIGKILL.
+constexpr std::chrono::seconds kTimeoutKillAfter{5};
+constexpr const char* kShuttingDown = "shutting down";
+
+std::string iso_utc(std::int64_t unix_seconds) {
+    std::time_t t = static_cast<std::time_t>(unix_seconds);
+    std::tm tm{};
+    ::gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+std::string describe(int status) {
+    if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) return "was killed by " + signal_name(WTERMSIG(status));
+    return "changed state " + std::to_string(status);
+}
+
+RunOutcome outcome_of(int status) {
+    RunOutcome o;
+    if (WIFEXITED(status)) o.exit_code = WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) o.signal = WTERMSIG(status);
+    return o;
+}
+
+std::int64_t now_unix() {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+// Removes a leftover staging file; a missing one is the normal case.
+void remove_staging(const std::string& staging, std::string_view why) {
+    if (::unlink(staging.c_str()) == 0)
+        spdlog::info("removed staging file {} ({})", staging, why);
+    else if (errno != ENOENT)
+        spdlog::warn("unlink staging file {}: {}", staging, std::strerror(errno));
+}
+
+}  // namespace
+
+JobScheduler::JobScheduler(std::vector<JobSpec> jobs, Ledger ledger) : ledger_(std::move(ledger)) {
+    for (auto& spec : jobs) jobs_.push_back(JobState{std::move(spec), {}, {}, 0, 0});
+}
+
+Status JobScheduler::attach(Supervisor& s) {
+    sup_ = &s;
+    fire_timer_.reset(::timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC | TFD_NONBLOCK));
+    if (!fire_timer_) return sys_error("timerfd_create CLOCK_REALTIME", errno);
+    auto timeout = DeadlineTimer::create();
+    if (!timeout) return timeout.error();
+    timeout_timer_.emplace(std::move(*timeout));
+    if (auto st = s.loop().watch(fire_timer_.get(), EPOLLIN, [this](auto) { on_fire_timer(); });
+        !st)
+        return st;
+    if (auto st = s.loop().watch(timeout_timer_->fd(), EPOLLIN,
+                                 [this](auto) { on_timeout_timer(); });
+        !st)
+        return st;
+    recover();
+    auto now = cron::sys_seconds{std::chrono::seconds{now_unix()}};
+    for (auto& j : jobs_) {
+        j.next_fire = j.spec.schedule->next_after(now);
+        if (j.next_fire)
+            spdlog::info("job {}: schedule '{}', next run at {}", j.spec.name,
+                         j.spec.schedule->expression(),
+                         iso_utc(j.next_fire->time_since_epoch().count()));
+        else
+            spdlog::warn("job {}: schedule '{}' never fires again", j.spec.name,
+                         j.spec.schedule->expression());
+    }
+    arm_fire_timer();
+    return Ok{};
+}
+
+// The previous owner's unfinished runs become interrupted; then each job's interrupted runs are
+// retried, cleaned up and retried, or held, as the job says.
+void JobScheduler::recover() {
+    auto fixed = ledger_->interrupt_unfinished(
+        "lastcall stopped before the run ended (killed or crashed)");
+    if (!fixed) {
+        spdlog::error("run ledger recovery: {}", fixed.error().message);
+        return;
+    }
+    for (const auto& r : *fixed)
+        spdlog::warn("run {} of job {} (scheduled {}) was left {} by a previous lastcall: now "
+                     "interrupted",
+                     r.id, r.job, iso_utc(r.scheduled_at),
+                     r.pid ? "started" : "scheduled");
+    auto pending = ledger_->awaiting_recovery();
+    if (!pending) {
+        spdlog::error("run ledger recovery: {}", pending.error().message);
+        return;
+    }
+    for (std::size_t j = 0; j < jobs_.size(); ++j) {
+        const JobSpec& spec = jobs_[j].spec;
+        std::vector<std::int64_t> ids;
+        std::int64_t slot = 0;
+        bool released = false;
+        for (const auto& r : *pending) {
+            if (r.job != spec.name) continue;
+            ids.push_back(r.id);
+            slot = std::max(slot, r.scheduled_at);
+            released = released || r.recovery == kRecoveryReleased;
+        }
+        if (ids.empty()) continue;
+        std::string staging = spec.output.empty() ? "" : staging_path_for(spec.output);
+        if (spec.on_interrupted == OnInterrupted::Hold && !released) {
+            for (auto id : ids) {
+                if (auto st = ledger_->set_recovery(id, kRecoveryHeld); !st)
+                    spdlog::error("hold run {}: {}", id, st.error().message);
+                spdlog::warn("job {} is held: run {} was interrupted; `lastcall runs release {}` "
+                             "lets it run again{}",
+                             spec.name, id, id,
+                             staging.empty() ? "" : " (staging file " + staging + " kept)");
+            }
+            continue;
+        }
+        bool keep = spec.on_interrupted == OnInterrupted::Retry;
+        if (!keep && !staging.empty()) remove_staging(staging, "cleanup-retry");
+        spdlog::info("job {}: retrying interrupted run(s) now (on_interrupted = {})", spec.name,
+                     released ? "released" : to_string(spec.on_interrupted));
+        retries_.push_back(Retry{j, slot, ids, keep});
+    }
+}
+
+void JobScheduler::arm_fire_timer() {
+    itimerspec spec{};
+    if (!retries_.empty()) {
+        spec.it_value.tv_nsec = 1;  // the past: fires on the loop's first turn
+    } else {
+        std::optional<cron::sys_seconds> next;
+        for (const auto& j : jobs_)
+            if (j.next_fire && (!next || *j.next_fire < *next)) next = j.next_fire;
+        if (next) spec.it_value.tv_sec = next->time_since_epoch().count();
+    }
+    // Absolute on CLOCK_REALTIME: a clock step moves the fire with it, as cron expects.
+    if (::timerfd_settime(fire_timer_.get(), TFD_TIMER_ABSTIME, &spec, nullptr) != 0)
+        spdlog::error("timerfd_settime (job schedule): {}", std::strerror(errno));
+}
+
+void JobScheduler::on_fire_timer() {
+    std::uint64_t expirations;
+    [[maybe_unused]] auto n = ::read(fire_timer_.get(), &expirations, sizeof expirations);
+    auto retries = std::move(retries_);
+    retries_.clear();
+    for (auto& r : retries) {
+        if (!sup_->admission().is_open()) {
+            record_skipped(r.job, r.scheduled_at, kShuttingDown);
+            continue;
+        }
+        start_run(r.job, r.scheduled_at, std::nullopt, r.of, r.keep_staging);
+    }
+    auto now = cron::sys_seconds{std::chrono::seconds{now_unix()}};
+    for (std::size_t j = 0; j < jobs_.size(); ++j) {
+        auto& job = jobs_[j];
+        if (!job.next_fire || *job.next_fire > now) continue;
+        // After a suspend or a clock jump only the latest missed fire runs: a backlog of
+        // identical runs helps nobody.
+        cron::sys_seconds due = *job.next_fire;
+        int missed = 0;
+        auto next = job.spec.schedule->next_after(due);
+        while (next && *next <= now) {
+            due = *next;
+            ++missed;
+            next = job.spec.schedule->next_after(due);
+        }
+        if (missed > 0)
+            spdlog::warn("job {}: {} fire time(s) missed (suspend or clock jump)", job.spec.name,
+                         missed);
+        job.next_fire = next;
+        fire(j, due.time_since_epoch().count());
+    }
+    arm_fire_timer();
+}
+
+void JobScheduler::record_skipped(std::size_t job, std::int64_t scheduled_at,
+                                  const std::string& reason) {
+    const auto& name = jobs_[job].spec.name;
+    if (reason == kShuttingDown) ++skipped_at_shutdown_;
+    auto id = ledger_->add(name, scheduled_at, RunState::Skipped, reason);
+    if (!id)
+        spdlog::error("job {}: run at {} skipped ({}) but not recorded: {}", name,
+                      iso_utc(scheduled_at), reason, id.error().message);
+    else
+        spdlog::info("job {}: run {} at {} skipped: {}", name, *id, iso_utc(scheduled_at), reason);
+}
+
+void JobScheduler::fire(std::size_t j, std::int64_t scheduled_at) {
+    auto& job = jobs_[j];
+    if (!sup_->admission().is_open()) return record_skipped(j, scheduled_at, kShuttingDown);
+    auto held = ledger_->held_run(job.spec.name);
+    if (!held) {
+        spdlog::error("job {}: {}", job.spec.name, held.error().message);
+    } else if (*held) {
+        return record_skipped(j, scheduled_at,
+                              "held: run " + std::to_string((*held)->id) +
+                                  " was interrupted; `lastcall runs release " +
+                                  std::to_string((*held)->id) + "` lets the job run again");
+    }
+    if (job.running > 0) {
+        switch (job.spec.overlap) {
+            case Overlap::Skip:
+                return record_skipped(j, scheduled_at,
+                                      "the previous run is still running (overlap = skip)");
+            case Overlap::Queue: {
+                if (job.queued_id)
+                    return record_skipped(j, scheduled_at,
+                                          "a run is already queued behind the running one "
+                                          "(overlap = queue)");
+                auto id = ledger_->add(job.spec.name, scheduled_at, RunState::Scheduled,
+                                       "queued behind the running run");
+                if (!id) {
+                    spdlog::error("job {}: queue run: {}", job.spec.name, id.error().message);
+                    return;
+                }
+                job.queued_id = *id;
+                job.queued_at = scheduled_at;
+                spdlog::info("job {}: run {} queued behind the running one", job.spec.name, *id);
+                return;
+            }
+            case Overlap::Allow:
+                break;
+        }
+    }
+    // Interrupted runs released by `lastcall runs release` while lastcall runs: this run is
+    // their retry, so that the next start does not retry them a second time.
+    std::vector<std::int64_t> released;
+    if (auto pending = ledger_->awaiting_recovery(); !pending)
+        spdlog::error("job {}: {}", job.spec.name, pending.error().message);
+    else
+        for (const auto& r : *pending)
+            if (r.job == job.spec.name && r.recovery == kRecoveryReleased) released.push_back(r.id);
+    start_run(j, scheduled_at, std::nullopt, released, false);
+}
+
+std::vector<std::string> JobScheduler::environment(const Run& run,
+                                                   const std::string& staging) {
+    const JobSpec& spec = jobs_[run.job].spec;
+    // Each variable once: the job's own settings override lastcall's, and the LASTCALL_* that
+    // describe this run override everything (Environment::inherited already dropped any
+    // LASTCALL_* of lastcall's own environment).
+    Environment env = Environment::inherited(UnitKind::Job);
+    for (const auto& kv : spec.env) env.set(kv);
+    env.set("LASTCALL_JOB", spec.name);
+    env.set("LASTCALL_RUN_ID", std::to_string(run.id));
+    env.set("LASTCALL_SCHEDULED_TIME", iso_utc(run.scheduled_at));
+    std::string watermark;
+    if (auto w = ledger_->watermark(spec.name); !w)
+        spdlog::error("job {}: {}", spec.name, w.error().message);
+    else if (*w)
+        watermark = iso_utc(**w);
+    env.set("LASTCALL_WATERMARK", watermark);
+    if (!staging.empty()) env.set("LASTCALL_OUTPUT", staging);
+    return env.entries();
+}
+
+void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
+                             std::optional<std::int64_t> existing_id,
+                             const std::vector<std::int64_t>& retry_of, bool keep_staging) {
+    auto& job = jobs_[j];
+    const JobSpec& spec = job.spec;
+    // Registered before anything starts: after the drain closed intake this is refused, so no
+    // run begins once the drain has counted the active work.
+    auto ticket = sup_->admission().try_admit();
+    if (!ticket) {
+        if (existing_id) {
+            ++skipped_at_shutdown_;
+            auto done = ledger_->finish(*existing_id, RunState::Skipped, {}, kShuttingDown);
+            if (!done) spdlog::error("job {}: {}", spec.name, done.error().message);
+            return;
+        }
+        return record_skipped(j, scheduled_at, kShuttingDown);
+    }
+    Result<std::int64_t> id = existing_id ? Result<std::int64_t>(*existing_id)
+                              : retry_of.empty()
+                                  ? ledger_->add(spec.name, scheduled_at, RunState::Scheduled, "")
+                                  : ledger_->add_retry(spec.name, scheduled_at, retry_of);
+    if (!id) {
+        // Not recorded, so not run: a run the ledger does not know of would be a silent one.
+        spdlog::error("job {}: run at {} not started: {}", spec.name, iso_utc(scheduled_at),
+                      id.error().message);
+        return;  // the ticket rolls back
+    }
+    Run run;
+    run.id = *id;
+    run.job = j;
+    run.scheduled_at = scheduled_at;
+    std::string staging;
+    if (!spec.output.empty()) {
+        staging = staging_path_for(spec.output);
+        // A fresh run starts from nothing; a retry (on_interrupted = retry) may resume from what
+        // the interrupted run staged.
+        if (!keep_staging) remove_staging(staging, "left by an earlier run");
+    }
+    // The run is a unit of work with its own scope: a timeout stops all of it, setsid
+    // descendants included, and "the run is over" means its scope is empty.
+    run.scope = make_unit_scope(sup_->tracker(), "job-" + spec.name + "." + std::to_string(run.id));
+    SpawnSpec sp;
+    sp.argv = spec.command;
+    sp.env = environment(run, staging);
+    sp.session = SpawnSpec::Session::NewSession;
+    sp.cgroup_procs_fd = run.scope->spawn_cgroup_fd();
+    sp.pdeathsig = SIGKILL;  // a job must not outlive a lastcall that was killed
+    auto result = spawn(sp);
+    if (!result.child) {
+        std::string why = result.error ? result.error->message : result.failure->message();
+        ticket->rollback();
+        auto done = ledger_->finish(run.id, RunState::Failed, {}, "spawn: " + why);
+        if (!done) spdlog::error("job {}: {}", spec.name, done.error().message);
+        spdlog::error("job {}: run {} failed to start: {}", spec.name, run.id, why);
+        return;
+    }
+    ticket->started();
+    run.ticket = std::move(ticket);
+    run.pid = result.child->pid;
+    run.scope->started(run.pid);
+    if (spec.timeout) run.deadline = std::chrono::steady_clock::now() + *spec.timeout;
+    auto started = ledger_->start(run.id, run.pid);
+    if (!started)
+        spdlog::error("job {}: run {} started as pid {} but not recorded: {}", spec.name, run.id,
+                      run.pid, started.error().message);
+    spdlog::info("job {}: run {} (scheduled {}) started, pid {}", spec.name, run.id,
+                 iso_utc(scheduled_at), run.pid);
+    ++job.running;
+    runs_.emplace(run.id, std::move(run));
+    arm_timeout_timer();
+}
+
+void JobScheduler::reaped(const Reaped& r) {
+    for (auto& [id, run] : runs_) {
+        if (run.phase == Phase::Running && run.pid == r.pid) {
+            on_leader_exit(run, r.status);
+            break;
+        }
+        if (run.phase == Phase::Verifying && run.verify_pid == r.pid) {
+            on_verify_exit(run, r.status);
+            break;
+        }
+    }
+    release_finished_runs();
+}
+
+void JobScheduler::on_leader_exit(Run& run, int status) {
+    const JobSpec& spec = jobs_[run.job].spec;
+    spdlog::info("job {}: run {} pid {} {}", spec.name, run.id, run.pid, describe(status));
+    bool success = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (run.recorded) {
+        // Interrupted before the SIGKILL: whatever it did after that is not a result. The ledger
+        // refuses the late transition; it is tried anyway so that the refusal is the database's.
+        auto late = success ? ledger_->complete(run.id, outcome_of(status))
+                            : ledger_->finish(run.id, RunState::Failed, outcome_of(status),
+                                              describe(status));
+        if (!late)
+            spdlog::error("job {}: run {}: {}", spec.name, run.id, late.error().message);
+        else if (!*late)
+            spdlog::warn("job {}: run {} {} after it was recorded interrupted: refused, the "
+                         "record stays interrupted",
+                         spec.name, run.id, describe(status));
+        return after_exit(run);
+    }
+    if (!success) {
+        std::string reason = run.timed_out ? "timed out after " + format_duration(*spec.timeout) +
+                                                 " (then " + describe(status) + ")"
+                                           : describe(status);
+        fail(run, outcome_of(status), reason);
+        return after_exit(run);
+    }
+    if (spec.output.empty()) {
+        complete(run);
+        return after_exit(run);
+    }
+    std::string staging = staging_path_for(spec.output);
+    struct stat st {};
+    if (::stat(staging.c_str(), &st) != 0) {
+        fail(run, outcome_of(status),
+             "exited 0 but did not write its output ($LASTCALL_OUTPUT " + staging +
+                 "): " + std::strerror(errno));
+        return after_exit(run);
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size == 0) {
+        fail(run, outcome_of(status),
+             "exited 0 but its output " + staging + " is " +
+                 (S_ISREG(st.st_mode) ? "empty" : "not a regular file"));
+        return after_exit(run);
+    }
+    if (!spec.verify.empty()) return start_verify(run);
+    promote(run);
+    after_exit(run);
+}
+
+void JobScheduler::start_verify(Run& run) {
+    const JobSpec& spec = jobs_[run.job].spec;
+    std::string staging = staging_path_for(spec.output);
+    SpawnSpec sp;
+    sp.argv = spec.verify;
+    sp.argv.push_back(staging);
+    sp.env = environment(run, staging);
+    // Its own session, which the tree's stop signal does not reach: verify is lastcall's commit
+    // step, not the work being stopped (it runs under the run's scope, timeout and the final kill).
+    sp.session = SpawnSpec::Session::NewSession;
+    sp.cgroup_procs_fd = run.scope->spawn_cgroup_fd();
+    sp.pdeathsig = SIGKILL;
+    auto result = spawn(sp);
+    if (!result.child) {
+        std::string why = result.error ? result.error->message : result.failure->message();
+        fail(run, {0, {}}, "verify did not start: " + why);
+        return after_exit(run);
+    }
+    // The verify command runs under the run's ticket and timeout; the loop goes on meanwhile.
+    run.phase = Phase::Verifying;
+    run.verify_pid = result.child->pid;
+    sup_->add_helper_session(run.verify_pid);
+    spdlog::info("job {}: run {}: verifying {} (pid {})", spec.name, run.id, staging,
+                 run.verify_pid);
+}
+
+void JobScheduler::on_verify_exit(Run& run, int status) {
+    const JobSpec& spec = jobs_[run.job].spec;
+    sup_->remove_helper_session(run.verify_pid);
+    run.phase = Phase::Running;  // after_exit() moves it on
+    if (run.recorded) {
+        spdlog::warn("job {}: run {}: verify {} after the run was recorded interrupted; the "
+                     "output is not promoted",
+                     spec.name, run.id, describe(status));
+        return after_exit(run);
+    }
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        fail(run, {0, {}},
+             "verify " + describe(status) + "; staged output kept at " +
+                 staging_path_for(spec.output));
+        return after_exit(run);
+    }
+    promote(run);
+    after_exit(run);
+}
+
+void JobScheduler::promote(Run& run) {
+    const JobSpec& spec = jobs_[run.job].spec;
+    std::string staging = staging_path_for(spec.output);
+    // Data, then name, then directory: after a crash the final name holds the previous artifact
+    // or this one whole, and `completed` is only written once the rename is durable.
+    UniqueFd fd(::open(staging.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return fail(run, {0, {}}, "promote: " + sys_error("open " + staging, errno).message);
+    if (::fsync(fd.get()) != 0)
+        return fail(run, {0, {}}, "promote: " + sys_error("fsync " + staging, errno).message);
+    fd.reset();
+    if (::rename(staging.c_str(), spec.output.c_str()) != 0)
+        return fail(run, {0, {}},
+                    "promote: " +
+                        sys_error("rename " + staging + " to " + spec.output, errno).message);
+    if (auto st = fsync_dir(dir_of(spec.output)); !st)
+        return fail(run, {0, {}}, "promote: renamed, but " + st.error().message);
+    complete(run);
+}
+
+void JobScheduler::complete(Run& run) {
+    const JobSpec& spec = jobs_[run.job].spec;
+    auto done = ledger_->complete(run.id, {0, {}});
+    run.recorded = true;
+    if (!done)
+        spdlog::error("job {}: run {} completed but not recorded: {}", spec.name, run.id,
+                      done.error().message);
+    else if (!*done)
+        spdlog::warn("job {}: run {}: `completed` refused, the run already has a final state",
+                     spec.name, run.id);
+    else
+        spdlog::info("job {}: run {} completed{}", spec.name, run.id,
+                     spec.output.empty() ? "" : ", output promoted to " + spec.output);
+}
+
+void JobScheduler::fail(Run& run, RunOutcome outcome, const std::string& reason) {
+    const JobSpec& spec = jobs_[run.job].spec;
+    auto done = ledger_->finish(run.id, RunState::Failed, outcome, reason);
+    run.recorded = true;
+    if (!done)
+        spdlog::error("job {}: run {} failed ({}) but not recorded: {}", spec.name, run.id,
+                      reason, done.error().message);
+    else if (!*done)
+        spdlog::warn("job {}: run {}: `failed` ({}) refused, the run already has a final state",
+                     spec.name, run.id, reason);
+    else
+        spdlog::warn("job {}: run {} failed: {}", spec.name, run.id, reason);
+}
+
+void JobScheduler::after_exit(Run& run) {
+    if (run.phase == Phase::Verifying) return;
+    run.phase = Phase::Lingering;
+    run.deadline.reset();
+    auto& job = jobs_[run.job];
+    --job.running;
+    if (job.running == 0 && job.queued_id) start_queued(run.job);
+}
+
+void JobScheduler::start_queued(std::size_t j) {
+    auto& job = jobs_[j];
+    std::int64_t id = *job.queued_id;
+    job.queued_id.reset();
+    start_run(j, job.queued_at, id, {}, false);
+}
+
+// A run's ticket is released when nothing of it is left: its leader and verify reaped and no
+// process of its group alive (a background child the job left behind keeps it active).
+void JobScheduler::release_finished_runs() {
+    bool any = false;
+    for (const auto& [id, run] : runs_) any = any || run.phase == Phase::Lingering;
+    if (!any) return;
+    for (auto it = runs_.begin(); it != runs_.end();) {
+        Run& run = it->second;
+        if (run.phase != Phase::Lingering || !run.scope->members().empty()) {
+            ++it;
+            continue;
+        }
+        run.ticket->release();
+        if (auto st = run.scope->remove(); !st)
+            spdlog::debug("job {}: run {}: {}", jobs_[run.job].spec.name, run.id, st.error().message);
+        it = runs_.erase(it);
+    }
+}
+
+void JobScheduler::arm_timeout_timer() {
+    std::optional<MonoTime> next;
+    for (const auto& [id, run] : runs_)
+        if (run.deadline && (!next || *run.deadline < *next)) next = run.deadline;
+    if (auto st = timeout_timer_->arm(next); !st)
+        spdlog::error("job timeout timer: {}", st.error().message);
+}
+
+void JobScheduler::on_timeout_timer() {
+    timeout_timer_->consume();
+    auto now = std::chrono::steady_clock::now();
+    for (auto& [id, run] : runs_) {
+        if (!run.deadline || *run.deadline > now) continue;
+        if (run.phase == Phase::Lingering) continue;
+        const JobSpec& spec = jobs_[run.job].spec;
+        // The stop primitive on the run's whole scope (setsid descendants included): the stop
+        // signal once to each member, SIGCONT, then after kTimeoutKillAfter the scope is killed.
+        if (!run.timed_out) {
+            spdlog::warn("job {}: run {} timed out after {}: sending SIGTERM to its processes",
+                         spec.name, run.id, format_duration(*spec.timeout));
+            StopPassIo io{[&] { return run.scope->members(); }, signal_exact};
+            send_stop_signal(io, SIGTERM, [&](const ProcInfo& p) {
+                return run.stopped.insert(key_of(p)).second;
+            });
+        } else {
+            spdlog::warn("job {}: run {} still running {} after its timeout: SIGKILL", spec.name,
+                         run.id, format_duration(kTimeoutKillAfter));
+            run.scope->kill([](const ProcInfo&) { return true; });
+        }
+        run.deadline = run.timed_out ? std::nullopt
+                                     : std::optional<MonoTime>(now + kTimeoutKillAfter);
+        run.timed_out = true;
+    }
+    arm_timeout_timer();
+}
+
+void JobScheduler::state_changed(State from, State to) {
+    if (from != State::Running) return;
+    drain_started_ = std::chrono::steady_clock::now();
+    (void)to;
+    // Intake is closed (the supervisor closed admission first): a queued run will not start.
+    for (std::size_t j = 0; j < jobs_.size(); ++j) {
+        auto& job = jobs_[j];
+        if (!job.queued_id) continue;
+        ++skipped_at_shutdown_;
+        auto done = ledger_->finish(*job.queued_id, RunState::Skipped, {}, kShuttingDown);
+        if (!done) spdlog::error("job {}: {}", job.spec.name, done.error().message);
+        job.queued_id.reset();
+    }
+    std::size_t in_flight = 0;
+    for (const auto& [id, run] : runs_) in_flight += run.phase != Phase::Lingering;
+    if (in_flight > 0)
+        spdlog::info("shutdown: {} job run(s) in flight; they get the stop signal with the tree",
+                     in_flight);
+}
+
+void JobScheduler::before_force() {
+    // The grace ran out (or the stop was escalated) and SIGKILL goes out next. Every run still
+    // in flight is interrupted now, so that nothing after the kill can pass for its result.
+    bool grace_over = drain_started_ && std::chrono::steady_clock::now() - *drain_started_ >=
+                                            sup_->options().grace - std::chrono::milliseconds(50);
+    std::string reason = grace_over ? "grace expired at shutdown"
+                                    : "shutdown escalated to SIGKILL before the grace ran out";
+    for (auto& [id, run] : runs_) {
+        if (run.recorded || run.phase == Phase::Lingering) continue;
+        const JobSpec& spec = jobs_[run.job].spec;
+        auto done = ledger_->finish(run.id, RunState::Interrupted, {}, reason);
+        run.recorded = true;
+        if (!done) {
+            spdlog::error("job {}: run {} interrupted but not recorded: {}", spec.name, run.id,
+                          done.error().message);
+        } else if (!*done) {
+            spdlog::warn("job {}: run {}: `interrupted` refused, it already has a final state",
+                         spec.name, run.id);
+        } else {
+            spdlog::warn("job {}: run {} (pid {}) interrupted: {}", spec.name, run.id, run.pid,
+                         reason);
+            interrupted_.push_back({run.id, spec.name, run.pid, run.scheduled_at, reason});
+        }
+    }
+}
+
+void JobScheduler::contribute_report(JsonWriter& j) {
+    j.key("jobs").begin_object();
+    j.field("ledger", ledger_ ? ledger_->path() : std::string());
+    j.key("interrupted_runs").begin_array();
+    for (const auto& r : interrupted_) {
+        j.begin_object();
+        j.field("id", static_cast<long long>(r.id));
+        j.field("job", r.job);
+        j.field("pid", static_cast<long long>(r.pid));
+        j.field("scheduled_at", iso_utc(r.scheduled_at));
+        j.field("reason", r.reason);
+        j.end_object();
+    }
+    j.end_array();
+    j.field("skipped_at_shutdown", static_cast<long long>(skipped_at_shutdown_));
+    j.end_object();
+}
+
+void JobScheduler::finished(int /*exit_code*/) {
+    // Every process is reaped by now: whatever a ticket still covers is gone.
+    for (auto& [id, run] : runs_)
+        if (run.ticket) run.ticket->release();
+    runs_.clear();
+    if (sup_) {
+        sup_->loop().unwatch(fire_timer_.get());
+        sup_->loop().unwatch(timeout_timer_->fd());
+    }
+    ledger_.reset();  // the database closes after the last record, before the logs flush
+}
+
+}  // namespace lastcall

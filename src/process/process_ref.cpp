@@ -1,0 +1,50 @@
+#include "lastcall/process/process_ref.hpp"
+
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "lastcall/process/process_tree.hpp"
+
+namespace lastcall {
+
+int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+bool pidfd_signal(int pidfd, int sig) {
+    return ::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0) == 0;
+}
+
+std::optional<ProcessRef> ProcessRef::open(const ProcInfo& seen) {
+    UniqueFd fd(pidfd_open(seen.pid));
+    if (!fd) return std::nullopt;
+    // The order matters: the start time read after the pidfd exists describes the process the
+    // pidfd pins. Read before, it could describe a predecessor.
+    auto now = read_proc_stat(seen.pid);
+    if (!now || now->start != seen.start) {
+        errno = ESRCH;
+        return std::nullopt;
+    }
+    return ProcessRef(seen.pid, seen.start, std::move(fd));
+}
+
+ProcessRef ProcessRef::adopt(pid_t pid, UniqueFd pidfd, unsigned long long start) {
+    return ProcessRef(pid, start, std::move(pidfd));
+}
+
+bool ProcessRef::signal(int sig) const {
+    if (!pidfd_) {
+        errno = ESRCH;
+        return false;
+    }
+    return pidfd_signal(pidfd_.get(), sig);
+}
+
+bool signal_exact(const ProcInfo& p, int sig) {
+    if (auto ref = ProcessRef::open(p)) return ref->signal(sig);
+    if (errno == EMFILE || errno == ENFILE) return ::kill(p.pid, sig) == 0;
+    return false;  // already gone (and reaped), or a successor holds the pid
+}
+
+}  // namespace lastcall

@@ -1,0 +1,521 @@
+#include "lastcall/process/process_tree.hpp"
+
+#include "lastcall/process/process_ref.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+namespace lastcall {
+
+namespace {
+
+std::string read_small_file(const std::string& path) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return {};
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd.get(), buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+    return out;
+}
+
+template <typename F>
+void for_each_entry(const std::string& dir, F&& f) {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return;
+    while (dirent* e = ::readdir(d)) f(*e);
+    ::closedir(d);
+}
+
+std::vector<pid_t> numeric_entries(const std::string& dir) {
+    std::vector<pid_t> out;
+    for_each_entry(dir, [&](const dirent& e) {
+        char* end = nullptr;
+        long v = std::strtol(e.d_name, &end, 10);
+        if (end != e.d_name && *end == '\0' && v > 0) out.push_back(static_cast<pid_t>(v));
+    });
+    return out;
+}
+
+bool have_proc_children() {
+    static const bool have = [] {
+        std::string p = "/proc/self/task/" + std::to_string(::getpid()) + "/children";
+        return ::access(p.c_str(), R_OK) == 0;
+    }();
+    return have;
+}
+
+// Every live process listed in `dir`/cgroup.procs and in the cgroup.procs of every cgroup below
+// it: membership of a scope is recursive, so a process moved into a sub-cgroup is still a member.
+void cgroup_members(const std::string& dir, std::vector<ProcInfo>& out, std::set<pid_t>& seen) {
+    std::istringstream in(read_small_file(dir + "/cgroup.procs"));
+    pid_t pid;
+    while (in >> pid)
+        if (seen.insert(pid).second)
+            if (auto info = read_proc_stat(pid); info && is_alive(*info)) out.push_back(*info);
+    for_each_entry(dir, [&](const dirent& e) {
+        if (e.d_type == DT_DIR && e.d_name[0] != '.')
+            cgroup_members(dir + "/" + e.d_name, out, seen);
+    });
+}
+
+// Leaves first: a cgroup with children cannot be removed.
+Status remove_cgroup_tree(const std::string& dir) {
+    for_each_entry(dir, [&](const dirent& e) {
+        if (e.d_type == DT_DIR && e.d_name[0] != '.') (void)remove_cgroup_tree(dir + "/" + e.d_name);
+    });
+    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) return sys_error("rmdir " + dir, errno);
+    return Ok{};
+}
+
+// cgroup.kill SIGKILLs every process of the cgroup and of its descendants, and holds off forks
+// while it does: nothing can escape it. False where the kernel lacks it (before 5.14).
+bool write_cgroup_kill(const std::string& dir) {
+    UniqueFd kill(::open((dir + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC));
+    return kill && ::write(kill.get(), "1", 1) == 1;
+}
+
+int kill_each(const std::vector<ProcInfo>& members, const MemberFilter& record) {
+    int n = 0;
+    for (const auto& p : members) {
+        if (!record(p)) continue;
+        if (signal_exact(p, SIGKILL)) ++n;
+    }
+    return n;
+}
+
+// Without cgroups: a unit is its leader's descendants, its session (units are spawned with
+// setsid), and whatever was once seen as a member and is still alive with the same start time
+// (an orphan reparented to lastcall is no longer the leader's descendant), plus their
+// descendants. A process that both left the session and lost its parent before it was ever seen
+// is not attributed to the unit; the whole-tree stop still reaches it.
+class ProcScope final : public UnitScope {
+public:
+    std::string_view kind() const override { return "proc"; }
+    void started(pid_t leader) override { leader_ = sid_ = leader; }
+
+    std::vector<ProcInfo> members() override {
+        std::vector<ProcInfo> out;
+        if (leader_ <= 0) return out;
+        auto tree = descendants_of(::getpid());
+        std::map<pid_t, const ProcInfo*> by_pid;
+        std::multimap<pid_t, const ProcInfo*> by_parent;
+        for (const auto& p : tree) {
+            by_pid[p.pid] = &p;
+            by_parent.emplace(p.ppid, &p);
+        }
+        std::set<pid_t> chosen;
+        std::vector<pid_t> stack;
+        auto take = [&](const ProcInfo& p) {
+            if (!chosen.insert(p.pid).second) return;
+            out.push_back(p);
+            stack.push_back(p.pid);
+        };
+        if (auto it = by_pid.find(leader_); it != by_pid.end()) take(*it->second);
+        for (const auto& p : tree)
+            if (p.sid == sid_) take(p);
+        for (const auto& [pid, start] : known_)
+            if (auto it = by_pid.find(pid); it != by_pid.end() && it->second->start == start)
+                take(*it->second);
+        while (!stack.empty()) {
+            pid_t p = stack.back();
+            stack.pop_back();
+            auto [lo, hi] = by_parent.equal_range(p);
+            for (auto it = lo; it != hi; ++it) take(*it->second);
+        }
+        known_.clear();
+        for (const auto& p : out) known_.insert({p.pid, p.start});
+        return out;
+    }
+
+    int kill(const MemberFilter& record) override { return kill_each(members(), record); }
+
+private:
+    pid_t leader_ = -1;
+    pid_t sid_ = -1;
+    std::set<std::pair<pid_t, unsigned long long>> known_;
+};
+
+class CgroupScope final : public UnitScope {
+public:
+    CgroupScope(std::string dir, UniqueFd procs) : dir_(std::move(dir)), procs_(std::move(procs)) {}
+    ~CgroupScope() override { (void)remove(); }
+
+    std::string_view kind() const override { return "cgroup"; }
+    int spawn_cgroup_fd() const override { return procs_.get(); }
+
+    std::vector<ProcInfo> members() override {
+        std::vector<ProcInfo> out;
+        std::set<pid_t> seen;
+        cgroup_members(dir_, out, seen);
+        return out;
+    }
+
+    int kill(const MemberFilter& record) override {
+        // The kill goes first and covers the subtree; the list read after it is the record.
+        if (!write_cgroup_kill(dir_)) return kill_each(members(), record);
+        int n = 0;
+        for (const auto& p : members())
+            if (record(p)) ++n;
+        return n;
+    }
+
+    Status remove() override {
+        if (removed_) return Ok{};
+        procs_.reset();
+        // EBUSY: a member is still there (or its exit is not accounted yet); the instance's
+        // removal at exit, after every process is reaped, takes it with the rest.
+        if (auto st = remove_cgroup_tree(dir_); !st) return st;
+        removed_ = true;
+        return Ok{};
+    }
+
+private:
+    std::string dir_;
+    UniqueFd procs_;
+    bool removed_ = false;
+};
+
+class ProcTracker final : public Tracker {
+public:
+    std::string_view name() const override { return "proc"; }
+    std::vector<ProcInfo> members() override { return descendants_of(::getpid()); }
+    Result<std::unique_ptr<UnitScope>> make_scope(const std::string&) override {
+        return std::unique_ptr<UnitScope>(new ProcScope);
+    }
+};
+
+// mkdir that never adopts: an existing directory is an error, not a cgroup to share.
+Result<UniqueFd> make_cgroup(const std::string& dir) {
+    if (::mkdir(dir.c_str(), 0755) != 0) return sys_error("mkdir " + dir, errno);
+    UniqueFd procs(::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+    if (!procs) {
+        int err = errno;
+        ::rmdir(dir.c_str());
+        return sys_error("open " + dir + "/cgroup.procs", err);
+    }
+    return procs;
+}
+
+// The instance's cgroup: <lastcall's cgroup>/lastcall-<instance>/, the main command in its leaf
+// "main", each unit of work in its own child cgroup. Membership of the tree is the whole subtree
+// plus every descendant of lastcall found by the /proc walk (a process that moved itself out of
+// lastcall's cgroup is still lastcall's to stop and reap).
+class CgroupTracker final : public Tracker {
+public:
+    CgroupTracker(std::string dir, std::unique_ptr<CgroupScope> main, UniqueFd events)
+        : dir_(std::move(dir)), main_(std::move(main)), events_(std::move(events)) {}
+    ~CgroupTracker() override { (void)remove(); }
+
+    std::string_view name() const override { return "cgroup"; }
+    std::string where() const override { return dir_; }
+
+    std::vector<ProcInfo> members() override {
+        std::vector<ProcInfo> out;
+        std::set<pid_t> seen;
+        cgroup_members(dir_, out, seen);
+        for (auto& p : outside(seen)) out.push_back(std::move(p));
+        return out;
+    }
+
+    int kill_all(const MemberFilter& filter) override {
+        // The kill goes first: one write ends every member of the subtree, including any forked
+        // meanwhile (cgroup.kill holds off forks for its duration), and 10,000 members must not
+        // wait for 10,000 /proc reads. Then the list is read for the record: members still
+        // listed were alive when SIGKILL went out; those already gone are recorded when reaped.
+        // Descendants that left the cgroup get SIGKILL one by one.
+        if (!write_cgroup_kill(dir_)) return Tracker::kill_all(filter);
+        std::vector<ProcInfo> inside;
+        std::set<pid_t> seen;
+        cgroup_members(dir_, inside, seen);
+        int n = 0;
+        for (const auto& p : inside)
+            if (filter(p)) ++n;
+        return n + kill_each(outside(seen), filter);
+    }
+
+    int spawn_cgroup_fd() const override { return main_->spawn_cgroup_fd(); }
+
+    Result<std::unique_ptr<UnitScope>> make_scope(const std::string& unit) override {
+        std::string dir = dir_ + "/" + unit;
+        auto procs = make_cgroup(dir);
+        if (!procs) return procs.error();
+        return std::unique_ptr<UnitScope>(new CgroupScope(dir, std::move(*procs)));
+    }
+
+    int watch_fd() const override { return events_.get(); }
+    void consume_watch() override {
+        // kernfs re-arms the notification when the file is read again.
+        char buf[256];
+        [[maybe_unused]] auto n = ::pread(events_.get(), buf, sizeof buf, 0);
+    }
+
+    bool populated() override {
+        std::string events = read_small_file(dir_ + "/cgroup.events");
+        return events.find("populated 1") != std::string::npos;
+    }
+
+    Status remove() override {
+        if (removed_) return Ok{};
+        main_.reset();
+        events_.reset();
+        if (auto st = remove_cgroup_tree(dir_); !st) return st;
+        removed_ = true;
+        return Ok{};
+    }
+
+private:
+    // Descendants of lastcall that are not in the instance's cgroups (they moved themselves out,
+    // or were never in: a unit spawned where the cgroup could not be created).
+    static std::vector<ProcInfo> outside(const std::set<pid_t>& in_cgroups) {
+        std::vector<ProcInfo> out;
+        for (auto& p : descendants_of(::getpid()))
+            if (!in_cgroups.count(p.pid)) out.push_back(std::move(p));
+        return out;
+    }
+
+    std::string dir_;
+    std::unique_ptr<CgroupScope> main_;
+    UniqueFd events_;
+    bool removed_ = false;
+};
+
+Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance) {
+    auto base = own_cgroup_dir();
+    if (!base) return base.error();
+    std::string dir = *base + "/lastcall-" + instance;
+    // Exclusive: an existing group of that name belongs to another instance (or a crashed one
+    // whose processes may still run); sharing it would let one instance kill the other's tree.
+    auto procs_unused = make_cgroup(dir);
+    if (!procs_unused) return procs_unused.error();
+    procs_unused->reset();  // the instance's own group holds no process: only its leaves do
+    if (::access((dir + "/cgroup.kill").c_str(), W_OK) != 0) {
+        int err = errno;
+        ::rmdir(dir.c_str());
+        return sys_error("cgroup.kill in " + dir + " (kernel older than 5.14?)", err);
+    }
+    auto main_procs = make_cgroup(dir + "/main");
+    if (!main_procs) {
+        ::rmdir(dir.c_str());
+        return main_procs.error();
+    }
+    auto main = std::make_unique<CgroupScope>(dir + "/main", std::move(*main_procs));
+    // cgroup.events signals a change of "populated" (of the whole subtree) to pollers with
+    // EPOLLPRI (kernfs_notify): no polling. A plain fd, not inotify: closing an inotify instance
+    // waits for an SRCU grace period, which cost ~10 ms on every exit.
+    UniqueFd events(::open((dir + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!events) {
+        int err = errno;
+        main.reset();
+        ::rmdir(dir.c_str());
+        return sys_error("open " + dir + "/cgroup.events", err);
+    }
+    return std::unique_ptr<Tracker>(new CgroupTracker(dir, std::move(main), std::move(events)));
+}
+
+}  // namespace
+
+std::optional<ProcInfo> read_proc_stat(pid_t pid) {
+    std::string s = read_small_file("/proc/" + std::to_string(pid) + "/stat");
+    // comm may contain spaces and parentheses: it ends at the *last* ')'.
+    auto open = s.find('('), close = s.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
+    ProcInfo info;
+    info.pid = pid;
+    info.comm = s.substr(open + 1, close - open - 1);
+    std::istringstream rest(s.substr(close + 2));
+    std::string state;
+    long ppid, pgrp, session, field;
+    rest >> state >> ppid >> pgrp >> session;
+    // Fields 7..21 sit between session (6) and starttime (22).
+    for (int i = 7; i <= 21; ++i) rest >> field;
+    unsigned long long start = 0;
+    rest >> start;
+    if (!rest) return std::nullopt;
+    info.state = state.empty() ? '?' : state[0];
+    info.ppid = static_cast<pid_t>(ppid);
+    info.pgid = static_cast<pid_t>(pgrp);
+    info.sid = static_cast<pid_t>(session);
+    info.start = start;
+    return info;
+}
+
+std::string read_cmdline(pid_t pid) {
+    std::string s = read_small_file("/proc/" + std::to_string(pid) + "/cmdline");
+    while (!s.empty() && s.back() == '\0') s.pop_back();
+    for (char& c : s)
+        if (c == '\0') c = ' ';
+    return s;
+}
+
+std::unique_ptr<UnitScope> make_unit_scope(Tracker& tracker, const std::string& unit) {
+    auto scope = tracker.make_scope(unit);
+    if (scope) return std::move(*scope);
+    spdlog::warn("{}: tracking {} by /proc instead", scope.error().message, unit);
+    return std::unique_ptr<UnitScope>(new ProcScope);
+}
+
+bool is_alive(const ProcInfo& p) {
+    if (p.state == 'X') return false;
+    if (p.state != 'Z') return true;
+    // A zombie leader with live threads: /proc/<pid>/task lists them (a true zombie has only
+    // itself there, or nothing).
+    return numeric_entries("/proc/" + std::to_string(p.pid) + "/task").size() > 1;
+}
+
+std::vector<ProcInfo> descendants_of(pid_t root) {
+    std::vector<ProcInfo> out;
+    if (have_proc_children()) {
+        std::vector<pid_t> stack{root};
+        std::set<pid_t> seen{root};
+        while (!stack.empty()) {
+            pid_t p = stack.back();
+            stack.pop_back();
+            for (pid_t tid : numeric_entries("/proc/" + std::to_string(p) + "/task")) {
+                std::istringstream in(read_small_file("/proc/" + std::to_string(p) + "/task/" +
+                                                      std::to_string(tid) + "/children"));
+                pid_t c;
+                while (in >> c) {
+                    if (!seen.insert(c).second) continue;
+                    if (auto info = read_proc_stat(c); info && is_alive(*info)) out.push_back(*info);
+                    stack.push_back(c);
+                }
+            }
+        }
+        return out;
+    }
+    // Without the children files: one pass over /proc builds the parent map.
+    std::multimap<pid_t, ProcInfo> by_parent;
+    for (pid_t pid : numeric_entries("/proc"))
+        if (auto info = read_proc_stat(pid)) by_parent.emplace(info->ppid, *info);
+    std::vector<pid_t> stack{root};
+    while (!stack.empty()) {
+        pid_t p = stack.back();
+        stack.pop_back();
+        auto [lo, hi] = by_parent.equal_range(p);
+        for (auto it = lo; it != hi; ++it) {
+            if (is_alive(it->second)) out.push_back(it->second);
+            stack.push_back(it->second.pid);
+        }
+    }
+    return out;
+}
+
+int Tracker::signal_all(int sig, const MemberFilter& filter, int max_passes) {
+    int total = 0;
+    for (int pass = 0; pass < max_passes; ++pass) {
+        int signalled = 0;
+        for (const auto& p : members()) {
+            if (!filter(p)) continue;
+            if (signal_exact(p, sig)) ++signalled;
+        }
+        total += signalled;
+        if (signalled == 0) break;
+    }
+    return total;
+}
+
+Result<std::string> own_cgroup_dir() {
+    // "0::/path" is the cgroup2 line of /proc/self/cgroup.
+    std::string rel;
+    {
+        std::istringstream in(read_small_file("/proc/self/cgroup"));
+        std::string line;
+        while (std::getline(in, line))
+            if (line.rfind("0::", 0) == 0) rel = line.substr(3);
+    }
+    if (rel.empty()) return Error{"no cgroup2 entry in /proc/self/cgroup"};
+    // mountinfo: id parent major:minor root mountpoint options... - fstype source superopts
+    std::istringstream in(read_small_file("/proc/self/mountinfo"));
+    std::string line;
+    while (std::getline(in, line)) {
+        auto dash = line.find(" - ");
+        if (dash == std::string::npos) continue;
+        std::istringstream tail(line.substr(dash + 3));
+        std::string fstype;
+        tail >> fstype;
+        if (fstype != "cgroup2") continue;
+        std::istringstream head(line.substr(0, dash));
+        std::string id, parent, dev, root, mountpoint;
+        head >> id >> parent >> dev >> root >> mountpoint;
+        // The mount shows the hierarchy from `root` down; our path must be inside it.
+        if (root != "/" && rel.rfind(root, 0) != 0) continue;
+        std::string inside = root == "/" ? rel : rel.substr(root.size());
+        if (inside == "/") inside.clear();
+        return mountpoint + inside;
+    }
+    return Error{"no cgroup2 filesystem in /proc/self/mountinfo"};
+}
+
+Result<TrackerChoice> make_tracker(TrackerKind kind, const std::string& instance) {
+    if (kind != TrackerKind::Proc) {
+        auto cg = make_cgroup_tracker(instance);
+        if (cg) {
+            auto reason = kind == TrackerKind::Cgroup ? std::string("requested")
+                                                      : std::string("writable cgroup2 hierarchy");
+            return TrackerChoice{std::move(*cg), reason};
+        }
+        if (kind == TrackerKind::Cgroup) return Error{"--tracker cgroup: " + cg.error().message};
+        return TrackerChoice{std::make_unique<ProcTracker>(),
+                             "no usable cgroup2 (" + cg.error().message + ")"};
+    }
+    return TrackerChoice{std::make_unique<ProcTracker>(), "requested"};
+}
+
+bool reap_all(const std::function<bool(pid_t)>& want_info,
+              const std::function<void(const Reaped&)>& on_reaped) {
+    for (;;) {
+        pid_t pid;
+        std::optional<ProcInfo> info;
+        if (want_info) {
+            // Peek first (WNOWAIT) so /proc/<pid>/stat of the zombie can still be read.
+            siginfo_t si{};
+            if (::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0) {
+                if (errno == EINTR) continue;
+                return errno == ECHILD;
+            }
+            if (si.si_pid == 0) return false;
+            pid = si.si_pid;
+            if (want_info && want_info(pid)) info = read_proc_stat(pid);
+        } else {
+            pid = -1;
+        }
+        int status = 0;
+        pid_t got = ::waitpid(pid, &status, WNOHANG);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return errno == ECHILD;
+        }
+        if (got == 0) return false;
+        on_reaped(Reaped{got, status, std::move(info)});
+    }
+}
+
+int exit_code_of(int status) {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return 255;
+}
+
+Status become_subreaper() {
+    if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0)
+        return sys_error("prctl(PR_SET_CHILD_SUBREAPER)", errno);
+    return Ok{};
+}
+
+}  // namespace lastcall

@@ -1,0 +1,352 @@
+#include "lastcall/process/spawner.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "lastcall/process/userdb.hpp"
+
+namespace lastcall {
+
+const char* to_string(SpawnStage stage) {
+    switch (stage) {
+        case SpawnStage::Setsid: return "setsid";
+        case SpawnStage::Setpgid: return "setpgid";
+        case SpawnStage::Cgroup: return "cgroup placement";
+        case SpawnStage::Chdir: return "chdir";
+        case SpawnStage::Pdeathsig: return "prctl(PR_SET_PDEATHSIG)";
+        case SpawnStage::Setgroups: return "setgroups";
+        case SpawnStage::Setgid: return "setgid";
+        case SpawnStage::Setuid: return "setuid";
+        case SpawnStage::VerifyIds: return "credential check";
+        case SpawnStage::NoNewPrivs: return "prctl(PR_SET_NO_NEW_PRIVS)";
+        case SpawnStage::Dup: return "dup2";
+        case SpawnStage::CloseFds: return "close_range";
+        case SpawnStage::Exec: return "exec";
+    }
+    return "?";
+}
+
+int SpawnFailure::exit_code() const {
+    if (stage != SpawnStage::Exec) return 1;
+    if (err == ENOENT || err == ENOTDIR) return 127;
+    return 126;
+}
+
+std::string SpawnFailure::message() const {
+    std::string m = stage == SpawnStage::Exec ? "cannot execute " + path : std::string(to_string(stage)) + " failed for " + path;
+    return m + ": " + std::strerror(err);
+}
+
+namespace {
+
+std::string env_lookup(const std::vector<std::string>& env, std::string_view key) {
+    for (const auto& kv : env)
+        if (kv.size() > key.size() && kv.compare(0, key.size(), key) == 0 && kv[key.size()] == '=')
+            return kv.substr(key.size() + 1);
+    return {};
+}
+
+struct ChildReport {
+    int stage;
+    int err;
+};
+
+// Async-signal-safe: write(2) only. The pipe is CLOEXEC, so a successful exec closes it.
+[[noreturn]] void fail(int report_fd, SpawnStage stage) {
+    ChildReport r{static_cast<int>(stage), errno};
+    [[maybe_unused]] auto n = ::write(report_fd, &r, sizeof r);
+    ::_exit(127);
+}
+
+// Async-signal-safe decimal formatting for LISTEN_PID.
+void write_decimal(char* out, long v) {
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = static_cast<char>('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    for (int i = 0; i < n; ++i) out[i] = tmp[n - 1 - i];
+    out[n] = '\0';
+}
+
+[[noreturn]] void run_child(const SpawnSpec& spec, const char* path, char* const* argv,
+                            char** envp, char* listen_pid_slot, int report_fd, pid_t parent,
+                            bool born_in_cgroup) {
+    using Session = SpawnSpec::Session;
+    if (spec.session == Session::NewSession) {
+        if (::setsid() < 0) fail(report_fd, SpawnStage::Setsid);
+        // Best effort: a terminal that already is another session's controlling tty (lastcall run
+        // from an interactive shell) refuses with EPERM; signals then come through forwarding.
+        if (spec.take_tty) ::ioctl(STDIN_FILENO, TIOCSCTTY, 0);
+    } else if (spec.session == Session::NewGroup) {
+        // As tini does: a new group that was started from the terminal's foreground takes the
+        // foreground over, so an interactive command reads the tty and gets ^C and ^Z itself.
+        // SIGTTOU is still blocked here, so tcsetpgrp works from the new (background) group.
+        bool foreground = spec.take_tty && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
+        if (::setpgid(0, 0) < 0) fail(report_fd, SpawnStage::Setpgid);
+        if (foreground) ::tcsetpgrp(STDIN_FILENO, ::getpid());
+    }
+    if (spec.cgroup_procs_fd >= 0 && !born_in_cgroup) {
+        // "0" moves the writing process: the command is in the cgroup before its first instruction.
+        if (::write(spec.cgroup_procs_fd, "0", 1) != 1) fail(report_fd, SpawnStage::Cgroup);
+    }
+    if (!spec.workdir.empty() && ::chdir(spec.workdir.c_str()) < 0)
+        fail(report_fd, SpawnStage::Chdir);
+    if (spec.credentials) {
+        const auto& c = *spec.credentials;
+        // Order matters: groups and gid while still privileged, uid last.
+        if (::setgroups(c.groups.size(), c.groups.data()) < 0) fail(report_fd, SpawnStage::Setgroups);
+        if (::setgid(c.gid) < 0) fail(report_fd, SpawnStage::Setgid);
+        if (::setuid(c.uid) < 0) fail(report_fd, SpawnStage::Setuid);
+        if (::getuid() != c.uid || ::geteuid() != c.uid || ::getgid() != c.gid ||
+            ::getegid() != c.gid) {
+            errno = EPERM;
+            fail(report_fd, SpawnStage::VerifyIds);
+        }
+        // Dropping from root must be irreversible.
+        if (c.uid != 0 && ::setuid(0) == 0) {
+            errno = EPERM;
+            fail(report_fd, SpawnStage::VerifyIds);
+        }
+    }
+    if (spec.no_new_privs && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        fail(report_fd, SpawnStage::NoNewPrivs);
+    if (spec.pdeathsig > 0) {
+        if (::prctl(PR_SET_PDEATHSIG, spec.pdeathsig) < 0) fail(report_fd, SpawnStage::Pdeathsig);
+    }
+    if (spec.stdout_fd >= 0) {
+        if (::dup2(spec.stdout_fd, STDOUT_FILENO) < 0 || ::dup2(spec.stdout_fd, STDERR_FILENO) < 0)
+            fail(report_fd, SpawnStage::Dup);
+    }
+    // Nothing of lastcall's (signalfd, epoll, cgroup files, sockets) reaches the command. The
+    // report pipe is CLOEXEC and stays open until the exec itself.
+    unsigned first = 3 + static_cast<unsigned>(spec.keep_fds);
+    if (::close_range(first, ~0U, CLOSE_RANGE_CLOEXEC) < 0) fail(report_fd, SpawnStage::CloseFds);
+    if (spec.keep_fds > 0) {
+        for (int fd = 3; fd < 3 + spec.keep_fds; ++fd) {
+            int flags = ::fcntl(fd, F_GETFD);
+            if (flags >= 0) ::fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
+        }
+    }
+    if (listen_pid_slot) write_decimal(listen_pid_slot, ::getpid());
+    // Dispositions first, then the mask: a signal already pending is then delivered with its
+    // default action, as if lastcall had never been in between.
+    // The raw system call, because glibc's sigaction() refuses its two reserved real-time
+    // signals (32, 33) with EINVAL, and an ignored disposition for them inherited from whoever
+    // started lastcall would otherwise reach the command.
+    struct {
+        void (*handler)(int);
+        unsigned long flags;
+        void (*restorer)();
+        unsigned long mask;
+    } dfl{SIG_DFL, 0, nullptr, 0};
+    for (int sig = 1; sig < NSIG; ++sig) {
+        if (sig == SIGKILL || sig == SIGSTOP) continue;
+        ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    // PR_SET_PDEATHSIG fires on the death of the parent *thread*; if lastcall died between fork
+    // and prctl, the signal will never come, so check by hand (prctl(2)).
+    // kill(getpid()), not raise(): after a raw clone3 glibc's cached thread id is the parent's.
+    if (spec.pdeathsig > 0 && ::getppid() != parent) ::kill(::getpid(), spec.pdeathsig);
+    ::execve(path, argv, envp);
+    fail(report_fd, SpawnStage::Exec);
+}
+
+// The directory of the cgroup whose cgroup.procs is open as procs_fd (for CLONE_INTO_CGROUP).
+UniqueFd cgroup_dir_of(int procs_fd) {
+    char link[64];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%d", procs_fd);
+    char target[4096];
+    ssize_t n = ::readlink(link, target, sizeof target - 1);
+    if (n <= 0) return UniqueFd();
+    std::string path(target, static_cast<size_t>(n));
+    auto slash = path.rfind('/');
+    if (slash == std::string::npos || slash == 0) return UniqueFd();
+    path.resize(slash);
+    return UniqueFd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+}
+
+// struct clone_args of <linux/sched.h>, spelled out: that header collides with glibc's <sched.h>.
+struct CloneArgs {
+    std::uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
+        set_tid, set_tid_size, cgroup;
+};
+constexpr std::uint64_t kCloneIntoCgroup = 0x200000000ULL;
+
+// Like fork(), but the child starts life in the cgroup. -1 if the kernel refuses (ENOSYS,
+// E2BIG, EINVAL, seccomp): the caller then forks. Only called single-threaded, so the child's
+// glibc state is a faithful copy, except for the cached thread id (see run_child).
+pid_t clone_into_cgroup(int cgroup_dir_fd) {
+    CloneArgs args{};
+    args.flags = kCloneIntoCgroup;
+    args.exit_signal = SIGCHLD;
+    args.cgroup = static_cast<std::uint64_t>(cgroup_dir_fd);
+    long r = ::syscall(SYS_clone3, &args, sizeof args);
+    return r < 0 ? -1 : static_cast<pid_t>(r);
+}
+
+}  // namespace
+
+Resolved resolve_command(const std::string& name, const std::vector<std::string>& env) {
+    if (name.empty()) return {name, ENOENT};
+    auto check = [](const std::string& p) -> int {
+        struct stat st {};
+        if (::stat(p.c_str(), &st) != 0) return errno;
+        if (S_ISDIR(st.st_mode)) return EACCES;
+        if (::access(p.c_str(), X_OK) != 0) return errno;
+        return 0;
+    };
+    if (name.find('/') != std::string::npos) return {name, 0};  // exec reports its own errno
+    std::string path = env_lookup(env, "PATH");
+    if (path.empty()) path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    int first_err = ENOENT;
+    std::size_t start = 0;
+    while (start <= path.size()) {
+        std::size_t end = path.find(':', start);
+        if (end == std::string::npos) end = path.size();
+        std::string dir = path.substr(start, end - start);
+        if (dir.empty()) dir = ".";
+        std::string candidate = dir + "/" + name;
+        int err = check(candidate);
+        if (err == 0) return {candidate, 0};
+        // As execvp: a found-but-not-executable file is remembered, a missing one is not.
+        if (err == EACCES && first_err == ENOENT) first_err = EACCES;
+        start = end + 1;
+    }
+    return {name, first_err};
+}
+
+SpawnResult spawn(const SpawnSpec& spec) {
+    SpawnResult result;
+    // The same SpawnFailure as an exec failure in the child, so both paths read alike.
+    Resolved resolved = resolve_command(spec.argv.at(0), spec.env);
+    if (resolved.err != 0) {
+        result.failure = SpawnFailure{SpawnStage::Exec, resolved.err, spec.argv[0]};
+        return result;
+    }
+    const std::string& path = resolved.path;
+
+    // Build argv/envp before fork: the child must not allocate.
+    std::vector<char*> argv;
+    for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    std::vector<std::string> env_storage;
+    env_storage.reserve(spec.env.size() + 1);
+    char* listen_pid_slot = nullptr;
+    for (const auto& kv : spec.env)
+        if (!(spec.set_listen_pid && kv.rfind("LISTEN_PID=", 0) == 0)) env_storage.push_back(kv);
+    if (spec.set_listen_pid) env_storage.push_back("LISTEN_PID=" + std::string(22, '\0'));
+    std::vector<char*> envp;
+    for (auto& kv : env_storage) envp.push_back(kv.data());
+    envp.push_back(nullptr);
+    if (spec.set_listen_pid) listen_pid_slot = env_storage.back().data() + 11;
+
+    int pipefd[2];
+    if (::pipe2(pipefd, O_CLOEXEC) != 0) {
+        result.error = sys_error("pipe2", errno);
+        return result;
+    }
+    UniqueFd report_read(pipefd[0]), report_write(pipefd[1]);
+    pid_t parent = ::getpid();
+    bool born_in_cgroup = false;
+    pid_t pid = -1;
+    if (spec.cgroup_procs_fd >= 0) {
+        // clone3(CLONE_INTO_CGROUP): the child is created inside the cgroup. Migrating it
+        // afterwards (a write to cgroup.procs) waits for an RCU grace period: milliseconds on
+        // every start. Kernels or sandboxes without it fall back to fork() + the write.
+        UniqueFd dir = cgroup_dir_of(spec.cgroup_procs_fd);
+        if (dir) {
+            pid = clone_into_cgroup(dir.get());
+            born_in_cgroup = pid >= 0;
+        }
+    }
+    if (!born_in_cgroup) pid = ::fork();
+    if (pid < 0) {
+        result.error = sys_error("fork " + spec.argv[0], errno);
+        return result;
+    }
+    if (pid == 0)
+        run_child(spec, path.c_str(), argv.data(), envp.data(), listen_pid_slot,
+                  report_write.get(), parent, born_in_cgroup);
+    report_write.reset();
+
+    ChildReport report{};
+    ssize_t n;
+    do {
+        n = ::read(report_read.get(), &report, sizeof report);
+    } while (n < 0 && errno == EINTR);
+    if (n == static_cast<ssize_t>(sizeof report)) {
+        int status;
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        result.failure = SpawnFailure{static_cast<SpawnStage>(report.stage), report.err, path};
+        return result;
+    }
+    Spawned child;
+    child.pid = pid;
+    // The child is not reaped until lastcall waits for it, so this pid cannot have been reused.
+    child.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    result.child = std::move(child);
+    return result;
+}
+
+Result<Credentials> lookup_credentials(const std::string& spec) {
+    std::string user = spec, group_name;
+    if (auto colon = spec.find(':'); colon != std::string::npos) {
+        user = spec.substr(0, colon);
+        group_name = spec.substr(colon + 1);
+    }
+    if (user.empty()) return Error{"--user '" + spec + "': empty user name"};
+    Credentials c;
+    errno = 0;
+    // userdb: NSS in the dynamic build, /etc/passwd and /etc/group in the static one.
+    auto pw = userdb::find_user(user);
+    if (!pw) {
+        // Numeric ids without a passwd entry are allowed (common in containers).
+        char* end = nullptr;
+        unsigned long uid = std::strtoul(user.c_str(), &end, 10);
+        if (*end != '\0' || user[0] == '-')
+            return Error{"--user '" + spec + "': no such user '" + user + "'"};
+        c.uid = static_cast<uid_t>(uid);
+        c.gid = static_cast<gid_t>(uid);
+        c.name = user;
+    } else {
+        c.uid = pw->uid;
+        c.gid = pw->gid;
+        c.name = pw->name;
+        c.groups = userdb::groups_of(pw->name, pw->gid);
+    }
+    if (!group_name.empty()) {
+        if (auto gr = userdb::find_group(group_name)) {
+            c.gid = *gr;
+        } else {
+            char* end = nullptr;
+            unsigned long gid = std::strtoul(group_name.c_str(), &end, 10);
+            if (*end != '\0' || group_name[0] == '-')
+                return Error{"--user '" + spec + "': no such group '" + group_name + "'"};
+            c.gid = static_cast<gid_t>(gid);
+        }
+        c.groups = {c.gid};
+    }
+    if (c.groups.empty()) c.groups = {c.gid};
+    return c;
+}
+
+}  // namespace lastcall

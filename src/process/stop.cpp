@@ -1,0 +1,26 @@
+#include "lastcall/process/stop.hpp"
+
+namespace lastcall {
+
+StopPassResult send_stop_signal(const StopPassIo& io, int sig,
+                                const std::function<bool(const ProcInfo&)>& take, int max_passes) {
+    StopPassResult result;
+    for (int pass = 0; pass < max_passes; ++pass) {
+        int fresh = 0;
+        for (const auto& p : io.members()) {
+            if (!take(p)) continue;
+            ++fresh;
+            if (!io.send(p, sig)) continue;  // gone meanwhile: nothing to stop
+            ++result.signalled;
+            // The stop signal is pending on a stopped process until it runs again.
+            if (needs_sigcont(sig)) io.send(p, SIGCONT);
+        }
+        if (fresh == 0) {
+            result.settled = true;
+            break;
+        }
+    }
+    return result;
+}
+
+}  // namespace lastcall

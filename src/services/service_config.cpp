@@ -1,0 +1,466 @@
+// `[services.*]` from the TOML config into ServiceSpecs, the dependency order, and the pure parts
+// of the service model (state table, backoff, restart decision).
+#include <sys/wait.h>
+
+#include <toml++/toml.h>
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "lastcall/core/atomic_file.hpp"
+#include "lastcall/services/services.hpp"
+#include "lastcall/core/signals.hpp"
+
+namespace lastcall {
+
+std::string_view to_string(RestartPolicy p) {
+    switch (p) {
+        case RestartPolicy::No:
+            return "no";
+        case RestartPolicy::OnFailure:
+            return "on-failure";
+        case RestartPolicy::Always:
+            return "always";
+    }
+    return "?";
+}
+
+bool should_restart(RestartPolicy policy, int wait_status) {
+    switch (policy) {
+        case RestartPolicy::No:
+            return false;
+        case RestartPolicy::Always:
+            return true;
+        case RestartPolicy::OnFailure:
+            return !(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0);
+    }
+    return false;
+}
+
+Millis Backoff::next_delay(MonoTime started, MonoTime ended) {
+    if (ended - started >= policy_.reset_after) consecutive_ = 0;
+    ++consecutive_;
+    // In double, then capped: factor^n overflows no integer type this way.
+    double ms = static_cast<double>(policy_.initial.count()) *
+                std::pow(policy_.factor, static_cast<double>(consecutive_ - 1));
+    if (!(ms < static_cast<double>(policy_.max.count()))) return policy_.max;
+    return Millis{static_cast<Millis::rep>(ms)};
+}
+
+std::string_view to_string(ServiceState s) {
+    switch (s) {
+        case ServiceState::Pending:
+            return "pending";
+        case ServiceState::Starting:
+            return "starting";
+        case ServiceState::Ready:
+            return "ready";
+        case ServiceState::Backoff:
+            return "backoff";
+        case ServiceState::Exited:
+            return "exited";
+        case ServiceState::Stopping:
+            return "stopping";
+        case ServiceState::Stopped:
+            return "stopped";
+    }
+    return "?";
+}
+
+std::string_view to_string(ServiceEvent e) {
+    switch (e) {
+        case ServiceEvent::Spawned:
+            return "spawned";
+        case ServiceEvent::ReadyPassed:
+            return "ready check passed";
+        case ServiceEvent::ExitedRestart:
+            return "exited, will restart";
+        case ServiceEvent::ExitedFinal:
+            return "exited";
+        case ServiceEvent::RestartRefused:
+            return "start refused";
+        case ServiceEvent::StopRequested:
+            return "stop requested";
+        case ServiceEvent::TreeGone:
+            return "tree gone";
+    }
+    return "?";
+}
+
+std::optional<ServiceState> service_transition(ServiceState from, ServiceEvent event) {
+    using S = ServiceState;
+    using E = ServiceEvent;
+    switch (from) {
+        case S::Pending:
+        case S::Backoff:
+            if (event == E::Spawned) return S::Starting;
+            if (event == E::RestartRefused || event == E::StopRequested) return S::Stopped;
+            return std::nullopt;
+        case S::Starting:
+            if (event == E::ReadyPassed) return S::Ready;
+            [[fallthrough]];
+        case S::Ready:
+            if (event == E::ExitedRestart) return S::Backoff;
+            if (event == E::ExitedFinal) return S::Exited;
+            if (event == E::StopRequested) return S::Stopping;
+            return std::nullopt;
+        case S::Exited:
+            // Its leader is gone but processes it left behind are not: they are stopped too.
+            if (event == E::StopRequested) return S::Stopping;
+            return std::nullopt;
+        case S::Stopping:
+            if (event == E::TreeGone) return S::Stopped;
+            return std::nullopt;
+        case S::Stopped:
+            return std::nullopt;
+    }
+    return std::nullopt;
+}
+
+bool valid_service_name(std::string_view name) {
+    if (name.empty()) return false;
+    return std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_' || c == '-' || c == '.';
+    });
+}
+
+namespace {
+
+// Builds "FILE:LINE: services.NAME.KEY: message" errors.
+class Where {
+  public:
+    Where(const std::string& path, std::string prefix) : path_(path), prefix_(std::move(prefix)) {}
+    Error at(const toml::node& node, std::string_view key, const std::string& message) const {
+        return at_line(static_cast<int>(node.source().begin.line), key, message);
+    }
+    Error at_line(int line, std::string_view key, const std::string& message) const {
+        std::string where = path_ + ":" + std::to_string(line) + ": " + prefix_;
+        if (!key.empty()) where += "." + std::string(key);
+        return Error{where + ": " + message};
+    }
+    std::string origin(const toml::node& node) const {
+        return path_ + ":" + std::to_string(node.source().begin.line);
+    }
+
+  private:
+    const std::string& path_;
+    std::string prefix_;
+};
+
+Result<std::string> get_string(const Where& w, const toml::node& n, std::string_view key) {
+    if (auto s = n.value<std::string>(); s && n.is_string()) return *s;
+    return w.at(n, key, "expected a string");
+}
+
+Result<Millis> get_duration(const Where& w, const toml::node& n, std::string_view key) {
+    auto s = get_string(w, n, key);
+    if (!s) return s.error();
+    auto d = parse_duration(*s);
+    if (!d) return w.at(n, key, d.error().message);
+    return *d;
+}
+
+Result<std::vector<std::string>> get_string_list(const Where& w, const toml::node& n,
+                                                 std::string_view key, bool allow_empty) {
+    const toml::array* arr = n.as_array();
+    if (!arr) return w.at(n, key, "expected an array of strings");
+    std::vector<std::string> out;
+    for (const auto& item : *arr) {
+        if (!item.is_string()) return w.at(item, key, "expected an array of strings");
+        out.push_back(*item.value<std::string>());
+    }
+    if (out.empty() && !allow_empty) return w.at(n, key, "must not be empty");
+    return out;
+}
+
+Result<std::vector<std::string>> get_command(const Where& w, const toml::node& n) {
+    if (n.is_string()) {
+        std::string cmd = *n.value<std::string>();
+        if (cmd.empty()) return w.at(n, "command", "must not be empty");
+        return std::vector<std::string>{"/bin/sh", "-c", cmd};
+    }
+    if (n.is_array()) return get_string_list(w, n, "command", false);
+    return w.at(n, "command", "expected a string (run by /bin/sh -c) or an array of strings");
+}
+
+Status parse_backoff(const Where& w, const toml::node& n, BackoffPolicy& out) {
+    const toml::table* t = n.as_table();
+    if (!t) return w.at(n, "backoff", "expected a table {initial, max, factor, reset_after}");
+    for (const auto& [k, v] : *t) {
+        std::string key = "backoff." + std::string(k.str());
+        if (k == "initial" || k == "max" || k == "reset_after") {
+            auto d = get_duration(w, v, key);
+            if (!d) return d.error();
+            (k == "initial" ? out.initial : k == "max" ? out.max : out.reset_after) = *d;
+        } else if (k == "factor") {
+            auto f = v.value<double>();
+            if (!f || !(v.is_floating_point() || v.is_integer()) || *f < 1.0 || *f > 100.0)
+                return w.at(v, key, "expected a number between 1 and 100");
+            out.factor = *f;
+        } else {
+            return w.at(v, key, "unknown key");
+        }
+    }
+    if (out.initial.count() <= 0) return w.at(n, "backoff.initial", "must be above 0");
+    // A long initial delay alone raises the default cap instead of contradicting it.
+    if (!t->contains("max")) out.max = std::max(out.max, out.initial);
+    if (out.max < out.initial) return w.at(n, "backoff.max", "must not be below backoff.initial");
+    return Ok{};
+}
+
+// "127.0.0.1:8080", "[::1]:8080": numeric only, so no name lookup ever blocks the event loop.
+Status parse_tcp(const Where& w, const toml::node& n, ReadyCheck& out) {
+    auto s = get_string(w, n, "ready.tcp");
+    if (!s) return s.error();
+    std::string text = *s, host, port;
+    if (!text.empty() && text[0] == '[') {
+        auto close = text.find("]:");
+        if (close == std::string::npos) return w.at(n, "ready.tcp", "expected [ADDRESS]:PORT");
+        host = text.substr(1, close - 1);
+        port = text.substr(close + 2);
+    } else {
+        auto colon = text.rfind(':');
+        if (colon == std::string::npos) return w.at(n, "ready.tcp", "expected ADDRESS:PORT");
+        host = text.substr(0, colon);
+        port = text.substr(colon + 1);
+    }
+    char* end = nullptr;
+    long p = std::strtol(port.c_str(), &end, 10);
+    if (port.empty() || *end != '\0' || p <= 0 || p > 65535)
+        return w.at(n, "ready.tcp", "invalid port '" + port + "'");
+    if (host.empty()) return w.at(n, "ready.tcp", "missing address");
+    out.host = host;
+    out.port = static_cast<std::uint16_t>(p);
+    return Ok{};
+}
+
+Status parse_ready(const Where& w, const toml::node& n, ReadyCheck& out) {
+    const toml::table* t = n.as_table();
+    if (!t) return w.at(n, "ready", "expected a table with one of file, tcp, exec");
+    int kinds = 0;
+    for (const auto& [k, v] : *t) {
+        std::string key = "ready." + std::string(k.str());
+        if (k == "file") {
+            auto s = get_string(w, v, key);
+            if (!s) return s.error();
+            if (s->empty()) return w.at(v, key, "must not be empty");
+            out.kind = ReadyCheck::Kind::File;
+            out.file = *s;
+            ++kinds;
+        } else if (k == "tcp") {
+            if (auto st = parse_tcp(w, v, out); !st) return st;
+            out.kind = ReadyCheck::Kind::Tcp;
+            ++kinds;
+        } else if (k == "exec") {
+            auto argv = get_string_list(w, v, key, false);
+            if (!argv) return argv.error();
+            out.kind = ReadyCheck::Kind::Exec;
+            out.exec = *argv;
+            ++kinds;
+        } else if (k == "interval") {
+            auto d = get_duration(w, v, key);
+            if (!d) return d.error();
+            if (d->count() <= 0) return w.at(v, key, "must be above 0");
+            out.interval = *d;
+        } else {
+            return w.at(v, key, "unknown key (expected file, tcp, exec or interval)");
+        }
+    }
+    if (kinds != 1) return w.at(n, "ready", "expected exactly one of file, tcp, exec");
+    return Ok{};
+}
+
+Result<ServiceSpec> parse_service(const std::string& path, const std::string& name,
+                                  const toml::table& t) {
+    Where w(path, "services." + name);
+    ServiceSpec s;
+    s.name = name;
+    s.origin = w.origin(t);
+    if (!valid_service_name(name))
+        return w.at_line(static_cast<int>(t.source().begin.line), "",
+                         "invalid service name (use letters, digits, '_', '-', '.')");
+    bool have_command = false;
+    for (const auto& [k, v] : t) {
+        std::string_view key = k.str();
+        if (key == "command") {
+            auto argv = get_command(w, v);
+            if (!argv) return argv.error();
+            s.argv = *argv;
+            have_command = true;
+        } else if (key == "env") {
+            const toml::table* env = v.as_table();
+            if (!env) return w.at(v, key, "expected a table of NAME = \"value\"");
+            for (const auto& [ek, ev] : *env) {
+                std::string ekey = "env." + std::string(ek.str());
+                if (ek.str().empty() || ek.str().find('=') != std::string_view::npos)
+                    return w.at(ev, ekey, "invalid variable name");
+                std::string value;
+                if (ev.is_string())
+                    value = *ev.value<std::string>();
+                else if (ev.is_integer())
+                    value = std::to_string(*ev.value<long long>());
+                else if (ev.is_boolean())
+                    value = *ev.value<bool>() ? "true" : "false";
+                else
+                    return w.at(ev, ekey, "expected a string, integer or boolean");
+                s.env.push_back(std::string(ek.str()) + "=" + value);
+            }
+        } else if (key == "workdir") {
+            auto d = get_string(w, v, key);
+            if (!d) return d.error();
+            s.workdir = *d;
+        } else if (key == "user") {
+            auto u = get_string(w, v, key);
+            if (!u) return u.error();
+            auto creds = lookup_credentials(*u);
+            if (!creds) return w.at(v, key, creds.error().message);
+            s.user = *creds;
+        } else if (key == "restart") {
+            auto r = get_string(w, v, key);
+            if (!r) return r.error();
+            if (*r == "no")
+                s.restart = RestartPolicy::No;
+            else if (*r == "on-failure")
+                s.restart = RestartPolicy::OnFailure;
+            else if (*r == "always")
+                s.restart = RestartPolicy::Always;
+            else
+                return w.at(v, key,
+                            "expected \"no\", \"on-failure\" or \"always\", not \"" + *r + "\"");
+        } else if (key == "backoff") {
+            if (auto st = parse_backoff(w, v, s.backoff); !st) return st.error();
+        } else if (key == "depends_on") {
+            auto deps = get_string_list(w, v, key, true);
+            if (!deps) return deps.error();
+            s.depends_on = *deps;
+        } else if (key == "ready") {
+            if (auto st = parse_ready(w, v, s.ready); !st) return st.error();
+        } else if (key == "stop_signal") {
+            std::string text;
+            if (v.is_integer())
+                text = std::to_string(*v.value<long long>());
+            else if (v.is_string())
+                text = *v.value<std::string>();
+            else
+                return w.at(v, key, "expected a signal name or number");
+            auto sig = parse_signal(text);
+            if (!sig) return w.at(v, key, sig.error().message);
+            s.stop_signal = *sig;
+        } else if (key == "grace") {
+            auto d = get_duration(w, v, key);
+            if (!d) return d.error();
+            s.grace = *d;
+        } else if (key == "main") {
+            if (!v.is_boolean()) return w.at(v, key, "expected true or false");
+            s.main = *v.value<bool>();
+        } else {
+            return w.at(v, key, "unknown key");
+        }
+    }
+    if (!have_command)
+        return w.at_line(static_cast<int>(t.source().begin.line), "command", "missing");
+    return s;
+}
+
+}  // namespace
+
+Result<std::vector<ServiceSpec>> parse_services_toml(std::string_view text,
+                                                     const std::string& path) {
+    toml::table root;
+    try {
+        root = toml::parse(text, path);
+    } catch (const toml::parse_error& e) {
+        return Error{path + ":" + std::to_string(e.source().begin.line) + ": " +
+                     std::string(e.description())};
+    }
+    std::vector<ServiceSpec> out;
+    const toml::node* services = root.get("services");
+    if (!services) return out;  // only other tables ([jobs.*]): nothing for this loader
+    const toml::table* table = services->as_table();
+    if (!table)
+        return Error{path + ":" + std::to_string(services->source().begin.line) +
+                     ": services: expected tables [services.NAME]"};
+    std::string main_origin;
+    for (const auto& [k, v] : *table) {
+        std::string name(k.str());
+        const toml::table* t = v.as_table();
+        if (!t)
+            return Error{path + ":" + std::to_string(v.source().begin.line) + ": services." + name +
+                         ": expected a table [services." + name + "]"};
+        auto spec = parse_service(path, name, *t);
+        if (!spec) return spec.error();
+        if (spec->main) {
+            if (!main_origin.empty())
+                return Error{spec->origin + ": services." + name +
+                             ".main: only one service can be main (another is at " + main_origin +
+                             ")"};
+            main_origin = spec->origin;
+        }
+        out.push_back(std::move(*spec));
+    }
+    // toml++ keeps tables sorted by key; the file's order is the natural tie-break for starting.
+    std::stable_sort(out.begin(), out.end(), [](const ServiceSpec& a, const ServiceSpec& b) {
+        auto line = [](const std::string& origin) {
+            return std::stoi(origin.substr(origin.rfind(':') + 1));
+        };
+        return line(a.origin) < line(b.origin);
+    });
+    if (auto st = order_by_dependencies(out); !st) return st.error();
+    return out;
+}
+
+Result<std::vector<ServiceSpec>> load_services_file(const std::string& path) {
+    auto text = read_file(path);
+    if (!text) return text.error();
+    return parse_services_toml(*text, path);
+}
+
+Status order_by_dependencies(std::vector<ServiceSpec>& services) {
+    std::map<std::string, std::size_t> index;
+    for (std::size_t i = 0; i < services.size(); ++i) index[services[i].name] = i;
+    for (const auto& s : services)
+        for (const auto& d : s.depends_on) {
+            if (!index.count(d))
+                return Error{s.origin + ": services." + s.name + ".depends_on: unknown service '" +
+                             d + "'"};
+            if (d == s.name)
+                return Error{s.origin + ": services." + s.name + ".depends_on: depends on itself"};
+        }
+    // Depth-first, in the given order, so independent services keep their file order. A service
+    // met again while still on the path closes a cycle, which is reported in full.
+    enum class Mark { None, OnPath, Done };
+    std::vector<Mark> mark(services.size(), Mark::None);
+    std::vector<std::size_t> path, order;
+    std::optional<Error> cycle;
+    std::function<void(std::size_t)> visit = [&](std::size_t i) {
+        if (cycle || mark[i] == Mark::Done) return;
+        if (mark[i] == Mark::OnPath) {
+            auto from = std::find(path.begin(), path.end(), i);
+            std::string chain;
+            for (auto it = from; it != path.end(); ++it) chain += services[*it].name + " -> ";
+            chain += services[i].name;
+            cycle = Error{services[i].origin + ": services." + services[i].name +
+                          ".depends_on: dependency cycle " + chain};
+            return;
+        }
+        mark[i] = Mark::OnPath;
+        path.push_back(i);
+        for (const auto& d : services[i].depends_on) visit(index[d]);
+        path.pop_back();
+        mark[i] = Mark::Done;
+        order.push_back(i);
+    };
+    for (std::size_t i = 0; i < services.size() && !cycle; ++i) visit(i);
+    if (cycle) return *cycle;
+    std::vector<ServiceSpec> sorted;
+    for (std::size_t i : order) sorted.push_back(std::move(services[i]));
+    services = std::move(sorted);
+    return Ok{};
+}
+
+}  // namespace lastcall

@@ -1,0 +1,713 @@
+#include "lastcall/services/service_manager.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+#include "lastcall/core/json.hpp"
+#include "lastcall/services/service_status.hpp"
+#include "lastcall/core/signals.hpp"
+#include "lastcall/process/environment.hpp"
+#include "lastcall/process/process_ref.hpp"
+#include "lastcall/process/stop.hpp"
+
+namespace lastcall {
+
+namespace {
+
+// While a service's tree drains, it is enumerated again at this period: members that exit are
+// not all lastcall's children, so no SIGCHLD tells about them.
+constexpr Millis kStopPoll{20};
+// A readiness probe (connect or command) that takes longer is abandoned and tried again.
+constexpr Millis kProbeTimeout{5000};
+// Longest partial line kept before it is printed anyway.
+constexpr std::size_t kMaxLine = 64 * 1024;
+
+constexpr const char* kColors[] = {"36", "33", "32", "35", "34", "31",
+                                   "96", "93", "92", "95", "94", "91"};
+
+// lastcall's environment, then the .env file's, then the service's own: later wins, once.
+std::vector<std::string> service_environment(const std::vector<std::string>& dotenv,
+                                             const std::vector<std::string>& own) {
+    Environment env = Environment::inherited(UnitKind::Service);
+    for (const auto& kv : dotenv) env.set(kv);
+    for (const auto& kv : own) env.set(kv);
+    return env.entries();
+}
+
+std::string describe_status(int status) {
+    if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) return "was killed by " + signal_name(WTERMSIG(status));
+    return "changed state " + std::to_string(status);
+}
+
+void write_all(int fd, std::string_view data) {
+    while (!data.empty()) {
+        ssize_t n = ::write(fd, data.data(), data.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;  // a closed terminal: the lines have nowhere to go
+        data.remove_prefix(static_cast<std::size_t>(n));
+    }
+}
+
+}  // namespace
+
+struct ServiceManager::Service {
+    explicit Service(ServiceSpec s) : spec(std::move(s)), backoff(spec.backoff) {}
+
+    ServiceSpec spec;
+    ServiceState state = ServiceState::Pending;
+    Backoff backoff;
+    std::vector<std::size_t> deps;
+    bool ever_ready = false;  // dependents wait for this, not for "ready right now"
+
+    std::optional<Ticket> ticket;  // the admitted unit of work of the current instance
+    pid_t pid = -1;                // leader of the current instance; -1 when none
+    // The processes of the current instance, and of earlier instances while anything of them
+    // is left (a daemon an instance forked must still be stopped with its service).
+    std::unique_ptr<UnitScope> scope;
+    std::vector<std::unique_ptr<UnitScope>> retired;
+    MonoTime started{};
+    std::time_t started_wall = 0;
+    int starts = 0;
+    std::optional<int> last_status;
+    std::optional<MonoTime> wake;  // Backoff: restart; Starting: probe; Stopping: poll
+
+    pid_t probe_pid = -1;
+    UniqueFd probe_sock;
+
+    std::set<ProcKey> signalled;  // got the stop signal: never a second time
+    std::optional<MonoTime> stop_deadline;
+    bool killed = false;
+
+    int restarts() const { return starts > 1 ? starts - 1 : 0; }
+};
+
+ServiceManager::ServiceManager(std::vector<ServiceSpec> specs, ServiceManagerOptions options,
+                               const Clock& clock)
+    : opts_(std::move(options)), clock_(clock) {
+    services_.reserve(specs.size());
+    for (auto& s : specs) {
+        name_width_ = std::max(name_width_, s.name.size());
+        services_.emplace_back(std::move(s));
+    }
+    for (auto& s : services_)
+        for (const auto& d : s.spec.depends_on)
+            for (std::size_t i = 0; i < services_.size(); ++i)
+                if (services_[i].spec.name == d) s.deps.push_back(i);
+}
+
+ServiceManager::~ServiceManager() = default;
+
+Status ServiceManager::attach(Supervisor& sup) {
+    sup_ = &sup;
+    auto timer = DeadlineTimer::create();
+    if (!timer) return timer.error();
+    timer_.emplace(std::move(*timer));
+    if (auto st = sup.loop().watch(timer_->fd(), EPOLLIN, [this](auto) { on_timer(); }); !st)
+        return st;
+    spdlog::info("starting {} service(s) in dependency order", services_.size());
+    write_status();
+    start_eligible();
+    rearm();
+    return Ok{};
+}
+
+bool ServiceManager::apply(Service& s, ServiceEvent e) {
+    auto to = service_transition(s.state, e);
+    if (!to) return false;
+    spdlog::debug("service {}: {} -> {} ({})", s.spec.name, to_string(s.state), to_string(*to),
+                  to_string(e));
+    s.state = *to;
+    write_status();
+    return true;
+}
+
+void ServiceManager::start_eligible() {
+    if (shutting_down_) return;
+    for (auto& s : services_) {
+        if (s.state != ServiceState::Pending) continue;
+        bool deps_ready = std::all_of(s.deps.begin(), s.deps.end(),
+                                      [&](std::size_t d) { return services_[d].ever_ready; });
+        if (deps_ready) start(s);
+    }
+}
+
+void ServiceManager::start(Service& s) {
+    // A start (first or restart) is a unit of work like any other: once the shutdown has begun,
+    // admission refuses it, and nothing new appears while the tree is being drained.
+    auto ticket = sup_->admission().try_admit();
+    if (!ticket) {
+        ++refused_;
+        spdlog::info("service {}: not started, the shutdown has begun", s.spec.name);
+        apply(s, ServiceEvent::RestartRefused);
+        return;
+    }
+    if (s.scope) s.retired.push_back(std::move(s.scope));
+    s.scope = make_unit_scope(sup_->tracker(), "svc-" + s.spec.name + "." + std::to_string(s.starts + 1));
+    SpawnSpec spec;
+    spec.argv = s.spec.argv;
+    spec.env = service_environment(opts_.extra_env, s.spec.env);
+    spec.session = SpawnSpec::Session::NewSession;
+    spec.cgroup_procs_fd = s.scope->spawn_cgroup_fd();
+    spec.workdir = s.spec.workdir;
+    spec.credentials = s.spec.user;
+    UniqueFd out_read, out_write;
+    if (s.spec.capture_output) {
+        int fds[2];
+        if (::pipe2(fds, O_CLOEXEC) == 0) {
+            out_read.reset(fds[0]);
+            out_write.reset(fds[1]);
+            ::fcntl(out_read.get(), F_SETFL, O_NONBLOCK);
+            spec.stdout_fd = out_write.get();
+        } else {
+            spdlog::warn("service {}: pipe2: {}; its output is not prefixed", s.spec.name,
+                         std::strerror(errno));
+        }
+    }
+    // A ready file left by an earlier run must not count as this instance being ready.
+    if (s.spec.ready.kind == ReadyCheck::Kind::File) ::unlink(s.spec.ready.file.c_str());
+
+    auto result = spawn(spec);
+    out_write.reset();  // only the service holds the write end now: EOF means it and its tree left
+    std::size_t index = static_cast<std::size_t>(&s - services_.data());
+    s.started = clock_.now();
+    s.started_wall = std::time(nullptr);
+    ++s.starts;
+    s.signalled.clear();
+    s.killed = false;
+    apply(s, ServiceEvent::Spawned);
+    if (!result.child) {
+        ticket->rollback();
+        int code = result.failure ? result.failure->exit_code() : 1;
+        spdlog::error("service {}: {}", s.spec.name,
+                      result.failure ? result.failure->message() : result.error->message);
+        instance_ended(s, W_EXITCODE(code, 0));
+        return;
+    }
+    ticket->started();
+    s.ticket = std::move(ticket);
+    s.pid = result.child->pid;
+    s.scope->started(s.pid);
+    if (out_read) watch_output(index, std::move(out_read));
+    spdlog::info("service {}: started pid {}{}", s.spec.name, s.pid,
+                 s.starts > 1 ? " (restart " + std::to_string(s.restarts()) + ")" : "");
+    write_status();
+    if (s.spec.ready.kind == ReadyCheck::Kind::None) {
+        mark_ready(s);
+    } else {
+        s.wake = clock_.now();
+        rearm();
+    }
+}
+
+void ServiceManager::mark_ready(Service& s) {
+    if (!apply(s, ServiceEvent::ReadyPassed)) return;
+    s.wake.reset();
+    bool first = !s.ever_ready;
+    s.ever_ready = true;
+    if (s.spec.ready.kind != ReadyCheck::Kind::None) spdlog::info("service {}: ready", s.spec.name);
+    if (first) start_eligible();
+}
+
+void ServiceManager::instance_ended(Service& s, int status) {
+    MonoTime now = clock_.now();
+    s.pid = -1;
+    if (s.ticket) s.ticket->release();
+    s.ticket.reset();
+    s.last_status = status;
+    cancel_probe(s);
+    if (s.state == ServiceState::Stopping) {
+        spdlog::info("service {}: {}", s.spec.name, describe_status(status));
+        check_stop(s);
+        return;
+    }
+    spdlog::info("service {}: {}", s.spec.name, describe_status(status));
+    if (shutting_down_) {
+        apply(s, ServiceEvent::ExitedFinal);
+        return;
+    }
+    // What the instance left behind gets its stop signal: a restarted service must not find the
+    // old instance still holding its port, and a finished one must not leave strays.
+    if (int n = send_stop(s); n > 0)
+        spdlog::info("service {}: sent {} to {} process(es) it left behind", s.spec.name,
+                     signal_name(s.spec.stop_signal), n);
+    if (s.spec.main) {
+        apply(s, ServiceEvent::ExitedFinal);
+        spdlog::info("service {} is main: stopping everything", s.spec.name);
+        sup_->request_shutdown(exit_code_of(status));
+        return;
+    }
+    if (should_restart(s.spec.restart, status)) {
+        Millis delay = s.backoff.next_delay(s.started, now);
+        apply(s, ServiceEvent::ExitedRestart);
+        s.wake = now + delay;
+        spdlog::info("service {}: restarting in {} (restart = {}, {} quick exit(s) in a row)",
+                     s.spec.name, format_duration(delay), to_string(s.spec.restart),
+                     s.backoff.consecutive());
+    } else {
+        apply(s, ServiceEvent::ExitedFinal);
+    }
+    rearm();
+}
+
+void ServiceManager::reaped(const Reaped& r) {
+    for (auto& s : services_) {
+        if (s.pid == r.pid) return instance_ended(s, r.status);
+        if (s.probe_pid == r.pid) {
+            s.probe_pid = -1;
+            if (s.state == ServiceState::Starting)
+                probe_finished(s, WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+            return;
+        }
+    }
+    // A member of a service's tree that lastcall reaped (an orphan): the stop may be complete.
+    for (auto& s : services_)
+        if (s.state == ServiceState::Stopping) check_stop(s);
+}
+
+void ServiceManager::on_timer() {
+    timer_->consume();
+    MonoTime now = clock_.now();
+    if (stop_begin_ && now >= *stop_begin_) {
+        stop_begin_.reset();
+        stop_eligible();
+    }
+    for (auto& s : services_) {
+        if (!s.wake || *s.wake > now) continue;
+        s.wake.reset();
+        switch (s.state) {
+            case ServiceState::Backoff:
+                start(s);
+                break;
+            case ServiceState::Starting:
+                probe(s);
+                break;
+            case ServiceState::Stopping:
+                check_stop(s);
+                break;
+            default:
+                break;
+        }
+    }
+    rearm();
+}
+
+void ServiceManager::rearm() {
+    if (!timer_) return;
+    std::optional<MonoTime> next = stop_begin_;
+    for (const auto& s : services_)
+        if (s.wake) next = next ? std::min(*next, *s.wake) : *s.wake;
+    if (auto st = timer_->arm(next); !st) spdlog::error("services timer: {}", st.error().message);
+}
+
+// ---- readiness ----
+
+void ServiceManager::probe(Service& s) {
+    MonoTime now = clock_.now();
+    const ReadyCheck& r = s.spec.ready;
+    switch (r.kind) {
+        case ReadyCheck::Kind::None:
+            return mark_ready(s);
+        case ReadyCheck::Kind::File:
+            if (::access(r.file.c_str(), F_OK) == 0) return mark_ready(s);
+            s.wake = now + r.interval;
+            return;
+        case ReadyCheck::Kind::Tcp: {
+            if (s.probe_sock) {  // a connect that hung for kProbeTimeout: try afresh
+                sup_->loop().unwatch(s.probe_sock.get());
+                s.probe_sock.reset();
+            }
+            sockaddr_storage addr{};
+            socklen_t len = 0;
+            auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
+            auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
+            if (::inet_pton(AF_INET, r.host.c_str(), &v4->sin_addr) == 1) {
+                v4->sin_family = AF_INET;
+                v4->sin_port = htons(r.port);
+                len = sizeof *v4;
+            } else if (::inet_pton(AF_INET6, r.host.c_str(), &v6->sin6_addr) == 1) {
+                v6->sin6_family = AF_INET6;
+                v6->sin6_port = htons(r.port);
+                len = sizeof *v6;
+            } else {
+                spdlog::error("service {}: ready.tcp: '{}' is not a numeric address", s.spec.name,
+                              r.host);
+                return;  // never ready: its dependents wait, which the log explains
+            }
+            UniqueFd sock(::socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+            if (!sock) {
+                spdlog::warn("service {}: ready.tcp socket: {}", s.spec.name, std::strerror(errno));
+                s.wake = now + r.interval;
+                return;
+            }
+            if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0)
+                return mark_ready(s);
+            if (errno != EINPROGRESS) {
+                s.wake = now + r.interval;
+                return;
+            }
+            std::size_t index = static_cast<std::size_t>(&s - services_.data());
+            auto st = sup_->loop().watch(sock.get(), EPOLLOUT, [this, index](auto) {
+                Service& svc = services_[index];
+                int err = 0;
+                socklen_t elen = sizeof err;
+                ::getsockopt(svc.probe_sock.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
+                sup_->loop().unwatch(svc.probe_sock.get());
+                svc.probe_sock.reset();
+                probe_finished(svc, err == 0);
+                rearm();
+            });
+            if (!st) {
+                s.wake = now + r.interval;
+                return;
+            }
+            s.probe_sock = std::move(sock);
+            s.wake = now + kProbeTimeout;
+            return;
+        }
+        case ReadyCheck::Kind::Exec: {
+            if (s.probe_pid > 0) {
+                // Still running after kProbeTimeout: its reap schedules the next probe.
+                ::kill(-s.probe_pid, SIGKILL);
+                return;
+            }
+            SpawnSpec spec;
+            spec.argv = r.exec;
+            spec.env = service_environment(opts_.extra_env, s.spec.env);
+            spec.session = SpawnSpec::Session::NewGroup;
+            spec.cgroup_procs_fd = sup_->tracker().spawn_cgroup_fd();
+            spec.workdir = s.spec.workdir;
+            spec.credentials = s.spec.user;
+            auto result = spawn(spec);
+            if (!result.child) {
+                spdlog::warn("service {}: ready.exec: {}", s.spec.name,
+                             result.failure ? result.failure->message() : result.error->message);
+                s.wake = now + r.interval;
+                return;
+            }
+            s.probe_pid = result.child->pid;
+            s.wake = now + kProbeTimeout;
+            return;
+        }
+    }
+}
+
+void ServiceManager::probe_finished(Service& s, bool ok) {
+    if (s.state != ServiceState::Starting) return;
+    if (ok) return mark_ready(s);
+    s.wake = clock_.now() + s.spec.ready.interval;
+    rearm();
+}
+
+void ServiceManager::cancel_probe(Service& s) {
+    if (s.probe_sock) {
+        sup_->loop().unwatch(s.probe_sock.get());
+        s.probe_sock.reset();
+    }
+    // The probe's own group; it is reaped like any child and then ignored (state != Starting).
+    if (s.probe_pid > 0) ::kill(-s.probe_pid, SIGKILL);
+    if (s.state == ServiceState::Starting) s.wake.reset();
+}
+
+// ---- the ordered stop ----
+
+void ServiceManager::state_changed(State from, State to) {
+    if (from == State::Running && to == State::Draining) return begin_ordered_stop();
+    if (to == State::Forcing || to == State::Stopped) end_ordered_stop(to == State::Forcing);
+}
+
+void ServiceManager::begin_ordered_stop() {
+    shutting_down_ = true;
+    MonoTime now = clock_.now();
+    global_deadline_ = now + sup_->options().grace;
+    for (auto& s : services_) {
+        if (s.state == ServiceState::Pending || s.state == ServiceState::Backoff) {
+            s.wake.reset();
+            apply(s, ServiceEvent::StopRequested);
+        }
+        cancel_probe(s);
+    }
+    // Nothing is signalled from inside the supervisor's state change: the stop starts from the
+    // timer, after the drain delay (readiness off and the delay come before any signal).
+    sup_->hold_drain();
+    holding_drain_ = true;
+    stop_begin_ = now + sup_->options().drain_delay;
+    spdlog::info("stopping {} service(s) in reverse dependency order", services_.size());
+    rearm();
+}
+
+bool ServiceManager::stop_done(const Service& s) const {
+    switch (s.state) {
+        case ServiceState::Starting:
+        case ServiceState::Ready:
+            return false;
+        case ServiceState::Stopping:
+            // A dependent that had to be killed is as good as gone: what depends on it must
+            // not lose its own grace waiting for the kernel to finish the kill.
+            return s.killed;
+        default:
+            return true;
+    }
+}
+
+// Reverse dependency order, in parallel: every service that nothing running depends on gets its
+// stop signal now; one that something depends on, once all its dependents are done.
+void ServiceManager::stop_eligible() {
+    bool waiting = false;
+    for (std::size_t i = 0; i < services_.size(); ++i) {
+        Service& s = services_[i];
+        if (s.state == ServiceState::Stopping) {
+            waiting = true;
+            continue;
+        }
+        if (s.state != ServiceState::Starting && s.state != ServiceState::Ready &&
+            s.state != ServiceState::Exited)
+            continue;
+        bool dependents_done = true;
+        for (const auto& d : services_)
+            if (&d != &s && std::count(d.deps.begin(), d.deps.end(), i) && !stop_done(d))
+                dependents_done = false;
+        if (!dependents_done) {
+            waiting = true;
+            continue;
+        }
+        begin_stop(s);
+        waiting = waiting || s.state == ServiceState::Stopping;
+    }
+    if (!waiting && holding_drain_) {
+        holding_drain_ = false;
+        spdlog::info("all services stopped");
+        sup_->release_drain();
+    }
+}
+
+void ServiceManager::begin_stop(Service& s) {
+    MonoTime now = clock_.now();
+    bool exited = s.state == ServiceState::Exited;
+    if (members_of(s).empty()) {
+        // Nothing left to stop. A running one's leader is a zombie whose reap is on the way;
+        // an exited one keeps its state: it ended by itself, lastcall did not stop it.
+        if (!exited && apply(s, ServiceEvent::StopRequested)) apply(s, ServiceEvent::TreeGone);
+        return;
+    }
+    apply(s, ServiceEvent::StopRequested);
+    // Per-service graces are capped by the global one: the whole stop is bounded by it.
+    Millis grace = s.spec.grace.value_or(sup_->options().grace);
+    s.stop_deadline = std::min(now + grace, global_deadline_);
+    int n = send_stop(s);
+    spdlog::info("service {}: sent {} to {} process(es), grace {}", s.spec.name,
+                 signal_name(s.spec.stop_signal), n, format_duration(grace));
+    s.wake = now + kStopPoll;
+    rearm();
+}
+
+int ServiceManager::send_stop(Service& s) {
+    StopPassIo io{[&] { return members_of(s); }, signal_exact};
+    return send_stop_signal(io, s.spec.stop_signal, [&](const ProcInfo& p) {
+               return s.signalled.insert(key_of(p)).second;
+           }).signalled;
+}
+
+void ServiceManager::check_stop(Service& s) {
+    if (s.state != ServiceState::Stopping) return;
+    MonoTime now = clock_.now();
+    auto members = members_of(s);
+    if (members.empty()) {
+        s.wake.reset();
+        apply(s, ServiceEvent::TreeGone);
+        spdlog::info("service {}: stopped{}", s.spec.name, s.killed ? " (forced)" : "");
+        retire_scopes(s);
+        stop_eligible();
+        return;
+    }
+    if (!s.killed && s.stop_deadline && now >= *s.stop_deadline) {
+        s.killed = true;
+        int n = kill_members(s);
+        spdlog::warn("service {}: still {} process(es) at the end of its grace: sent SIGKILL to {}",
+                     s.spec.name, members.size(), n);
+        // Its dependencies need not wait for the kernel to finish the kill.
+        stop_eligible();
+    }
+    // Processes born since the stop signal are not signalled again: they are the service's
+    // cleanup helpers, and the kill at the end of the grace covers them.
+    s.wake = now + kStopPoll;
+}
+
+void ServiceManager::end_ordered_stop(bool forced) {
+    stop_begin_.reset();
+    holding_drain_ = false;
+    for (auto& s : services_) {
+        s.wake.reset();
+        cancel_probe(s);
+        if (forced && s.state == ServiceState::Stopping) s.killed = true;
+        if (!forced) {
+            // Every process of the tree is gone: so is every service's.
+            if (s.state == ServiceState::Starting || s.state == ServiceState::Ready)
+                apply(s, ServiceEvent::StopRequested);
+            apply(s, ServiceEvent::TreeGone);
+        }
+    }
+    write_status();
+    rearm();
+}
+
+void ServiceManager::before_force() {
+    for (auto& s : services_)
+        if (s.state == ServiceState::Stopping) s.killed = true;
+}
+
+std::vector<ProcInfo> ServiceManager::members_of(Service& s) {
+    std::vector<ProcInfo> out;
+    std::set<pid_t> seen;
+    auto add = [&](UnitScope& scope) {
+        for (auto& p : scope.members())
+            if (seen.insert(p.pid).second) out.push_back(std::move(p));
+    };
+    if (s.scope) add(*s.scope);
+    for (auto& r : s.retired) add(*r);
+    return out;
+}
+
+int ServiceManager::kill_members(Service& s) {
+    int n = 0;
+    auto record = [](const ProcInfo&) { return true; };
+    if (s.scope) n += s.scope->kill(record);
+    for (auto& r : s.retired) n += r->kill(record);
+    return n;
+}
+
+void ServiceManager::retire_scopes(Service& s) {
+    // Empty scopes of earlier instances are removed as soon as they are empty; one that the
+    // kernel still counts (EBUSY) goes with the instance's cgroup at exit.
+    std::erase_if(s.retired, [](auto& r) { return r->members().empty() && r->remove().ok(); });
+}
+
+// ---- captured output ----
+
+void ServiceManager::watch_output(std::size_t service, UniqueFd fd) {
+    int raw = fd.get();
+    auto st = sup_->loop().watch(raw, EPOLLIN, [this, raw](auto) { on_output(raw); });
+    if (!st) {
+        spdlog::warn("service {}: output not captured: {}", services_[service].spec.name,
+                     st.error().message);
+        return;
+    }
+    streams_[raw] = Stream{service, std::move(fd), {}};
+}
+
+void ServiceManager::on_output(int fd) {
+    auto it = streams_.find(fd);
+    if (it == streams_.end()) return;
+    Stream& st = it->second;
+    char buf[16384];
+    for (;;) {
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n > 0) {
+            st.partial.append(buf, static_cast<std::size_t>(n));
+            std::size_t nl;
+            while ((nl = st.partial.find('\n')) != std::string::npos) {
+                emit_line(st.service, std::string_view(st.partial).substr(0, nl));
+                st.partial.erase(0, nl + 1);
+            }
+            if (st.partial.size() > kMaxLine) {
+                emit_line(st.service, st.partial);
+                st.partial.clear();
+            }
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) return;
+        // EOF: the instance and everything it started closed the pipe.
+        if (!st.partial.empty()) emit_line(st.service, st.partial);
+        sup_->loop().unwatch(fd);
+        streams_.erase(it);
+        return;
+    }
+}
+
+void ServiceManager::emit_line(std::size_t service, std::string_view line) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const std::string& name = services_[service].spec.name;
+    std::string out;
+    out.reserve(line.size() + name_width_ + 16);
+    std::string padded = name + std::string(name_width_ - name.size(), ' ');
+    if (opts_.color) {
+        out += "\x1b[";
+        out += kColors[service % std::size(kColors)];
+        out += "m" + padded + " |\x1b[0m ";
+    } else {
+        out += padded + " | ";
+    }
+    out += line;
+    out += '\n';
+    write_all(opts_.output_fd, out);
+}
+
+// ---- status and report ----
+
+void ServiceManager::write_status() {
+    if (opts_.state_path.empty()) return;
+    StatusFile f;
+    f.lastcall_pid = ::getpid();
+    for (const auto& s : services_) {
+        ServiceStatusRow row;
+        row.name = s.spec.name;
+        row.pid = s.pid;
+        row.state = std::string(to_string(s.state));
+        row.restarts = s.restarts();
+        row.since = s.pid > 0 ? s.started_wall : 0;
+        f.services.push_back(row);
+    }
+    // Said once per failure streak: a crash loop must not turn one problem into a log flood.
+    auto st = write_status_file(opts_.state_path, f);
+    if (!st && !status_failing_) spdlog::warn("status file not written: {}", st.error().message);
+    status_failing_ = !st;
+}
+
+void ServiceManager::contribute_report(JsonWriter& j) {
+    j.key("services").begin_array();
+    for (const auto& s : services_) {
+        j.begin_object();
+        j.field("name", s.spec.name);
+        j.field("state", to_string(s.state));
+        j.field("starts", s.starts);
+        j.field("restarts", s.restarts());
+        j.key("last_exit_code");
+        if (s.last_status)
+            j.value(exit_code_of(*s.last_status));
+        else
+            j.null();
+        j.field("forced", s.killed);
+        j.end_object();
+    }
+    j.end_array();
+    j.field("service_starts_refused", refused_);
+}
+
+void ServiceManager::finished(int /*exit_code*/) {
+    // Whatever the last processes wrote before they went is printed before lastcall exits.
+    std::vector<int> fds;
+    for (const auto& [fd, st] : streams_) fds.push_back(fd);
+    for (int fd : fds) on_output(fd);
+    if (!opts_.state_path.empty()) ::unlink(opts_.state_path.c_str());
+}
+
+Result<std::vector<ServiceSpec>> load_config_services(const std::string& config_path) {
+    if (config_path.empty()) return std::vector<ServiceSpec>{};
+    return load_services_file(config_path);
+}
+
+}  // namespace lastcall

@@ -1,0 +1,100 @@
+#include "lastcall/core/instance.hpp"
+#include "lastcall/core/atomic_file.hpp"
+#include "lastcall/services/up.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "lastcall/cli/cli.hpp"
+#include "lastcall/core/clock.hpp"
+#include "lastcall/core/log.hpp"
+#include "lastcall/services/service_manager.hpp"
+#include "lastcall/services/service_status.hpp"
+#include "lastcall/supervisor.hpp"
+
+namespace lastcall {
+
+namespace {
+
+
+}  // namespace
+
+Result<std::vector<ServiceSpec>> procfile_services(const std::vector<ProcfileEntry>& entries,
+                                                   const std::string& procfile,
+                                                   const std::vector<std::string>& only,
+                                                   const std::vector<std::string>& except) {
+    for (const auto* list : {&only, &except})
+        for (const auto& name : *list)
+            if (std::none_of(entries.begin(), entries.end(),
+                             [&](const ProcfileEntry& e) { return e.name == name; }))
+                return Error{(list == &only ? "--only: " : "--except: ") +
+                             std::string("no process '") + name + "' in " + procfile};
+    std::vector<ServiceSpec> out;
+    for (const auto& e : entries) {
+        bool selected = only.empty()
+                            ? std::find(except.begin(), except.end(), e.name) == except.end()
+                            : std::find(only.begin(), only.end(), e.name) != only.end();
+        if (!selected) continue;
+        ServiceSpec s;
+        s.name = e.name;
+        s.argv = {"/bin/sh", "-c", e.command};
+        s.restart = RestartPolicy::No;
+        s.main = true;
+        s.capture_output = true;
+        s.origin = procfile + ":" + std::to_string(e.line);
+        out.push_back(std::move(s));
+    }
+    if (out.empty()) return Error{procfile + ": no process left to run after --only/--except"};
+    return out;
+}
+
+int run_up(const std::vector<std::string>& args) {
+    ParsedUpCommandLine parsed = parse_up_command_line(args);
+    if (!parsed.up) return parsed.exit_code;
+    UpOptions& up = *parsed.up;
+
+    // Every file error ends the run before anything starts: exit 2, one line with file and line.
+    auto fail = [](const Error& e) {
+        std::fprintf(stderr, "lastcall up: %s\n", e.message.c_str());
+        return 2;
+    };
+    auto text = read_file(up.procfile);
+    if (!text) return fail(text.error());
+    auto entries = parse_procfile(*text, up.procfile);
+    if (!entries) return fail(entries.error());
+    auto specs = procfile_services(*entries, up.procfile, up.only, up.except);
+    if (!specs) return fail(specs.error());
+    ServiceManagerOptions mo;
+    if (::access(up.env_file.c_str(), F_OK) == 0 || up.env_file_given) {
+        auto env_text = read_file(up.env_file);
+        if (!env_text) return fail(env_text.error());
+        auto env = parse_dotenv(*env_text, up.env_file);
+        if (!env) return fail(env.error());
+        mo.extra_env = *env;
+    }
+    // Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
+    const char* no_color = std::getenv("NO_COLOR");
+    mo.color = ::isatty(STDOUT_FILENO) == 1 && !(no_color && *no_color);
+    mo.state_path = status_path_for(instance_id());
+
+    setup_logging(up.options);
+    if (auto st = block_handled_signals(); !st) {
+        spdlog::critical("{}", st.error().message);
+        return 1;
+    }
+    SteadyClock clock;
+    ServiceManager services(std::move(*specs), std::move(mo), clock);
+    Supervisor supervisor(std::move(up.options), clock);
+    supervisor.add_component(&services);
+    int code = supervisor.run();
+    spdlog::shutdown();
+    return code;
+}
+
+}  // namespace lastcall

@@ -1,0 +1,102 @@
+#include "lastcall/shutdown/admission.hpp"
+
+#include <utility>
+
+namespace lastcall {
+
+Ticket::Ticket(Ticket&& other) noexcept
+    : owner_(std::exchange(other.owner_, nullptr)), id_(other.id_), state_(other.state_) {}
+
+Ticket& Ticket::operator=(Ticket&& other) noexcept {
+    if (this != &other) {
+        finish();
+        owner_ = std::exchange(other.owner_, nullptr);
+        id_ = other.id_;
+        state_ = other.state_;
+    }
+    return *this;
+}
+
+Ticket::~Ticket() { finish(); }
+
+void Ticket::started() {
+    if (owner_ && state_ == Admitted) state_ = Started;
+}
+
+void Ticket::release() { finish(); }
+
+void Ticket::rollback() {
+    // Only a unit that never started can be rolled back; a started one is released.
+    finish();
+}
+
+void Ticket::finish() {
+    if (!owner_ || state_ == Done) return;
+    bool was_started = state_ == Started;
+    state_ = Done;
+    std::exchange(owner_, nullptr)->finished(was_started);
+}
+
+std::optional<Ticket> Admission::try_admit() {
+    std::lock_guard lock(mutex_);
+    if (!open_) {
+        ++counts_.refused;
+        return std::nullopt;
+    }
+    ++active_;
+    ++counts_.admitted;
+    return Ticket(this, next_id_++);
+}
+
+std::size_t Admission::close() {
+    std::lock_guard lock(mutex_);
+    open_ = false;
+    return active_;
+}
+
+bool Admission::is_open() const {
+    std::lock_guard lock(mutex_);
+    return open_;
+}
+
+std::size_t Admission::active() const {
+    std::lock_guard lock(mutex_);
+    return active_;
+}
+
+AdmissionStats Admission::stats() const {
+    std::lock_guard lock(mutex_);
+    AdmissionStats s = counts_;
+    s.active = active_;
+    s.open = open_;
+    return s;
+}
+
+bool Admission::wait_idle_until(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(mutex_);
+    return idle_.wait_until(lock, deadline, [this] { return active_ == 0; });
+}
+
+void Admission::on_idle(std::function<void()> callback) {
+    std::lock_guard lock(mutex_);
+    on_idle_ = std::move(callback);
+}
+
+void Admission::finished(bool was_started) {
+    std::function<void()> notify;
+    {
+        std::lock_guard lock(mutex_);
+        --active_;
+        if (was_started)
+            ++counts_.released;
+        else
+            ++counts_.rolled_back;
+        if (active_ == 0) {
+            idle_.notify_all();
+            if (!open_) notify = on_idle_;
+        }
+    }
+    if (notify) notify();
+}
+
+}  // namespace lastcall

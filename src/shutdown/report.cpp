@@ -1,0 +1,224 @@
+#include "lastcall/shutdown/report.hpp"
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <ctime>
+
+#include "lastcall/core/atomic_file.hpp"
+#include "lastcall/core/json.hpp"
+#include "lastcall/core/signals.hpp"
+
+namespace lastcall {
+
+void ProcessBook::set_main(pid_t pid) {
+    main_pid_ = pid;
+    if (auto info = read_proc_stat(pid)) {
+        observe(*info);
+    } else {
+        ProcessRecord r;
+        r.pid = pid;
+        r.pgid = pid;
+        r.is_main = true;
+        live_[pid] = records_.size();
+        records_.push_back(r);
+    }
+}
+
+ProcessRecord& ProcessBook::observe(const ProcInfo& info) {
+    auto it = live_.find(info.pid);
+    if (it != live_.end()) {
+        auto& r = records_[it->second];
+        if (r.start == info.start || r.start == 0) {
+            if (r.start == 0) r.start = info.start;
+            return r;
+        }
+    }
+    ProcessRecord r;
+    r.pid = info.pid;
+    r.start = info.start;
+    r.comm = info.comm;
+    r.cmdline = read_cmdline(info.pid);
+    r.pgid = info.pgid;
+    r.is_main = info.pid == main_pid_;
+    live_[info.pid] = records_.size();
+    records_.push_back(std::move(r));
+    return records_.back();
+}
+
+void ProcessBook::reaped(const Reaped& rp, bool forcing) {
+    ++reaped_;
+    ProcessRecord* rec = nullptr;
+    if (rp.info) {
+        rec = &observe(*rp.info);
+    } else if (auto it = live_.find(rp.pid); it != live_.end()) {
+        rec = &records_[it->second];
+    }
+    if (!rec) return;  // reaped before shutdown: counted, not itemised
+    rec->status = rp.status;
+    // A SIGKILL death after the escalation went out is the escalation's doing, even for a child
+    // forked after the enumeration (cgroup.kill catches those without us listing them).
+    if (forcing && WIFSIGNALED(rp.status) && WTERMSIG(rp.status) == SIGKILL) rec->killed = true;
+    live_.erase(rp.pid);
+}
+
+std::vector<pid_t> ProcessBook::forced() const {
+    std::vector<pid_t> out;
+    for (const auto& r : records_)
+        if (r.killed) out.push_back(r.pid);
+    return out;
+}
+
+namespace {
+
+std::string iso_time(MonoTime t, MonoTime mono_now) {
+    auto wall = std::chrono::system_clock::now() -
+                std::chrono::duration_cast<std::chrono::system_clock::duration>(mono_now - t);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(wall.time_since_epoch()).count();
+    std::time_t secs = static_cast<std::time_t>(ms / 1000);
+    std::tm tm{};
+    ::gmtime_r(&secs, &tm);
+    char buf[40];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    char out[48];
+    std::snprintf(out, sizeof out, "%s.%03lldZ", buf, static_cast<long long>(ms % 1000));
+    return out;
+}
+
+long long ms_between(MonoTime a, MonoTime b) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();
+}
+
+void write_ending(JsonWriter& j, const ProcessRecord& r) {
+    if (r.status) {
+        int st = *r.status;
+        if (WIFEXITED(st)) {
+            j.field("ending", "exited").field("exit_code", WEXITSTATUS(st));
+        } else {
+            j.field("ending", r.killed ? "killed" : "signalled")
+                .field("signal", signal_name(WTERMSIG(st)));
+        }
+        j.field("reaped_by", "lastcall");
+    } else {
+        // Reaped by its own parent: gone, but its status went to that parent, not to us.
+        j.field("ending", r.killed ? "killed" : "gone").field("reaped_by", "parent");
+    }
+    j.field("within_grace", !r.killed);
+}
+
+}  // namespace
+
+std::string verdict_of(const ReportInput& in) {
+    return in.book->forced().empty() && !in.gave_up ? "clean" : "forced";
+}
+
+std::string render_report(const ReportInput& in) {
+    const Shutdown& sd = *in.shutdown;
+    JsonWriter j;
+    j.begin_object();
+    j.field("schema", 1);
+    j.key("command").begin_array();
+    for (const auto& a : in.command) j.value(a);
+    j.end_array();
+    j.field("lastcall_pid", static_cast<long long>(::getpid()));
+
+    j.key("trigger").begin_object();
+    switch (sd.trigger().kind) {
+        case TriggerKind::Signal:
+            j.field("kind", "signal").field("signal", signal_name(sd.trigger().signal));
+            break;
+        case TriggerKind::MainExited:
+            j.field("kind", "main-exited");
+            break;
+        case TriggerKind::None:
+            j.field("kind", "none");
+            break;
+    }
+    if (sd.trigger().kind != TriggerKind::None) j.field("at", iso_time(sd.trigger().at, in.now));
+    j.end_object();
+
+    j.key("transitions").begin_array();
+    for (State s : {State::Running, State::Draining, State::Stopping, State::Forcing, State::Stopped}) {
+        if (!sd.entered(s)) continue;
+        j.begin_object().field("state", to_string(s)).field("at", iso_time(*sd.entered(s), in.now));
+        j.end_object();
+    }
+    j.end_array();
+
+    j.key("budget").begin_object();
+    j.field("grace_ms", static_cast<long long>(in.grace.count()));
+    j.field("drain_delay_ms", static_cast<long long>(in.drain_delay.count()));
+    long long used = 0;
+    if (sd.trigger().kind != TriggerKind::None) {
+        MonoTime end = sd.entered(State::Stopped) ? *sd.entered(State::Stopped) : in.now;
+        used = ms_between(sd.trigger().at, end);
+    }
+    j.field("used_ms", used);
+    j.end_object();
+
+    j.field("tracker", in.tracker).field("kill_scope", in.kill_scope);
+    j.key("signals").begin_array();
+    for (const auto& b : sd.bursts())
+        j.begin_object()
+            .field("signal", signal_name(b.signal))
+            .field("count", b.count)
+            .field("at", iso_time(b.first, in.now))
+            .end_object();
+    j.end_array();
+
+    j.key("processes").begin_array();
+    for (const auto& r : in.book->records()) {
+        j.begin_object();
+        j.field("pid", static_cast<long long>(r.pid)).field("comm", r.comm);
+        j.field("cmdline", r.cmdline).field("pgid", static_cast<long long>(r.pgid));
+        j.field("main", r.is_main);
+        j.field("left_group", r.pgid != in.main_pid);
+        if (r.stop_signal) j.field("stop_signal", signal_name(r.stop_signal));
+        write_ending(j, r);
+        j.end_object();
+    }
+    j.end_array();
+    j.field("reaped_total", in.book->reaped_count());
+
+    j.field("verdict", verdict_of(in));
+    j.key("forced").begin_array();
+    for (pid_t p : in.book->forced()) j.value(static_cast<long long>(p));
+    j.end_array();
+    if (in.gave_up) j.field("abandoned", true);
+    if (in.extra) in.extra(j);
+    j.field("exit_code", in.exit_code);
+    j.end_object();
+    std::string out = j.str();
+    out += '\n';
+    return out;
+}
+
+std::string summarize(const ReportInput& in) {
+    const Shutdown& sd = *in.shutdown;
+    std::string s = "shutdown " + verdict_of(in) + ": exit code " + std::to_string(in.exit_code);
+    s += ", " + std::to_string(in.book->records().size()) + " processes in the final tree";
+    s += ", " + std::to_string(in.book->reaped_count()) + " reaped in all";
+    auto forced = in.book->forced();
+    if (!forced.empty()) {
+        // The log line stays readable after a fork storm; the report has the complete list.
+        constexpr std::size_t kShown = 20;
+        s += ", forced with SIGKILL:";
+        for (std::size_t i = 0; i < forced.size() && i < kShown; ++i)
+            s += " " + std::to_string(forced[i]);
+        if (forced.size() > kShown) s += " and " + std::to_string(forced.size() - kShown) + " more";
+    }
+    if (in.gave_up) s += ", some processes did not die from SIGKILL";
+    if (sd.trigger().kind != TriggerKind::None && sd.entered(State::Stopped))
+        s += ", " + std::to_string(ms_between(sd.trigger().at, *sd.entered(State::Stopped))) +
+             "ms of " + std::to_string(in.grace.count()) + "ms grace used";
+    return s;
+}
+
+Status write_report(const std::string& path, const std::string& json) {
+    auto file = AtomicFile::create(path);
+    if (!file) return file.error();
+    if (auto st = file->write(json); !st) return st;
+    return file->commit();
+}
+
+}  // namespace lastcall

@@ -1,0 +1,192 @@
+#include "lastcall/shutdown/shutdown.hpp"
+
+#include <signal.h>
+
+namespace lastcall {
+
+std::string_view to_string(State s) {
+    switch (s) {
+        case State::Running: return "running";
+        case State::Draining: return "draining";
+        case State::Stopping: return "stopping";
+        case State::Forcing: return "forcing";
+        case State::Stopped: return "stopped";
+    }
+    return "?";
+}
+
+std::string_view to_string(Event e) {
+    switch (e) {
+        case Event::Trigger: return "trigger";
+        case Event::DrainDone: return "drain done";
+        case Event::Escalate: return "escalate";
+        case Event::GraceExpired: return "grace expired";
+        case Event::TreeEmpty: return "tree empty";
+        case Event::GiveUp: return "give up";
+    }
+    return "?";
+}
+
+std::optional<State> transition(State from, Event event) {
+    using S = State;
+    using E = Event;
+    switch (from) {
+        case S::Running:
+            if (event == E::Trigger) return S::Draining;
+            return std::nullopt;
+        case S::Draining:
+            if (event == E::DrainDone) return S::Stopping;
+            if (event == E::Escalate || event == E::GraceExpired) return S::Forcing;
+            if (event == E::TreeEmpty) return S::Stopped;
+            return std::nullopt;
+        case S::Stopping:
+            if (event == E::Escalate || event == E::GraceExpired) return S::Forcing;
+            if (event == E::TreeEmpty) return S::Stopped;
+            return std::nullopt;
+        case S::Forcing:
+            if (event == E::TreeEmpty || event == E::GiveUp) return S::Stopped;
+            return std::nullopt;
+        case S::Stopped:
+            return std::nullopt;
+    }
+    return std::nullopt;
+}
+
+Shutdown::Shutdown(ShutdownConfig config, const Clock& clock, ShutdownActions& actions)
+    : config_(config), clock_(clock), actions_(actions) {
+    entered_[static_cast<int>(State::Running)] = clock_.now();
+}
+
+SignalOutcome Shutdown::on_signal(int sig) {
+    MonoTime now = clock_.now();
+    if (state_ == State::Running) {
+        last_signal_ = now;
+        bursts_.push_back({sig, now, 1});
+        start({TriggerKind::Signal, sig, now});
+        return SignalOutcome::Started;
+    }
+    if (state_ == State::Stopped) return SignalOutcome::Ignored;
+    // A sliding window: duplicates delivered by wrappers and orchestrators arrive within
+    // microseconds of each other; a human pressing Ctrl-C again is far slower than the window.
+    bool same_burst = now - last_signal_ < config_.coalesce;
+    last_signal_ = now;
+    if (same_burst && !bursts_.empty()) {
+        ++bursts_.back().count;
+        return SignalOutcome::Coalesced;
+    }
+    bursts_.push_back({sig, now, 1});
+    if (state_ == State::Forcing) return SignalOutcome::Ignored;
+    apply(Event::Escalate);
+    return SignalOutcome::Escalated;
+}
+
+void Shutdown::on_main_exit() {
+    if (state_ != State::Running) return;
+    start({TriggerKind::MainExited, 0, clock_.now()});
+}
+
+void Shutdown::start(Trigger t) {
+    trigger_ = t;
+    apply(Event::Trigger);
+}
+
+void Shutdown::on_pre_stop_done() {
+    pre_stop_running_ = false;
+    maybe_finish_drain();
+}
+
+void Shutdown::release_drain() {
+    if (holds_ > 0) --holds_;
+    maybe_finish_drain();
+}
+
+void Shutdown::maybe_finish_drain() {
+    if (state_ != State::Draining || pre_stop_running_ || holds_ > 0) return;
+    // A child that ended by itself leaves nobody to route traffic to: no reason to delay.
+    bool delay = trigger_.kind == TriggerKind::Signal && config_.drain_delay.count() > 0;
+    if (delay && clock_.now() < trigger_.at + config_.drain_delay) return;
+    apply(Event::DrainDone);
+}
+
+void Shutdown::on_timer() {
+    MonoTime now = clock_.now();
+    switch (state_) {
+        case State::Draining:
+        case State::Stopping:
+            if (now >= grace_deadline()) {
+                apply(Event::GraceExpired);
+            } else {
+                maybe_finish_drain();
+            }
+            break;
+        case State::Forcing:
+            if (now >= *entered(State::Forcing) + config_.force_limit) {
+                apply(Event::GiveUp);
+            } else if (now >= next_kill_) {
+                next_kill_ = now + config_.force_repeat;
+                actions_.kill_tree();
+            }
+            break;
+        default:
+            break;
+    }
+}
+
+void Shutdown::on_tree_empty() { apply(Event::TreeEmpty); }
+
+std::optional<MonoTime> Shutdown::next_deadline() const {
+    switch (state_) {
+        case State::Draining: {
+            MonoTime d = grace_deadline();
+            // While held, the drain delay is not a deadline: waking for it would spin.
+            if (trigger_.kind == TriggerKind::Signal && !pre_stop_running_ && holds_ == 0)
+                d = std::min(d, trigger_.at + config_.drain_delay);
+            return d;
+        }
+        case State::Stopping:
+            return grace_deadline();
+        case State::Forcing:
+            return std::min(next_kill_, *entered(State::Forcing) + config_.force_limit);
+        default:
+            return std::nullopt;
+    }
+}
+
+void Shutdown::apply(Event e) {
+    auto to = transition(state_, e);
+    if (!to) return;
+    State from = state_;
+    enter(*to);
+    actions_.state_changed(from, *to, e);
+    switch (*to) {
+        case State::Draining:
+            // Readiness goes off before anything else: probes and balancers stop sending work
+            // first, and only then is anything signalled.
+            actions_.readiness_off();
+            if (config_.has_pre_stop && trigger_.kind == TriggerKind::Signal) {
+                pre_stop_running_ = true;
+                actions_.start_pre_stop();
+            }
+            maybe_finish_drain();
+            break;
+        case State::Stopping: {
+            int sig = config_.stop_signal;
+            if (sig == 0) sig = trigger_.kind == TriggerKind::Signal ? trigger_.signal : SIGTERM;
+            actions_.signal_tree(sig);
+            break;
+        }
+        case State::Forcing:
+            next_kill_ = clock_.now() + config_.force_repeat;
+            actions_.kill_tree();
+            break;
+        default:
+            break;
+    }
+}
+
+void Shutdown::enter(State s) {
+    state_ = s;
+    entered_[static_cast<int>(s)] = clock_.now();
+}
+
+}  // namespace lastcall
