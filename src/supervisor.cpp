@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <map>
 #include <set>
 #include <spdlog/spdlog.h>
 
@@ -22,6 +23,11 @@
 namespace lastcall {
 
 namespace {
+
+// Signals read from the signalfd per turn of the event loop (see on_signals).
+constexpr std::size_t kSignalBatch = 64;
+// A forwarded signal is logged at most once per period; repeats are counted (see on_signal).
+constexpr std::chrono::seconds kFloodLogPeriod{1};
 
 std::string join(const std::vector<std::string>& v) {
     std::string out;
@@ -199,11 +205,16 @@ void Supervisor::rearm_timer() {
 }
 
 void Supervisor::on_signals() {
-    signalfd_siginfo info;
+    // At most kSignalBatch signals per turn of the loop: a flood (10,000 SIGRTMIN from a runaway
+    // sender) must not keep the loop from its timers, or the grace would never end. epoll is
+    // level-triggered, so what is left is read on the next turn, after the other sources.
+    signalfd_siginfo batch[kSignalBatch];
+    ssize_t got = ::read(signal_fd_.get(), batch, sizeof batch);
+    if (got <= 0) return;  // EAGAIN: all pending signals read
+    std::size_t n = static_cast<std::size_t>(got) / sizeof(signalfd_siginfo);
     bool child_event = false;
-    for (;;) {
-        ssize_t n = ::read(signal_fd_.get(), &info, sizeof info);
-        if (n != static_cast<ssize_t>(sizeof info)) break;  // EAGAIN: all pending signals read
+    for (std::size_t i = 0; i < n; ++i) {
+        const signalfd_siginfo& info = batch[i];
         int sig = static_cast<int>(info.ssi_signo);
         // SIGPIPE and SIGXFSZ that lastcall's own writes raised (a log line into a pipe whose
         // reader went away, a report over RLIMIT_FSIZE) are nobody's request: forwarded, they
@@ -214,10 +225,11 @@ void Supervisor::on_signals() {
             static_cast<pid_t>(info.ssi_pid) == ::getpid())
             continue;
         // SIGCHLD is handled once per batch: one waitpid loop covers any number of them.
-        if (sig == SIGCHLD)
+        if (sig == SIGCHLD) {
             child_event = true;
-        else
-            on_signal(sig);
+            continue;
+        }
+        on_signal(sig);
     }
     if (child_event) on_sigchld();
 }
@@ -258,8 +270,20 @@ void Supervisor::on_signal(int received) {
         spdlog::info("received SIGCONT: resuming the child's group");
         return forward(SIGCONT, Scope::Group);
     }
-    spdlog::info("received {}: forwarding to the {}", signal_name(sig),
-                 to_string(opts_.forward_to));
+    // Each arrival is forwarded; a flood of one signal is logged once a second with its count
+    // (a runaway sender must not turn into a million log lines).
+    auto& flood = floods_[sig];
+    MonoTime now = clock_.now();
+    if (flood.logged && now - *flood.logged < kFloodLogPeriod) {
+        ++flood.unlogged;
+    } else {
+        if (flood.unlogged > 0)
+            spdlog::info("received {} {} more time(s) since the last line: each forwarded",
+                         signal_name(sig), flood.unlogged);
+        spdlog::info("received {}: forwarding to the {}", signal_name(sig),
+                     to_string(opts_.forward_to));
+        flood = {now, 0};
+    }
     forward(sig, opts_.forward_to);
 }
 
@@ -534,6 +558,10 @@ int Supervisor::finish() {
         spdlog::info("child exit code {} counts as success (--success-exit)", code);
         code = 0;
     }
+    for (const auto& [sig, flood] : floods_)
+        if (flood.unlogged > 0)
+            spdlog::info("received {} {} more time(s) since the last line: each forwarded",
+                         signal_name(sig), flood.unlogged);
     ReportInput in;
     in.command = opts_.command;
     in.main_pid = main_pid_;

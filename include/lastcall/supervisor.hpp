@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <optional>
+#include <map>
 #include <set>
 #include <string>
 
@@ -128,6 +129,11 @@ private:
     bool children_gone_ = false;
     bool gave_up_ = false;
     std::set<pid_t> helper_sessions_;  // sessions of lastcall's own helpers
+    struct Flood {
+        std::optional<MonoTime> logged;  // when the signal was last logged
+        long long unlogged = 0;          // arrivals since then, forwarded but not logged
+    };
+    std::map<int, Flood> floods_;
     int stop_signal_ = SIGTERM;
     Scope stop_scope_ = Scope::Tree;
     std::string fatal_;

@@ -90,6 +90,13 @@ bool write_cgroup_kill(const std::string& dir) {
     return kill && ::write(kill.get(), "1", 1) == 1;
 }
 
+// cgroup.kill passes over a process whose leader thread has exited (state Z) while its other
+// threads run: the kernel's iterator lists it in cgroup.procs, but the kill skips the dead leader
+// task. A signal to the process through its pidfd reaches the whole thread group.
+void kill_zombie_leader(const ProcInfo& p) {
+    if (p.state == 'Z') signal_exact(p, SIGKILL);
+}
+
 int kill_each(const std::vector<ProcInfo>& members, const MemberFilter& record) {
     int n = 0;
     for (const auto& p : members) {
@@ -171,7 +178,10 @@ public:
         if (!write_cgroup_kill(dir_)) return kill_each(members(), record);
         int n = 0;
         for (const auto& p : members())
-            if (record(p)) ++n;
+            if (record(p)) {
+                ++n;
+                kill_zombie_leader(p);
+            }
         return n;
     }
 
@@ -245,7 +255,10 @@ public:
         cgroup_members(dir_, inside, seen);
         int n = 0;
         for (const auto& p : inside)
-            if (filter(p)) ++n;
+            if (filter(p)) {
+                ++n;
+                kill_zombie_leader(p);
+            }
         return n + kill_each(outside(seen), filter);
     }
 

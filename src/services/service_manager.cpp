@@ -32,6 +32,8 @@ namespace {
 constexpr Millis kStopPoll{20};
 // A readiness probe (connect or command) that takes longer is abandoned and tried again.
 constexpr Millis kProbeTimeout{5000};
+// Captured output read per stream and turn of the event loop (see on_output).
+constexpr std::size_t kOutputPerTurn = 64 * 1024;
 // Longest partial line kept before it is printed anyway.
 constexpr std::size_t kMaxLine = 64 * 1024;
 
@@ -599,7 +601,7 @@ void ServiceManager::retire_scopes(Service& s) {
 
 void ServiceManager::watch_output(std::size_t service, UniqueFd fd) {
     int raw = fd.get();
-    auto st = sup_->loop().watch(raw, EPOLLIN, [this, raw](auto) { on_output(raw); });
+    auto st = sup_->loop().watch(raw, EPOLLIN, [this, raw](auto) { on_output(raw, kOutputPerTurn); });
     if (!st) {
         spdlog::warn("service {}: output not captured: {}", services_[service].spec.name,
                      st.error().message);
@@ -608,12 +610,15 @@ void ServiceManager::watch_output(std::size_t service, UniqueFd fd) {
     streams_[raw] = Stream{service, std::move(fd), {}};
 }
 
-void ServiceManager::on_output(int fd) {
+void ServiceManager::on_output(int fd, std::size_t budget) {
     auto it = streams_.find(fd);
     if (it == streams_.end()) return;
     Stream& st = it->second;
     char buf[16384];
-    for (;;) {
+    // At most kOutputPerTurn per turn of the loop: a service that writes as fast as it can
+    // (`yes`) must not keep lastcall from a Ctrl-C or a timer. epoll is level-triggered: the
+    // rest is read on the next turn, after the other sources.
+    for (std::size_t taken = 0; taken < budget; taken += sizeof buf) {
         ssize_t n = ::read(fd, buf, sizeof buf);
         if (n > 0) {
             st.partial.append(buf, static_cast<std::size_t>(n));
@@ -701,7 +706,7 @@ void ServiceManager::finished(int /*exit_code*/) {
     // Whatever the last processes wrote before they went is printed before lastcall exits.
     std::vector<int> fds;
     for (const auto& [fd, st] : streams_) fds.push_back(fd);
-    for (int fd : fds) on_output(fd);
+    for (int fd : fds) on_output(fd, SIZE_MAX);
     if (!opts_.state_path.empty()) ::unlink(opts_.state_path.c_str());
 }
 

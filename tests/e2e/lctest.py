@@ -86,6 +86,13 @@ class Fifo:
                 return seen
             seen.append(line)
 
+    def expect_prefix(self, prefix, timeout=20.0):
+        """Reads lines until one starts with prefix; returns the rest of that line."""
+        while True:
+            line = self.readline(timeout)
+            if line.startswith(prefix):
+                return line[len(prefix):]
+
     def drain(self):
         """Everything written so far and not read yet (no waiting)."""
         try:

@@ -90,7 +90,8 @@ class ServiceManager final : public SupervisorComponent {
     int kill_members(Service& s);
     void retire_scopes(Service& s);
     void watch_output(std::size_t service, UniqueFd fd);
-    void on_output(int fd);
+    // Reads at most `budget` bytes (the rest on a later turn; SIZE_MAX at exit: all of it).
+    void on_output(int fd, std::size_t budget);
     void emit_line(std::size_t service, std::string_view line);
     void write_status();
 
