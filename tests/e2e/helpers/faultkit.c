@@ -4,6 +4,7 @@
  *   faultkit close-stdio       closes its stdin, stdout and stderr first, then as `wait`
  *   faultkit count-signals     counts SIGHUP and SIGUSR1; on SIGTERM writes
  *                              "term hup=<n> usr1=<n>" to $EVENTS and exits 0
+ *   faultkit forkbomb          every process forks as fast as it can (bounded by RLIMIT_NPROC)
  *   faultkit forkstorm RATE    ignores SIGTERM and forks RATE children per second, each ignoring
  *                              SIGTERM and living 200 ms; "storming" after the first second,
  *                              then "rate <forks in the last second>" every second
@@ -107,6 +108,20 @@ static int forkstorm(long rate) {
     }
 }
 
+/* A real fork bomb: every process forks as fast as it can, and so does every child; a refused
+ * fork (RLIMIT_NPROC, pid_max) is retried. Only a kill that no fork can race ends it. */
+static __attribute__((noreturn)) int forkbomb(void) {
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGCHLD, SIG_IGN);
+    event("bombing\n");
+    for (;;) {
+        if (fork() < 0) {
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
+    }
+}
+
 static int orphan(void) {
     pid_t pid = fork();
     if (pid == 0) {
@@ -161,8 +176,9 @@ int main(int argc, char** argv) {
     }
     if (strcmp(mode, "count-signals") == 0) return count_signals();
     if (strcmp(mode, "forkstorm") == 0 && argc > 2) return forkstorm(atol(argv[2]));
+    if (strcmp(mode, "forkbomb") == 0) return forkbomb();
     if (strcmp(mode, "orphan") == 0) return orphan();
     if (strcmp(mode, "self") == 0) return self();
-    fprintf(stderr, "usage: faultkit wait|close-stdio|count-signals|forkstorm RATE|orphan|self\n");
+    fprintf(stderr, "usage: faultkit wait|close-stdio|count-signals|forkstorm RATE|forkbomb|orphan|self\n");
     return 2;
 }
