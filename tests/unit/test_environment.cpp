@@ -1,0 +1,39 @@
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "lastcall/process/environment.hpp"
+
+using namespace lastcall;
+
+TEST_CASE("a variable set twice appears once, with the last value, in its first place") {
+    auto env = Environment::from({"A=1", "B=2", "A=3"});
+    CHECK(env.entries() == std::vector<std::string>{"A=3", "B=2"});
+    env.set("B", "x=y");
+    CHECK(*env.get("B") == "x=y");
+    env.unset("A");
+    CHECK(env.entries() == std::vector<std::string>{"B=x=y"});
+    env.set("no-equals-sign");
+    CHECK(env.size() == 1);
+}
+
+TEST_CASE("socket activation and the watchdog are inherited by the main command only") {
+    ::setenv("LISTEN_FDS", "1", 1);
+    ::setenv("WATCHDOG_USEC", "1000", 1);
+    ::setenv("NOTIFY_SOCKET", "/run/x", 1);
+    ::setenv("LASTCALL_RUN_ID", "7", 1);
+    auto main = Environment::inherited(UnitKind::Main);
+    CHECK(main.get("LISTEN_FDS"));
+    CHECK(main.get("WATCHDOG_USEC"));
+    CHECK_FALSE(main.get("NOTIFY_SOCKET"));
+    for (auto kind : {UnitKind::Service, UnitKind::Job, UnitKind::Helper}) {
+        auto env = Environment::inherited(kind);
+        CHECK_FALSE(env.get("LISTEN_FDS"));
+        CHECK_FALSE(env.get("WATCHDOG_USEC"));
+        CHECK_FALSE(env.get("NOTIFY_SOCKET"));
+    }
+    CHECK_FALSE(Environment::inherited(UnitKind::Job).get("LASTCALL_RUN_ID"));
+    CHECK(Environment::inherited(UnitKind::Service).get("LASTCALL_RUN_ID"));
+    for (const char* k : {"LISTEN_FDS", "WATCHDOG_USEC", "NOTIFY_SOCKET", "LASTCALL_RUN_ID"})
+        ::unsetenv(k);
+}

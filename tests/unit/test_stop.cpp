@@ -1,0 +1,122 @@
+// The stop primitive's first two steps (process/stop.hpp) against a fake tree: who gets the stop
+// signal, how often, and what follows it. No process is started.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+
+#include "lastcall/process/stop.hpp"
+
+using namespace lastcall;
+
+namespace {
+
+ProcInfo proc(pid_t pid, unsigned long long start = 1) {
+    ProcInfo p;
+    p.pid = pid;
+    p.start = start;
+    p.state = 'S';
+    return p;
+}
+
+// A tree that grows by `born` new members on each enumeration until `births` ran out.
+struct FakeTree {
+    std::vector<ProcInfo> live;
+    int births = 0;
+    pid_t next = 1000;
+    std::vector<std::pair<pid_t, int>> sent;
+
+    std::vector<ProcInfo> members() {
+        auto out = live;
+        if (births > 0) {
+            --births;
+            live.push_back(proc(next++));
+        }
+        return out;
+    }
+    StopPassIo io() {
+        return {[this] { return members(); },
+                [this](const ProcInfo& p, int sig) {
+                    sent.emplace_back(p.pid, sig);
+                    return true;
+                }};
+    }
+    int count(pid_t pid, int sig) const {
+        int n = 0;
+        for (const auto& [p, s] : sent) n += p == pid && s == sig;
+        return n;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("the stop signal reaches each member once, and SIGCONT follows it") {
+    FakeTree tree;
+    tree.live = {proc(10), proc(11), proc(12)};
+    std::set<ProcKey> had;
+    auto take = [&](const ProcInfo& p) { return had.insert(key_of(p)).second; };
+    auto r = send_stop_signal(tree.io(), SIGTERM, take);
+    CHECK(r.signalled == 3);
+    CHECK(r.settled);
+    for (pid_t pid : {10, 11, 12}) {
+        CHECK(tree.count(pid, SIGTERM) == 1);
+        CHECK(tree.count(pid, SIGCONT) == 1);
+    }
+    // A second stop request (a later trigger) signals nobody again.
+    CHECK(send_stop_signal(tree.io(), SIGTERM, take).signalled == 0);
+    CHECK(tree.count(10, SIGTERM) == 1);
+}
+
+TEST_CASE("a member forked while the pass ran gets the stop signal from the next pass") {
+    FakeTree tree;
+    tree.live = {proc(10)};
+    tree.births = 2;  // two forks race the first passes
+    std::set<ProcKey> had;
+    auto r = send_stop_signal(tree.io(), SIGTERM,
+                              [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
+    CHECK(r.settled);
+    CHECK(r.signalled == 3);
+    CHECK(tree.count(1000, SIGTERM) == 1);
+    CHECK(tree.count(1001, SIGTERM) == 1);
+}
+
+TEST_CASE("a process that reuses a signalled pid is a new process and gets the signal") {
+    FakeTree tree;
+    tree.live = {proc(10, 100)};
+    std::set<ProcKey> had;
+    auto take = [&](const ProcInfo& p) { return had.insert(key_of(p)).second; };
+    send_stop_signal(tree.io(), SIGTERM, take);
+    tree.live = {proc(10, 200)};  // pid 10 again, started later: someone else
+    CHECK(send_stop_signal(tree.io(), SIGTERM, take).signalled == 1);
+}
+
+TEST_CASE("a fork storm ends the passes unsettled instead of holding the loop") {
+    FakeTree tree;
+    tree.live = {proc(10)};
+    tree.births = 1'000'000;
+    std::set<ProcKey> had;
+    auto r = send_stop_signal(tree.io(), SIGTERM,
+                              [&](const ProcInfo& p) { return had.insert(key_of(p)).second; }, 5);
+    CHECK_FALSE(r.settled);
+    CHECK(r.signalled == 5);
+}
+
+TEST_CASE("SIGKILL and SIGCONT as stop signals are not followed by SIGCONT") {
+    CHECK_FALSE(needs_sigcont(SIGKILL));
+    CHECK_FALSE(needs_sigcont(SIGCONT));
+    CHECK(needs_sigcont(SIGINT));
+    FakeTree tree;
+    tree.live = {proc(10)};
+    std::set<ProcKey> had;
+    send_stop_signal(tree.io(), SIGKILL,
+                     [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
+    CHECK(tree.count(10, SIGCONT) == 0);
+}
+
+TEST_CASE("a refused member (lastcall's own helper) is never signalled") {
+    FakeTree tree;
+    tree.live = {proc(10), proc(11)};
+    auto r = send_stop_signal(tree.io(), SIGTERM, [](const ProcInfo& p) { return p.pid != 11; });
+    CHECK(tree.count(11, SIGTERM) == 0);
+    CHECK(r.signalled >= 1);
+}
