@@ -35,12 +35,6 @@ std::string join(const std::vector<std::string>& v) {
     return out;
 }
 
-std::string describe_status(int status) {
-    if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-    if (WIFSIGNALED(status)) return "was killed by " + signal_name(WTERMSIG(status));
-    return "changed state " + std::to_string(status);
-}
-
 ShutdownConfig shutdown_config(const Options& o) {
     ShutdownConfig c;
     c.grace = o.grace;
@@ -347,17 +341,17 @@ void Supervisor::on_sigchld() {
             main_pidfd_.reset();
             main_ticket_->release();
             main_exited = true;
-            spdlog::info("child pid {} {}", r.pid, describe_status(r.status));
+            spdlog::info("child pid {} {}", r.pid, describe_wait_status(r.status));
         } else if (r.pid == pre_stop_pid_) {
             remove_helper_session(pre_stop_pid_);
             pre_stop_pid_ = -1;
             pre_stop_done = true;
-            spdlog::info("pre-stop hook {}", describe_status(r.status));
+            spdlog::info("pre-stop hook {}", describe_wait_status(r.status));
         } else {
             if (opts_.warn_on_reap)
-                spdlog::warn("reaped zombie process pid {} ({})", r.pid, describe_status(r.status));
+                spdlog::warn("reaped zombie process pid {} ({})", r.pid, describe_wait_status(r.status));
             else
-                spdlog::debug("reaped pid {} ({})", r.pid, describe_status(r.status));
+                spdlog::debug("reaped pid {} ({})", r.pid, describe_wait_status(r.status));
         }
     });
     if (pre_stop_done) {

@@ -6,27 +6,13 @@
 
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/cli/jobs_cli.hpp"
+#include "lastcall/core/timefmt.hpp"
 #include "lastcall/core/json.hpp"
 #include "lastcall/jobs/ledger.hpp"
 
 namespace lastcall {
 
 namespace {
-
-std::string iso_utc_ms(std::int64_t ms) {
-    std::time_t t = static_cast<std::time_t>(ms / 1000);
-    std::tm tm{};
-    ::gmtime_r(&t, &tm);
-    char buf[40];
-    std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-    std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms % 1000));
-    return buf;
-}
-
-std::string iso_utc(std::int64_t seconds) {
-    std::string s = iso_utc_ms(seconds * 1000);
-    return s.substr(0, s.size() - 5) + "Z";  // whole seconds: drop ".000"
-}
 
 std::string one_line(std::string s) {
     for (char& c : s)

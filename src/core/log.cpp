@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "lastcall/core/json.hpp"
+#include "lastcall/core/timefmt.hpp"
 
 namespace lastcall {
 
@@ -24,15 +25,9 @@ namespace {
 class JsonStderrSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
 protected:
     void sink_it_(const spdlog::details::log_msg& msg) override {
-        auto secs = std::chrono::system_clock::to_time_t(msg.time);
-        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(msg.time.time_since_epoch())
-                      .count() %
-                  1000;
-        std::tm tm{};
-        ::gmtime_r(&secs, &tm);
-        char ts[48];
-        std::size_t n = std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
-        std::snprintf(ts + n, sizeof ts - n, ".%03dZ", static_cast<int>(ms));
+        std::string ts = iso_utc_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        msg.time.time_since_epoch())
+                                        .count());
         std::string line = "{\"time\":\"";
         line += ts;
         line += "\",\"level\":";

@@ -13,6 +13,7 @@
 #include <ctime>
 #include <spdlog/spdlog.h>
 
+#include "lastcall/core/timefmt.hpp"
 #include "lastcall/core/atomic_file.hpp"
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/json.hpp"
@@ -29,21 +30,6 @@ namespace {
 // After a job's timeout its group gets SIGTERM; if it is still there this much later, SIGKILL.
 constexpr std::chrono::seconds kTimeoutKillAfter{5};
 constexpr const char* kShuttingDown = "shutting down";
-
-std::string iso_utc(std::int64_t unix_seconds) {
-    std::time_t t = static_cast<std::time_t>(unix_seconds);
-    std::tm tm{};
-    ::gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
-
-std::string describe(int status) {
-    if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-    if (WIFSIGNALED(status)) return "was killed by " + signal_name(WTERMSIG(status));
-    return "changed state " + std::to_string(status);
-}
 
 RunOutcome outcome_of(int status) {
     RunOutcome o;
@@ -372,26 +358,26 @@ void JobScheduler::reaped(const Reaped& r) {
 
 void JobScheduler::on_leader_exit(Run& run, int status) {
     const JobSpec& spec = jobs_[run.job].spec;
-    spdlog::info("job {}: run {} pid {} {}", spec.name, run.id, run.pid, describe(status));
+    spdlog::info("job {}: run {} pid {} {}", spec.name, run.id, run.pid, describe_wait_status(status));
     bool success = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (run.recorded) {
         // Interrupted before the SIGKILL: whatever it did after that is not a result. The ledger
         // refuses the late transition; it is tried anyway so that the refusal is the database's.
         auto late = success ? ledger_->complete(run.id, outcome_of(status))
                             : ledger_->finish(run.id, RunState::Failed, outcome_of(status),
-                                              describe(status));
+                                              describe_wait_status(status));
         if (!late)
             spdlog::error("job {}: run {}: {}", spec.name, run.id, late.error().message);
         else if (!*late)
             spdlog::warn("job {}: run {} {} after it was recorded interrupted: refused, the "
                          "record stays interrupted",
-                         spec.name, run.id, describe(status));
+                         spec.name, run.id, describe_wait_status(status));
         return after_exit(run);
     }
     if (!success) {
         std::string reason = run.timed_out ? "timed out after " + format_duration(*spec.timeout) +
-                                                 " (then " + describe(status) + ")"
-                                           : describe(status);
+                                                 " (then " + describe_wait_status(status) + ")"
+                                           : describe_wait_status(status);
         fail(run, outcome_of(status), reason);
         return after_exit(run);
     }
@@ -451,12 +437,12 @@ void JobScheduler::on_verify_exit(Run& run, int status) {
     if (run.recorded) {
         spdlog::warn("job {}: run {}: verify {} after the run was recorded interrupted; the "
                      "output is not promoted",
-                     spec.name, run.id, describe(status));
+                     spec.name, run.id, describe_wait_status(status));
         return after_exit(run);
     }
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
         fail(run, {0, {}},
-             "verify " + describe(status) + "; staged output kept at " +
+             "verify " + describe_wait_status(status) + "; staged output kept at " +
                  staging_path_for(spec.output));
         return after_exit(run);
     }

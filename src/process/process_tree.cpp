@@ -1,4 +1,5 @@
 #include "lastcall/process/process_tree.hpp"
+#include "lastcall/core/signals.hpp"
 
 #include "lastcall/process/process_ref.hpp"
 
@@ -517,6 +518,12 @@ bool reap_all(const std::function<bool(pid_t)>& want_info,
         if (got == 0) return false;
         on_reaped(Reaped{got, status, std::move(info)});
     }
+}
+
+std::string describe_wait_status(int status) {
+    if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) return "was killed by " + signal_name(WTERMSIG(status));
+    return "changed state " + std::to_string(status);
 }
 
 int exit_code_of(int status) {

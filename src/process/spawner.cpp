@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/userdb.hpp"
 
 namespace lastcall {
@@ -302,7 +303,7 @@ SpawnResult spawn(const SpawnSpec& spec) {
     Spawned child;
     child.pid = pid;
     // The child is not reaped until lastcall waits for it, so this pid cannot have been reused.
-    child.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    child.pidfd.reset(pidfd_open(pid));
     result.child = std::move(child);
     return result;
 }

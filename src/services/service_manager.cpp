@@ -49,12 +49,6 @@ std::vector<std::string> service_environment(const std::vector<std::string>& dot
     return env.entries();
 }
 
-std::string describe_status(int status) {
-    if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-    if (WIFSIGNALED(status)) return "was killed by " + signal_name(WTERMSIG(status));
-    return "changed state " + std::to_string(status);
-}
-
 void write_all(int fd, std::string_view data) {
     while (!data.empty()) {
         ssize_t n = ::write(fd, data.data(), data.size());
@@ -232,11 +226,11 @@ void ServiceManager::instance_ended(Service& s, int status) {
     s.last_status = status;
     cancel_probe(s);
     if (s.state == ServiceState::Stopping) {
-        spdlog::info("service {}: {}", s.spec.name, describe_status(status));
+        spdlog::info("service {}: {}", s.spec.name, describe_wait_status(status));
         check_stop(s);
         return;
     }
-    spdlog::info("service {}: {}", s.spec.name, describe_status(status));
+    spdlog::info("service {}: {}", s.spec.name, describe_wait_status(status));
     if (shutting_down_) {
         apply(s, ServiceEvent::ExitedFinal);
         return;

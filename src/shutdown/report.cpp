@@ -5,6 +5,7 @@
 #include <chrono>
 #include <ctime>
 
+#include "lastcall/core/timefmt.hpp"
 #include "lastcall/core/atomic_file.hpp"
 #include "lastcall/core/json.hpp"
 #include "lastcall/core/signals.hpp"
@@ -75,14 +76,7 @@ std::string iso_time(MonoTime t, MonoTime mono_now) {
     auto wall = std::chrono::system_clock::now() -
                 std::chrono::duration_cast<std::chrono::system_clock::duration>(mono_now - t);
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(wall.time_since_epoch()).count();
-    std::time_t secs = static_cast<std::time_t>(ms / 1000);
-    std::tm tm{};
-    ::gmtime_r(&secs, &tm);
-    char buf[40];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-    char out[48];
-    std::snprintf(out, sizeof out, "%s.%03lldZ", buf, static_cast<long long>(ms % 1000));
-    return out;
+    return iso_utc_ms(ms);
 }
 
 long long ms_between(MonoTime a, MonoTime b) {

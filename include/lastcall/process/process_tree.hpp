@@ -140,6 +140,9 @@ struct Reaped {
 bool reap_all(const std::function<bool(pid_t)>& want_info,
               const std::function<void(const Reaped&)>& on_reaped);
 
+// "exited with code 3", "was killed by SIGKILL": a wait status for the log.
+std::string describe_wait_status(int status);
+
 // Exit code of a wait status: the code, or 128+N for signal N.
 int exit_code_of(int status);
 
