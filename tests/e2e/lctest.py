@@ -5,8 +5,10 @@ a child writes a line to a FIFO the test reads (lastcall closes every fd >= 3 in
 FIFOs are passed by path in the environment), and lastcall's exit is awaited with waitpid.
 Leftovers are found by a unique marker in /proc/*/environ, never by process name.
 """
+import atexit
 import os
 import select
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -17,6 +19,18 @@ import uuid
 LASTCALL = os.environ.get("LASTCALL", os.path.join(os.path.dirname(__file__), "../../build/lastcall"))
 HELPERS = os.environ.get("LASTCALL_HELPERS", os.path.join(os.path.dirname(LASTCALL), "helpers"))
 BUILD = os.environ.get("LASTCALL_BUILD", os.path.dirname(LASTCALL))
+
+# Every temporary file and directory of a test process (lctest's own and each test's
+# tempfile.mkdtemp) lives under one session directory, removed when the process exits: a run of
+# the suite leaves nothing in /tmp. 0755: some tests run lastcall as nobody inside it.
+SESSION_DIR = tempfile.mkdtemp(prefix="lctest-session-")
+os.chmod(SESSION_DIR, 0o755)
+tempfile.tempdir = SESSION_DIR
+
+
+@atexit.register
+def _remove_session_dir():
+    shutil.rmtree(SESSION_DIR, ignore_errors=True)
 
 
 def helper(name):

@@ -135,6 +135,32 @@ class DebianPackageTest(unittest.TestCase):
                 self.assertIn(f"/usr/share/doc/lastcall/examples/systemd/{name}", paths, listing)
         self.assertRegex(listing, r"-rwxr-xr-x root/root .* \./usr/bin/lastcall\n")
 
+    def test_license_and_copyright_are_installed(self):
+        root = tempfile.mkdtemp(prefix="lctest-root-")
+        try:
+            self.assertEqual(run(["dpkg", "-x", self.deb, root]).returncode, 0)
+            doc = os.path.join(root, "usr/share/doc/lastcall")
+            with open(os.path.join(doc, "LICENSE")) as f:
+                license_text = f.read()
+            self.assertIn("Apache License", license_text)
+            self.assertIn("END OF TERMS AND CONDITIONS", license_text)  # the full text
+            with open(os.path.join(doc, "copyright")) as f:
+                copyright_text = f.read()
+            self.assertTrue(copyright_text.startswith(
+                "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"))
+            # lastcall's own license, and one paragraph per license a stanza names.
+            self.assertRegex(copyright_text, r"(?m)^Files: \*\nCopyright: .*\nLicense: Apache-2.0$")
+            named = set(re.findall(r"(?m)^License: (.+)$", copyright_text))
+            for name in named:
+                self.assertRegex(copyright_text, rf"(?m)^License: {re.escape(name)}\n ",
+                                 f"no text for license {name}")
+            # Every piece the static binary links in is listed (packaging/static.cmake).
+            for piece in ("GNU C Library", "GCC runtime", "SQLite", "spdlog", "{fmt}", "toml++",
+                          "CLI11"):
+                self.assertIn(piece, copyright_text)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
     def test_control_fields(self):
         fields = run(["dpkg-deb", "-f", self.deb, "Package", "Version", "Architecture",
                       "Depends"]).stdout
