@@ -186,7 +186,8 @@ void ServiceManager::start(Service& s) {
     spec.session = SpawnSpec::Session::NewSession;
     spec.cgroup_procs_fd = sup_->tracker().spawn_cgroup_fd();
     spec.workdir = s.spec.workdir;
-    spec.credentials = s.spec.user;
+    spec.credentials = s.spec.user;  // its `user`/`group`, else --user (main.cpp)
+    spec.no_new_privs = sup_->options().no_new_privs;
     UniqueFd out_read, out_write;
     if (s.spec.capture_output) {
         int fds[2];
@@ -417,6 +418,7 @@ void ServiceManager::probe(Service& s) {
             spec.cgroup_procs_fd = sup_->tracker().spawn_cgroup_fd();
             spec.workdir = s.spec.workdir;
             spec.credentials = s.spec.user;
+            spec.no_new_privs = sup_->options().no_new_privs;
             auto result = spawn(spec);
             if (!result.child) {
                 spdlog::warn("service {}: ready.exec: {}", s.spec.name,
@@ -716,7 +718,7 @@ void ServiceManager::finished(int /*exit_code*/) {
     std::vector<int> fds;
     for (const auto& [fd, st] : streams_) fds.push_back(fd);
     for (int fd : fds) on_output(fd);
-    if (!opts_.state_path.empty()) ::unlink(opts_.state_path.c_str());
+    if (!opts_.state_path.empty()) remove_status_file(opts_.state_path);
 }
 
 Result<std::vector<ServiceSpec>> load_config_services(const std::string& config_path) {
