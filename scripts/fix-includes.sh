@@ -10,3 +10,7 @@ done < scripts/layout.map
 files=$(git ls-files -co --exclude-standard '*.cpp' '*.hpp' '*.h' '*.c' '*.cc')
 # shellcheck disable=SC2086
 sed -i $expr $files
+# A merge can leave the same header twice (once per spelling): keep the first.
+for f in $files; do
+  awk '/^#include /{ if (seen[$0]++) next } { print }' "$f" > "$f.tmp" && cat "$f.tmp" > "$f" && rm "$f.tmp"
+done

@@ -63,6 +63,9 @@ Result<Configuration> load_configuration(const Options& options) {
     if (!services) return services.error();
     auto jobs = load_jobs(options);
     if (!jobs) return jobs.error();
+    // Every unit runs as its own `user`/`group`, else as --user: never as root by omission.
+    for (auto& s : *services) s.user = unit_credentials(s.user, s.group, options.credentials);
+    for (auto& j : jobs->jobs) j.user = unit_credentials(j.user, j.group, options.credentials);
     return Configuration{std::move(*services), std::move(*jobs)};
 }
 

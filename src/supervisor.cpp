@@ -15,6 +15,7 @@
 
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/instance.hpp"
+#include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/signals.hpp"
 #include "lastcall/process/environment.hpp"
 #include "lastcall/process/process_ref.hpp"
@@ -24,6 +25,9 @@ namespace lastcall {
 
 namespace {
 
+// Passes of the stop signal over the tree stop starting after this long (see send_stop_signal):
+// a fork storm must not keep the loop from its grace timer.
+constexpr std::chrono::milliseconds kStopPassBudget{250};
 // Signals read from the signalfd per turn of the event loop (see on_signals).
 constexpr std::size_t kSignalBatch = 64;
 // A forwarded signal is logged at most once per period; repeats are counted (see on_signal).
@@ -139,14 +143,7 @@ std::optional<int> Supervisor::start_child() {
     spec.cgroup_procs_fd = tracker_->spawn_cgroup_fd();
     spec.pdeathsig = opts_.pdeathsig;
     spec.no_new_privs = opts_.no_new_privs;
-    if (!opts_.user.empty()) {
-        auto creds = lookup_credentials(opts_.user);
-        if (!creds) {
-            spdlog::error("{}", creds.error().message);
-            return 1;
-        }
-        spec.credentials = *creds;
-    }
+    spec.credentials = opts_.credentials;  // resolved (and checked) by parse_command_line
     for (auto* c : components_) c->prepare_spawn(spec, true);
     auto result = spawn(spec);
     if (result.error) {
@@ -167,12 +164,14 @@ std::optional<int> Supervisor::start_child() {
     for (auto* c : components_) c->child_started(main_pid_);
 
     if (!opts_.ready_file.empty()) {
-        UniqueFd fd(::open(opts_.ready_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+        // Written as root, possibly where the app can write too: never through a planted link,
+        // FIFO or hard link (safe_path.hpp).
+        auto fd = create_file_safely(opts_.ready_file, 0644);
         if (!fd) {
-            spdlog::error("ready file {}: {}", opts_.ready_file, std::strerror(errno));
+            spdlog::error("ready file: {}", fd.error().message);
         } else {
             std::string pid = std::to_string(main_pid_) + "\n";
-            if (::write(fd.get(), pid.data(), pid.size()) < 0)
+            if (::write(fd->get(), pid.data(), pid.size()) < 0)
                 spdlog::error("write ready file {}: {}", opts_.ready_file, std::strerror(errno));
             spdlog::info("ready: created {}", opts_.ready_file);
         }
@@ -439,7 +438,11 @@ void Supervisor::state_changed(State from, State to, Event why) {
 
 void Supervisor::readiness_off() {
     if (opts_.ready_file.empty()) return;
-    if (::unlink(opts_.ready_file.c_str()) != 0 && errno != ENOENT)
+    auto [dir, name] = split_path(opts_.ready_file);
+    auto dirfd = open_dir_safely(dir);
+    if (!dirfd)
+        spdlog::error("readiness off: {}", dirfd.error().message);
+    else if (::unlinkat(dirfd->get(), name.c_str(), 0) != 0 && errno != ENOENT)
         spdlog::error("readiness off: unlink {}: {}", opts_.ready_file, std::strerror(errno));
     else
         spdlog::info("readiness off: removed {}", opts_.ready_file);
@@ -447,11 +450,17 @@ void Supervisor::readiness_off() {
 
 void Supervisor::start_pre_stop() {
     int fds[2];
-    if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
         spdlog::error("pre-stop hook: pipe2: {}", std::strerror(errno));
         return shutdown_.on_pre_stop_done();
     }
     UniqueFd read_end(fds[0]), write_end(fds[1]);
+    // Non-blocking on lastcall's side only: the event loop must never wait on the hook, but the
+    // hook's writes must block when the pipe is full, not fail with EAGAIN and lose output.
+    if (::fcntl(read_end.get(), F_SETFL, O_NONBLOCK) != 0) {
+        spdlog::error("pre-stop hook: fcntl O_NONBLOCK: {}", std::strerror(errno));
+        return shutdown_.on_pre_stop_done();
+    }
     SpawnSpec spec;
     spec.argv = {"/bin/sh", "-c", opts_.pre_stop};
     spec.env = child_environment(UnitKind::Helper);
@@ -459,6 +468,9 @@ void Supervisor::start_pre_stop() {
     spec.session = SpawnSpec::Session::NewSession;
     spec.cgroup_procs_fd = tracker_->spawn_cgroup_fd();
     spec.stdout_fd = write_end.get();
+    // The hook runs as --user like the command it stops: never as root with every capability.
+    spec.credentials = opts_.credentials;
+    spec.no_new_privs = opts_.no_new_privs;
     for (auto* c : components_) c->prepare_spawn(spec, false);
     auto result = spawn(spec);
     if (!result.child) {
@@ -492,7 +504,9 @@ void Supervisor::signal_tree(int sig) {
         // The stop primitive: once to each member, SIGCONT after it, passes until nobody new.
         // No kill(-pgid) first: a process would get it twice. No rescans later: a process born
         // after this is a cleanup helper, and the kill at grace end covers it.
-        StopPassIo io{[this] { return tracker_->members(); }, signal_exact};
+        MonoTime budget_end = clock_.now() + kStopPassBudget;
+        StopPassIo io{[this] { return tracker_->members(); }, signal_exact,
+                      [&] { return clock_.now() >= budget_end; }};
         auto result = send_stop_signal(io, sig, [this](const ProcInfo& p) { return take_stop(p); });
         n = result.signalled;
         if (!result.settled)

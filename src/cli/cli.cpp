@@ -178,6 +178,14 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
         if (!to) return {std::nullopt, usage_error("--rewrite: " + to.error().message)};
         o.rewrite[*from] = *to;
     }
+    // Resolved here, before anything starts: an id out of range, an empty or unknown name must
+    // stop lastcall, never leave the command running as root.
+    if (app.count("--user") > 0) {
+        auto creds = lookup_credentials(o.user);
+        if (!creds)
+            return {std::nullopt, usage_error("--user '" + o.user + "': " + creds.error().message)};
+        o.credentials = std::move(*creds);
+    }
     o.success_exits.insert(success_exits.begin(), success_exits.end());
     o.kill_scope = parse_scope(kill_scope);
     o.forward_to = parse_scope(forward_to);

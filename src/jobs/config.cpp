@@ -149,6 +149,18 @@ Result<JobSpec> parse_job(const std::string& path, const std::string& name, cons
             // A shell string sees the staged path as $1 ("verify" is its $0).
             if (argv->size() == 3 && (*argv)[0] == "/bin/sh") argv->push_back("verify");
             job.verify = std::move(*argv);
+        } else if (key == "user") {
+            auto s = v.value_exact<std::string>();
+            if (!s) return at(path, v, full, "expected a user name or id, USER[:GROUP]");
+            auto creds = lookup_credentials(*s);
+            if (!creds) return at(path, v, full, creds.error().message);
+            job.user = std::move(*creds);
+        } else if (key == "group") {
+            auto s = v.value_exact<std::string>();
+            if (!s) return at(path, v, full, "expected a group name or id");
+            auto gid = parse_group(*s, system_userdb());
+            if (!gid) return at(path, v, full, gid.error().message);
+            job.group = *gid;
         } else {
             return at(path, v, full, "unknown key");
         }

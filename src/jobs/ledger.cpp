@@ -7,6 +7,8 @@
 
 #include <cerrno>
 
+#include "lastcall/core/safe_path.hpp"
+
 namespace lastcall {
 
 namespace {
@@ -125,19 +127,6 @@ std::string sources_of(RunState to) {
     return out.empty() ? "(NULL)" : out + ")";
 }
 
-Status make_dirs(const std::string& dir) {
-    std::string path;
-    std::size_t pos = 0;
-    while (pos != std::string::npos) {
-        pos = dir.find('/', pos + 1);
-        path = dir.substr(0, pos);
-        if (path.empty()) continue;
-        if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST)
-            return sys_error("mkdir " + path, errno);
-    }
-    return Ok{};
-}
-
 }  // namespace
 
 std::int64_t unix_ms_now() {
@@ -191,10 +180,12 @@ Result<Ledger> Ledger::open(const std::string& state_dir, bool exclusive) {
     std::string path = path_in(state_dir);
     UniqueFd lock;
     if (exclusive) {
-        if (auto st = make_dirs(state_dir); !st)
-            return Error{"state dir " + state_dir + ": " + st.error().message};
+        // The ledger's directory must be lastcall's own and reached without following a link
+        // that someone else planted: SQLite creates its -wal and -shm files there by name.
+        auto dir = ensure_owned_dir(state_dir, 0755, true);
+        if (!dir) return Error{"state dir " + state_dir + ": " + dir.error().message};
         std::string lock_path = state_dir + "/ledger.lock";
-        lock.reset(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+        lock.reset(open_beneath(dir->get(), "ledger.lock", O_RDWR | O_CREAT, 0644));
         if (!lock) return sys_error("state dir " + state_dir + ": open " + lock_path, errno);
         if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
             if (errno == EWOULDBLOCK)
@@ -206,7 +197,8 @@ Result<Ledger> Ledger::open(const std::string& state_dir, bool exclusive) {
         return sys_error("no run ledger at " + path, errno);
     }
     sqlite3* raw = nullptr;
-    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (exclusive ? SQLITE_OPEN_CREATE : 0);
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW |
+                (exclusive ? SQLITE_OPEN_CREATE : 0);
     int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
     SqliteHandle db(raw);
     if (rc != SQLITE_OK)

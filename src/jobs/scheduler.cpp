@@ -21,6 +21,7 @@
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/stop.hpp"
 #include "lastcall/core/signals.hpp"
+#include "lastcall/core/safe_path.hpp"
 
 
 namespace lastcall {
@@ -44,12 +45,45 @@ std::int64_t now_unix() {
         .count();
 }
 
-// Removes a leftover staging file; a missing one is the normal case.
+// Removes a leftover staging file; a missing one is the normal case. Through the output
+// directory's descriptor: unlinkat follows no link, and no swapped parent redirects it.
 void remove_staging(const std::string& staging, std::string_view why) {
-    if (::unlink(staging.c_str()) == 0)
+    auto [dir, name] = split_path(staging);
+    auto dirfd = open_dir_safely(dir);
+    if (!dirfd) {
+        spdlog::warn("unlink staging file {}: {}", staging, dirfd.error().message);
+        return;
+    }
+    if (::unlinkat(dirfd->get(), name.c_str(), 0) == 0)
         spdlog::info("removed staging file {} ({})", staging, why);
     else if (errno != ENOENT)
         spdlog::warn("unlink staging file {}: {}", staging, std::strerror(errno));
+}
+
+// The uid a job's staged output must belong to: the user the job ran as.
+uid_t output_owner(const JobSpec& spec) {
+    return spec.user ? spec.user->uid : ::geteuid();
+}
+
+// The job's staged output, as lastcall (root) may trust it: reached through its directory's
+// descriptor, a regular file of the job's own user with a single link. Never a symbolic link,
+// a device, a FIFO or a hard link to someone else's file.
+struct Staged {
+    UniqueFd dir;
+    UniqueFd file;
+    struct stat st {};
+};
+Result<Staged> open_staged(const JobSpec& spec) {
+    std::string staging = staging_path_for(spec.output);
+    auto [dir, name] = split_path(staging);
+    Staged out;
+    auto dirfd = open_dir_safely(dir);
+    if (!dirfd) return dirfd.error();
+    out.dir = std::move(*dirfd);
+    auto fd = open_owned_regular(out.dir.get(), name, output_owner(spec), staging, &out.st);
+    if (!fd) return fd.error();
+    out.file = std::move(*fd);
+    return out;
 }
 
 }  // namespace
@@ -317,6 +351,8 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
     sp.session = SpawnSpec::Session::NewSession;
     sp.cgroup_procs_fd = run.scope->spawn_cgroup_fd();
     sp.pdeathsig = SIGKILL;  // a job must not outlive a lastcall that was killed
+    sp.credentials = spec.user;  // its `user`/`group`, else --user (main.cpp)
+    sp.no_new_privs = sup_->options().no_new_privs;
     auto result = spawn(sp);
     if (!result.child) {
         std::string why = result.error ? result.error->message : result.failure->message();
@@ -386,17 +422,18 @@ void JobScheduler::on_leader_exit(Run& run, int status) {
         return after_exit(run);
     }
     std::string staging = staging_path_for(spec.output);
-    struct stat st {};
-    if (::stat(staging.c_str(), &st) != 0) {
+    auto staged = open_staged(spec);
+    if (!staged) {
+        struct stat lst {};
+        bool missing = ::lstat(staging.c_str(), &lst) != 0 && errno == ENOENT;
         fail(run, outcome_of(status),
-             "exited 0 but did not write its output ($LASTCALL_OUTPUT " + staging +
-                 "): " + std::strerror(errno));
+             missing ? "exited 0 but did not write its output ($LASTCALL_OUTPUT " + staging +
+                           "): " + std::strerror(ENOENT)
+                     : "exited 0 but its output is not promoted: " + staged.error().message);
         return after_exit(run);
     }
-    if (!S_ISREG(st.st_mode) || st.st_size == 0) {
-        fail(run, outcome_of(status),
-             "exited 0 but its output " + staging + " is " +
-                 (S_ISREG(st.st_mode) ? "empty" : "not a regular file"));
+    if (staged->st.st_size == 0) {
+        fail(run, outcome_of(status), "exited 0 but its output " + staging + " is empty");
         return after_exit(run);
     }
     if (!spec.verify.empty()) return start_verify(run);
@@ -416,6 +453,8 @@ void JobScheduler::start_verify(Run& run) {
     sp.session = SpawnSpec::Session::NewSession;
     sp.cgroup_procs_fd = run.scope->spawn_cgroup_fd();
     sp.pdeathsig = SIGKILL;
+    sp.credentials = spec.user;  // verify judges the job's output as the job's own user
+    sp.no_new_privs = sup_->options().no_new_privs;
     auto result = spawn(sp);
     if (!result.child) {
         std::string why = result.error ? result.error->message : result.failure->message();
@@ -453,19 +492,44 @@ void JobScheduler::on_verify_exit(Run& run, int status) {
 void JobScheduler::promote(Run& run) {
     const JobSpec& spec = jobs_[run.job].spec;
     std::string staging = staging_path_for(spec.output);
+    // Checked again here, after verify: the job's user may have swapped the file meanwhile.
+    auto staged = open_staged(spec);
+    if (!staged) return fail(run, {0, {}}, "promote: " + staged.error().message);
     // Data, then name, then directory: after a crash the final name holds the previous artifact
     // or this one whole, and `completed` is only written once the rename is durable.
-    UniqueFd fd(::open(staging.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) return fail(run, {0, {}}, "promote: " + sys_error("open " + staging, errno).message);
-    if (::fsync(fd.get()) != 0)
+    if (::fsync(staged->file.get()) != 0)
         return fail(run, {0, {}}, "promote: " + sys_error("fsync " + staging, errno).message);
-    fd.reset();
-    if (::rename(staging.c_str(), spec.output.c_str()) != 0)
+    // Exactly the inode that was checked is promoted: it is linked under a private name through
+    // its descriptor and that name is renamed onto the final one. Renaming the staging name
+    // itself would promote whatever the job's user put there after the check.
+    int dir = staged->dir.get();
+    std::string final_name = split_path(spec.output).second;
+    std::string promoting = "." + final_name + ".lastcall-promote";
+    ::unlinkat(dir, promoting.c_str(), 0);  // a leftover of a crash between link and rename
+    if (::linkat(staged->file.get(), "", dir, promoting.c_str(), AT_EMPTY_PATH) != 0) {
+        // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc's link to the descriptor does not.
+        std::string via = "/proc/self/fd/" + std::to_string(staged->file.get());
+        if (::linkat(AT_FDCWD, via.c_str(), dir, promoting.c_str(), AT_SYMLINK_FOLLOW) != 0)
+            return fail(run, {0, {}}, "promote: " + sys_error("link " + staging, errno).message);
+    }
+    if (::renameat(dir, promoting.c_str(), dir, final_name.c_str()) != 0) {
+        int err = errno;
+        ::unlinkat(dir, promoting.c_str(), 0);
+        return fail(
+            run, {0, {}},
+            "promote: " + sys_error("rename " + staging + " to " + spec.output, err).message);
+    }
+    // The staging name goes (if it still is the promoted file; anything else there is the
+    // job's own business).
+    struct stat now {};
+    std::string staging_name = split_path(staging).second;
+    if (::fstatat(dir, staging_name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+        now.st_dev == staged->st.st_dev && now.st_ino == staged->st.st_ino)
+        ::unlinkat(dir, staging_name.c_str(), 0);
+    if (::fsync(dir) != 0)
         return fail(run, {0, {}},
-                    "promote: " +
-                        sys_error("rename " + staging + " to " + spec.output, errno).message);
-    if (auto st = fsync_dir(dir_of(spec.output)); !st)
-        return fail(run, {0, {}}, "promote: renamed, but " + st.error().message);
+                    "promote: renamed, but " +
+                        sys_error("fsync directory of " + spec.output, errno).message);
     complete(run);
 }
 
@@ -553,7 +617,9 @@ void JobScheduler::on_timeout_timer() {
         if (!run.timed_out) {
             spdlog::warn("job {}: run {} timed out after {}: sending SIGTERM to its processes",
                          spec.name, run.id, format_duration(*spec.timeout));
-            StopPassIo io{[&] { return run.scope->members(); }, signal_exact};
+            auto budget_end = now + std::chrono::milliseconds(250);
+            StopPassIo io{[&] { return run.scope->members(); }, signal_exact,
+                          [&] { return std::chrono::steady_clock::now() >= budget_end; }};
             send_stop_signal(io, SIGTERM, [&](const ProcInfo& p) {
                 return run.stopped.insert(key_of(p)).second;
             });

@@ -18,7 +18,6 @@
 
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/userdb.hpp"
-
 namespace lastcall {
 
 const char* to_string(SpawnStage stage) {
@@ -32,6 +31,7 @@ const char* to_string(SpawnStage stage) {
         case SpawnStage::Setgid: return "setgid";
         case SpawnStage::Setuid: return "setuid";
         case SpawnStage::VerifyIds: return "credential check";
+        case SpawnStage::Capabilities: return "capability drop";
         case SpawnStage::NoNewPrivs: return "prctl(PR_SET_NO_NEW_PRIVS)";
         case SpawnStage::Dup: return "dup2";
         case SpawnStage::CloseFds: return "close_range";
@@ -63,13 +63,42 @@ std::string env_lookup(const std::vector<std::string>& env, std::string_view key
 struct ChildReport {
     int stage;
     int err;
+    int candidate;  // the command_candidates() entry an exec failure is about; -1: the name
 };
 
 // Async-signal-safe: write(2) only. The pipe is CLOEXEC, so a successful exec closes it.
-[[noreturn]] void fail(int report_fd, SpawnStage stage) {
-    ChildReport r{static_cast<int>(stage), errno};
+[[noreturn]] void fail(int report_fd, SpawnStage stage, int candidate = -1) {
+    ChildReport r{static_cast<int>(stage), errno, candidate};
     [[maybe_unused]] auto n = ::write(report_fd, &r, sizeof r);
     ::_exit(127);
+}
+
+// execvp's search over the prepared candidates, under the credentials the child now has.
+[[noreturn]] void exec_first(char* const* candidates, std::size_t count, char* const* argv,
+                             char** envp, int report_fd) {
+    int eacces = -1;
+    for (std::size_t i = 0; i < count; ++i) {
+        ::execve(candidates[i], argv, envp);
+        switch (errno) {
+            case ENOENT:
+            case ENOTDIR:
+            case ESTALE:
+            case ENODEV:
+            case ETIMEDOUT:
+                continue;
+            case EACCES:
+                if (eacces < 0) eacces = static_cast<int>(i);
+                continue;
+            default:
+                fail(report_fd, SpawnStage::Exec, static_cast<int>(i));
+        }
+    }
+    if (eacces >= 0) {
+        errno = EACCES;
+        fail(report_fd, SpawnStage::Exec, eacces);
+    }
+    errno = ENOENT;
+    fail(report_fd, SpawnStage::Exec, count == 1 ? 0 : -1);
 }
 
 // Async-signal-safe decimal formatting for LISTEN_PID.
@@ -84,8 +113,9 @@ void write_decimal(char* out, long v) {
     out[n] = '\0';
 }
 
-[[noreturn]] void run_child(const SpawnSpec& spec, const char* path, char* const* argv,
-                            char** envp, char* listen_pid_slot, int report_fd, pid_t parent,
+[[noreturn]] void run_child(const SpawnSpec& spec, char* const* candidates,
+                            std::size_t candidate_count, char* const* argv, char** envp,
+                            char* listen_pid_slot, int report_fd, pid_t parent,
                             bool born_in_cgroup) {
     using Session = SpawnSpec::Session;
     if (spec.session == Session::NewSession) {
@@ -107,25 +137,13 @@ void write_decimal(char* out, long v) {
     }
     if (!spec.workdir.empty() && ::chdir(spec.workdir.c_str()) < 0)
         fail(report_fd, SpawnStage::Chdir);
+    // The one privilege-drop path (credentials.cpp), for every unit and helper alike.
+    SpawnStage failed{};
     if (spec.credentials) {
-        const auto& c = *spec.credentials;
-        // Order matters: groups and gid while still privileged, uid last.
-        if (::setgroups(c.groups.size(), c.groups.data()) < 0) fail(report_fd, SpawnStage::Setgroups);
-        if (::setgid(c.gid) < 0) fail(report_fd, SpawnStage::Setgid);
-        if (::setuid(c.uid) < 0) fail(report_fd, SpawnStage::Setuid);
-        if (::getuid() != c.uid || ::geteuid() != c.uid || ::getgid() != c.gid ||
-            ::getegid() != c.gid) {
-            errno = EPERM;
-            fail(report_fd, SpawnStage::VerifyIds);
-        }
-        // Dropping from root must be irreversible.
-        if (c.uid != 0 && ::setuid(0) == 0) {
-            errno = EPERM;
-            fail(report_fd, SpawnStage::VerifyIds);
-        }
+        if (!drop_privileges(*spec.credentials, spec.no_new_privs, failed)) fail(report_fd, failed);
+    } else if (spec.no_new_privs && !set_no_new_privs(failed)) {
+        fail(report_fd, failed);
     }
-    if (spec.no_new_privs && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-        fail(report_fd, SpawnStage::NoNewPrivs);
     if (spec.pdeathsig > 0) {
         if (::prctl(PR_SET_PDEATHSIG, spec.pdeathsig) < 0) fail(report_fd, SpawnStage::Pdeathsig);
     }
@@ -166,8 +184,7 @@ void write_decimal(char* out, long v) {
     // and prctl, the signal will never come, so check by hand (prctl(2)).
     // kill(getpid()), not raise(): after a raw clone3 glibc's cached thread id is the parent's.
     if (spec.pdeathsig > 0 && ::getppid() != parent) ::kill(::getpid(), spec.pdeathsig);
-    ::execve(path, argv, envp);
-    fail(report_fd, SpawnStage::Exec);
+    exec_first(candidates, candidate_count, argv, envp, report_fd);
 }
 
 // The directory of the cgroup whose cgroup.procs is open as procs_fd (for CLONE_INTO_CGROUP).
@@ -205,44 +222,35 @@ pid_t clone_into_cgroup(int cgroup_dir_fd) {
 
 }  // namespace
 
-Resolved resolve_command(const std::string& name, const std::vector<std::string>& env) {
-    if (name.empty()) return {name, ENOENT};
-    auto check = [](const std::string& p) -> int {
-        struct stat st {};
-        if (::stat(p.c_str(), &st) != 0) return errno;
-        if (S_ISDIR(st.st_mode)) return EACCES;
-        if (::access(p.c_str(), X_OK) != 0) return errno;
-        return 0;
-    };
-    if (name.find('/') != std::string::npos) return {name, 0};  // exec reports its own errno
+std::vector<std::string> command_candidates(const std::string& name,
+                                            const std::vector<std::string>& env) {
+    if (name.find('/') != std::string::npos) return {name};
     std::string path = env_lookup(env, "PATH");
     if (path.empty()) path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-    int first_err = ENOENT;
+    std::vector<std::string> out;
     std::size_t start = 0;
     while (start <= path.size()) {
         std::size_t end = path.find(':', start);
         if (end == std::string::npos) end = path.size();
         std::string dir = path.substr(start, end - start);
         if (dir.empty()) dir = ".";
-        std::string candidate = dir + "/" + name;
-        int err = check(candidate);
-        if (err == 0) return {candidate, 0};
-        // As execvp: a found-but-not-executable file is remembered, a missing one is not.
-        if (err == EACCES && first_err == ENOENT) first_err = EACCES;
+        out.push_back(dir + "/" + name);
         start = end + 1;
     }
-    return {name, first_err};
+    return out;
 }
 
 SpawnResult spawn(const SpawnSpec& spec) {
     SpawnResult result;
-    // The same SpawnFailure as an exec failure in the child, so both paths read alike.
-    Resolved resolved = resolve_command(spec.argv.at(0), spec.env);
-    if (resolved.err != 0) {
-        result.failure = SpawnFailure{SpawnStage::Exec, resolved.err, spec.argv[0]};
+    if (spec.argv.at(0).empty()) {
+        result.failure = SpawnFailure{SpawnStage::Exec, ENOENT, spec.argv[0]};
         return result;
     }
-    const std::string& path = resolved.path;
+    // Only the candidates are computed here, as root; which of them exists and may be executed
+    // is decided in the child, under the unit's own credentials.
+    std::vector<std::string> candidates = command_candidates(spec.argv[0], spec.env);
+    std::vector<char*> candidate_ptrs;
+    for (auto& c : candidates) candidate_ptrs.push_back(c.data());
 
     // Build argv/envp before fork: the child must not allocate.
     std::vector<char*> argv;
@@ -284,8 +292,8 @@ SpawnResult spawn(const SpawnSpec& spec) {
         return result;
     }
     if (pid == 0)
-        run_child(spec, path.c_str(), argv.data(), envp.data(), listen_pid_slot,
-                  report_write.get(), parent, born_in_cgroup);
+        run_child(spec, candidate_ptrs.data(), candidate_ptrs.size(), argv.data(), envp.data(),
+                  listen_pid_slot, report_write.get(), parent, born_in_cgroup);
     report_write.reset();
 
     ChildReport report{};
@@ -297,7 +305,11 @@ SpawnResult spawn(const SpawnSpec& spec) {
         int status;
         while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
         }
-        result.failure = SpawnFailure{static_cast<SpawnStage>(report.stage), report.err, path};
+        std::string about =
+            report.candidate >= 0 && static_cast<std::size_t>(report.candidate) < candidates.size()
+                ? candidates[static_cast<std::size_t>(report.candidate)]
+                : spec.argv[0];
+        result.failure = SpawnFailure{static_cast<SpawnStage>(report.stage), report.err, about};
         return result;
     }
     Spawned child;
@@ -306,48 +318,6 @@ SpawnResult spawn(const SpawnSpec& spec) {
     child.pidfd.reset(pidfd_open(pid));
     result.child = std::move(child);
     return result;
-}
-
-Result<Credentials> lookup_credentials(const std::string& spec) {
-    std::string user = spec, group_name;
-    if (auto colon = spec.find(':'); colon != std::string::npos) {
-        user = spec.substr(0, colon);
-        group_name = spec.substr(colon + 1);
-    }
-    if (user.empty()) return Error{"--user '" + spec + "': empty user name"};
-    Credentials c;
-    errno = 0;
-    // userdb: NSS in the dynamic build, /etc/passwd and /etc/group in the static one.
-    auto pw = userdb::find_user(user);
-    if (!pw) {
-        // Numeric ids without a passwd entry are allowed (common in containers).
-        char* end = nullptr;
-        unsigned long uid = std::strtoul(user.c_str(), &end, 10);
-        if (*end != '\0' || user[0] == '-')
-            return Error{"--user '" + spec + "': no such user '" + user + "'"};
-        c.uid = static_cast<uid_t>(uid);
-        c.gid = static_cast<gid_t>(uid);
-        c.name = user;
-    } else {
-        c.uid = pw->uid;
-        c.gid = pw->gid;
-        c.name = pw->name;
-        c.groups = userdb::groups_of(pw->name, pw->gid);
-    }
-    if (!group_name.empty()) {
-        if (auto gr = userdb::find_group(group_name)) {
-            c.gid = *gr;
-        } else {
-            char* end = nullptr;
-            unsigned long gid = std::strtoul(group_name.c_str(), &end, 10);
-            if (*end != '\0' || group_name[0] == '-')
-                return Error{"--user '" + spec + "': no such group '" + group_name + "'"};
-            c.gid = static_cast<gid_t>(gid);
-        }
-        c.groups = {c.gid};
-    }
-    if (c.groups.empty()) c.groups = {c.gid};
-    return c;
 }
 
 }  // namespace lastcall

@@ -6,6 +6,7 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
                                 const std::function<bool(const ProcInfo&)>& take, int max_passes) {
     StopPassResult result;
     for (int pass = 0; pass < max_passes; ++pass) {
+        if (pass > 0 && io.out_of_time && io.out_of_time()) break;
         int fresh = 0;
         for (const auto& p : io.members()) {
             if (!take(p)) continue;

@@ -60,6 +60,18 @@ std::optional<User> find_user_in(const std::string& passwd_path, const std::stri
     return found;
 }
 
+std::optional<User> find_uid_in(const std::string& passwd_path, uid_t uid) {
+    std::optional<User> found;
+    scan(passwd_path, 4, [&](const std::vector<std::string_view>& f) {
+        auto u = parse_id<uid_t>(f[2]);
+        auto gid = parse_id<gid_t>(f[3]);
+        if (!u || !gid || *u != uid) return false;
+        found = User{std::string(f[0]), *u, *gid};
+        return true;
+    });
+    return found;
+}
+
 std::optional<gid_t> find_group_in(const std::string& group_path, const std::string& name) {
     std::optional<gid_t> found;
     // name:password:gid:member,member
@@ -93,6 +105,10 @@ std::optional<User> find_user(const std::string& name) {
     return find_user_in("/etc/passwd", name);
 }
 
+std::optional<User> find_uid(uid_t uid) {
+    return find_uid_in("/etc/passwd", uid);
+}
+
 std::optional<gid_t> find_group(const std::string& name) {
     return find_group_in("/etc/group", name);
 }
@@ -105,6 +121,12 @@ std::vector<gid_t> groups_of(const std::string& user, gid_t primary) {
 
 std::optional<User> find_user(const std::string& name) {
     const passwd* pw = ::getpwnam(name.c_str());
+    if (!pw) return std::nullopt;
+    return User{pw->pw_name, pw->pw_uid, pw->pw_gid};
+}
+
+std::optional<User> find_uid(uid_t uid) {
+    const passwd* pw = ::getpwuid(uid);
     if (!pw) return std::nullopt;
     return User{pw->pw_name, pw->pw_uid, pw->pw_gid};
 }

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -320,6 +319,12 @@ Result<ServiceSpec> parse_service(const std::string& path, const std::string& na
             auto creds = lookup_credentials(*u);
             if (!creds) return w.at(v, key, creds.error().message);
             s.user = *creds;
+        } else if (key == "group") {
+            auto g = get_string(w, v, key);
+            if (!g) return g.error();
+            auto gid = parse_group(*g, system_userdb());
+            if (!gid) return w.at(v, key, gid.error().message);
+            s.group = *gid;
         } else if (key == "restart") {
             auto r = get_string(w, v, key);
             if (!r) return r.error();
@@ -338,6 +343,7 @@ Result<ServiceSpec> parse_service(const std::string& path, const std::string& na
             auto deps = get_string_list(w, v, key, true);
             if (!deps) return deps.error();
             s.depends_on = *deps;
+            s.depends_on_origin = w.origin(v);
         } else if (key == "ready") {
             if (auto st = parse_ready(w, v, s.ready); !st) return st.error();
         } else if (key == "stop_signal") {
@@ -431,32 +437,60 @@ Status order_by_dependencies(std::vector<ServiceSpec>& services) {
             if (d == s.name)
                 return Error{s.origin + ": services." + s.name + ".depends_on: depends on itself"};
         }
-    // Depth-first, in the given order, so independent services keep their file order. A service
-    // met again while still on the path closes a cycle, which is reported in full.
+    // Depth-first, in the given order, so independent services keep their file order. With an
+    // explicit stack: a depends_on chain as long as the file is long must not exhaust lastcall's
+    // own stack. A service met again while still on the path closes a cycle; the error points
+    // at the depends_on of the edge that closes it.
     enum class Mark { None, OnPath, Done };
     std::vector<Mark> mark(services.size(), Mark::None);
-    std::vector<std::size_t> path, order;
-    std::optional<Error> cycle;
-    std::function<void(std::size_t)> visit = [&](std::size_t i) {
-        if (cycle || mark[i] == Mark::Done) return;
-        if (mark[i] == Mark::OnPath) {
-            auto from = std::find(path.begin(), path.end(), i);
-            std::string chain;
-            for (auto it = from; it != path.end(); ++it) chain += services[*it].name + " -> ";
-            chain += services[i].name;
-            cycle = Error{services[i].origin + ": services." + services[i].name +
-                          ".depends_on: dependency cycle " + chain};
-            return;
-        }
-        mark[i] = Mark::OnPath;
-        path.push_back(i);
-        for (const auto& d : services[i].depends_on) visit(index[d]);
-        path.pop_back();
-        mark[i] = Mark::Done;
-        order.push_back(i);
+    std::vector<std::size_t> order;
+    order.reserve(services.size());
+    struct Frame {
+        std::size_t service;
+        std::size_t next_dep = 0;
     };
-    for (std::size_t i = 0; i < services.size() && !cycle; ++i) visit(i);
-    if (cycle) return *cycle;
+    std::vector<Frame> path;
+    for (std::size_t root = 0; root < services.size(); ++root) {
+        if (mark[root] != Mark::None) continue;
+        mark[root] = Mark::OnPath;
+        path.push_back({root});
+        while (!path.empty()) {
+            Frame& top = path.back();
+            const ServiceSpec& s = services[top.service];
+            if (top.next_dep == s.depends_on.size()) {
+                mark[top.service] = Mark::Done;
+                order.push_back(top.service);
+                path.pop_back();
+                continue;
+            }
+            std::size_t d = index[s.depends_on[top.next_dep++]];
+            if (mark[d] == Mark::Done) continue;
+            if (mark[d] == Mark::None) {
+                mark[d] = Mark::OnPath;
+                path.push_back({d});  // `top` is not used after this
+                continue;
+            }
+            // On the path: d -> ... -> s -> d.
+            std::size_t from = 0;
+            while (path[from].service != d) ++from;
+            std::vector<std::string> names;
+            for (std::size_t i = from; i < path.size(); ++i)
+                names.push_back(services[path[i].service].name);
+            names.push_back(services[d].name);
+            constexpr std::size_t kShown = 8;
+            std::string chain;
+            for (std::size_t i = 0; i < names.size(); ++i) {
+                if (names.size() > 2 * kShown && i == kShown) {
+                    chain += "... (" + std::to_string(names.size() - 2 * kShown) + " more) -> ";
+                    i = names.size() - kShown - 1;
+                    continue;
+                }
+                chain += names[i] + (i + 1 < names.size() ? " -> " : "");
+            }
+            return Error{(s.depends_on_origin.empty() ? s.origin : s.depends_on_origin) +
+                         ": services." + s.name + ".depends_on: dependency cycle " + chain};
+        }
+    }
     std::vector<ServiceSpec> sorted;
     for (std::size_t i : order) sorted.push_back(std::move(services[i]));
     services = std::move(sorted);

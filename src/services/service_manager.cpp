@@ -159,7 +159,8 @@ void ServiceManager::start(Service& s) {
     spec.session = SpawnSpec::Session::NewSession;
     spec.cgroup_procs_fd = s.scope->spawn_cgroup_fd();
     spec.workdir = s.spec.workdir;
-    spec.credentials = s.spec.user;
+    spec.credentials = s.spec.user;  // its `user`/`group`, else --user (main.cpp)
+    spec.no_new_privs = sup_->options().no_new_privs;
     UniqueFd out_read, out_write;
     if (s.spec.capture_output) {
         int fds[2];
@@ -387,6 +388,7 @@ void ServiceManager::probe(Service& s) {
             spec.cgroup_procs_fd = sup_->tracker().spawn_cgroup_fd();
             spec.workdir = s.spec.workdir;
             spec.credentials = s.spec.user;
+            spec.no_new_privs = sup_->options().no_new_privs;
             auto result = spawn(spec);
             if (!result.child) {
                 spdlog::warn("service {}: ready.exec: {}", s.spec.name,
@@ -511,7 +513,11 @@ void ServiceManager::begin_stop(Service& s) {
 }
 
 int ServiceManager::send_stop(Service& s) {
-    StopPassIo io{[&] { return members_of(s); }, signal_exact};
+    // Like the tree's (supervisor.cpp): passes stop starting after 250 ms, a fork storm in one
+    // service must not keep the loop from the other services' graces.
+    MonoTime budget_end = clock_.now() + std::chrono::milliseconds(250);
+    StopPassIo io{[&] { return members_of(s); }, signal_exact,
+                  [&] { return clock_.now() >= budget_end; }};
     return send_stop_signal(io, s.spec.stop_signal, [&](const ProcInfo& p) {
                return s.signalled.insert(key_of(p)).second;
            }).signalled;
@@ -701,7 +707,7 @@ void ServiceManager::finished(int /*exit_code*/) {
     std::vector<int> fds;
     for (const auto& [fd, st] : streams_) fds.push_back(fd);
     for (int fd : fds) on_output(fd, SIZE_MAX);
-    if (!opts_.state_path.empty()) ::unlink(opts_.state_path.c_str());
+    if (!opts_.state_path.empty()) remove_status_file(opts_.state_path);
 }
 
 Result<std::vector<ServiceSpec>> load_config_services(const std::string& config_path) {

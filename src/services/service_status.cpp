@@ -14,6 +14,7 @@
 
 #include "lastcall/core/atomic_file.hpp"
 #include "lastcall/core/duration.hpp"
+#include "lastcall/core/safe_path.hpp"
 
 namespace lastcall {
 
@@ -74,12 +75,19 @@ Result<StatusFile> parse_status(std::string_view text, const std::string& path) 
 }
 
 Status write_status_file(const std::string& path, const StatusFile& f) {
-    std::string dir = dir_of(path);
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return sys_error("mkdir " + dir, errno);
+    // The directory must be lastcall's own (a /tmp/lastcall-UID made in advance by someone
+    // else would let them swap the files in it). 0711: the notify proxy's per-run directory
+    // may live in it too and must be reachable by a unit's user; nothing in it is listable.
+    if (auto dir = ensure_owned_dir(dir_of(path), 0711, false); !dir) return dir.error();
     auto file = AtomicFile::create(path, 0600);
     if (!file) return file.error();
     if (auto st = file->write(render_status(f)); !st) return st;
     return file->commit();
+}
+
+void remove_status_file(const std::string& path) {
+    auto [dir, name] = split_path(path);
+    if (auto fd = ensure_owned_dir(dir, 0711, false)) ::unlinkat(fd->get(), name.c_str(), 0);
 }
 
 int run_status(const std::vector<std::string>& args) {

@@ -217,7 +217,7 @@ Notifier::Notifier(std::unique_ptr<NotifyChannel> channel, std::optional<microse
       watchdog_(watchdog),
       ready_on_(options.ready_on),
       grace_(options.grace),
-      user_(options.user),
+      user_(options.credentials),
       has_command_(!options.command.empty()),
       clock_(clock) {}
 
@@ -242,11 +242,9 @@ Status Notifier::attach(Supervisor& s) {
     if (ready_on_ == ReadyOn::Notify) {
         std::optional<uid_t> uid;
         std::optional<gid_t> gid;
-        if (!user_.empty()) {
-            auto creds = lookup_credentials(user_);
-            if (!creds) return creds.error();
-            uid = creds->uid;
-            gid = creds->gid;
+        if (user_) {
+            uid = user_->uid;
+            gid = user_->gid;
         }
         std::string base = notify_runtime_base(std::getenv("RUNTIME_DIRECTORY"),
                                                std::getenv("XDG_RUNTIME_DIR"), ::geteuid() == 0);

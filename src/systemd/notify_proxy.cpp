@@ -1,5 +1,7 @@
 #include "lastcall/systemd/notify_proxy.hpp"
 
+#include <fcntl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -8,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <vector>
+
+#include "lastcall/core/safe_path.hpp"
 
 namespace lastcall {
 
@@ -18,9 +22,17 @@ constexpr std::size_t kMaxDatagram = 4096;
 // Room for the credentials and for a few descriptors someone might pass (all closed at once).
 constexpr std::size_t kControlSize = CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int) * 16);
 
-Status ensure_private_dir(const std::string& path) {
-    if (::mkdir(path.c_str(), 0700) == 0 || errno == EEXIST) return Ok{};
-    return sys_error("mkdir " + path, errno);
+// The base directory as a descriptor. One lastcall made itself must be its own; with a unit
+// user it must also be traversable (0711) or the child gets EACCES on its READY=1.
+Result<UniqueFd> open_base(const std::string& base, bool for_other_user) {
+    if (!base.ends_with("/lastcall")) return open_dir_safely(base);
+    auto fd = ensure_owned_dir(base, 0711, false);
+    if (!fd) return fd.error();
+    struct stat st {};
+    if (for_other_user && ::fstat(fd->get(), &st) == 0 && (st.st_mode & 0011) != 0011 &&
+        ::fchmod(fd->get(), (st.st_mode & 07777) | 0011) != 0)
+        return sys_error("fchmod " + base, errno);
+    return fd;
 }
 
 }  // namespace
@@ -39,25 +51,48 @@ std::string notify_runtime_base(const char* runtime_directory, const char* xdg_r
 Result<std::unique_ptr<NotifyProxy>> NotifyProxy::create(const std::string& base,
                                                          std::optional<uid_t> owner_uid,
                                                          std::optional<gid_t> owner_gid) {
-    if (base.ends_with("/lastcall"))
-        if (auto st = ensure_private_dir(base); !st) return st.error();
-    std::string tmpl = base + "/notify-XXXXXX";
-    // mkdtemp makes the directory 0700: nobody else can even reach the socket inside.
-    if (!::mkdtemp(tmpl.data())) return sys_error("mkdtemp " + tmpl, errno);
-    std::string dir = tmpl;
+    auto based = open_base(base, owner_uid.has_value());
+    if (!based) return based.error();
+    UniqueFd base_fd = std::move(*based);
+    // mkdtemp, through the base's descriptor.
+    std::string name;
+    for (int attempt = 0;; ++attempt) {
+        unsigned char rnd[6];
+        if (::getrandom(rnd, sizeof rnd, 0) != static_cast<ssize_t>(sizeof rnd))
+            return sys_error("getrandom", errno);
+        static constexpr char kChars[] =
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+        name = "notify-";
+        for (unsigned char c : rnd) name += kChars[c % 62];
+        if (::mkdirat(base_fd.get(), name.c_str(), 0700) == 0) break;
+        if (errno != EEXIST || attempt > 100) return sys_error("mkdir " + base + "/" + name, errno);
+    }
+    std::string dir = (base == "/" ? "" : base) + "/" + name;
     std::string path = dir + "/notify";
+    UniqueFd dir_fd(open_beneath(base_fd.get(), name, O_RDONLY | O_DIRECTORY));
     auto fail = [&](Error e) -> Result<std::unique_ptr<NotifyProxy>> {
-        ::unlink(path.c_str());
-        ::rmdir(dir.c_str());
+        if (dir_fd) ::unlinkat(dir_fd.get(), "notify", 0);
+        ::unlinkat(base_fd.get(), name.c_str(), AT_REMOVEDIR);
         return e;
     };
+    if (!dir_fd) return fail(sys_error("open " + dir, errno));
+    // The name could have been replaced between mkdirat and the open if others can write the
+    // base: only the directory lastcall made (its own, 0700) is used.
+    struct stat st {};
+    if (::fstat(dir_fd.get(), &st) != 0) return fail(sys_error("fstat " + dir, errno));
+    if (st.st_uid != ::geteuid() || (st.st_mode & 07777) != 0700)
+        return fail(Error{dir + " was replaced while it was being set up"});
 
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (path.size() >= sizeof addr.sun_path)
         return fail(Error{"notify proxy socket path " + path + " is longer than " +
                           std::to_string(sizeof addr.sun_path - 1) + " bytes"});
-    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    // bind() takes a path: this one goes through the directory's descriptor, so the socket lands
+    // in the directory checked above whatever happens to the names meanwhile.
+    std::string via_fd = "/proc/self/fd/" + std::to_string(dir_fd.get()) + "/notify";
+    const std::string& bind_path = ::access("/proc/self/fd", F_OK) == 0 ? via_fd : path;
+    std::memcpy(addr.sun_path, bind_path.c_str(), bind_path.size() + 1);
 
     UniqueFd fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!fd) return fail(sys_error("socket AF_UNIX for the notify proxy", errno));
@@ -67,19 +102,23 @@ Result<std::unique_ptr<NotifyProxy>> NotifyProxy::create(const std::string& base
     if (::setsockopt(fd.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0)
         return fail(sys_error("setsockopt SO_PASSCRED on " + path, errno));
     if (owner_uid) {
+        // Sending needs write permission on the socket. The directory is still root's 0700, so
+        // nothing else can be at this name yet; after the fchown below lastcall never touches
+        // anything in it by name again (only the unlinkat at exit, which follows no link).
+        if (::fchmodat(dir_fd.get(), "notify", 0666, 0) != 0)
+            return fail(sys_error("chmod " + path, errno));
         gid_t gid = owner_gid.value_or(static_cast<gid_t>(-1));
-        if (::chown(dir.c_str(), *owner_uid, gid) != 0)
-            return fail(sys_error("chown " + dir, errno));
-        if (::chown(path.c_str(), *owner_uid, gid) != 0)
-            return fail(sys_error("chown " + path, errno));
+        if (::fchown(dir_fd.get(), *owner_uid, gid) != 0)
+            return fail(sys_error("fchown " + dir, errno));
     }
-    return std::unique_ptr<NotifyProxy>(new NotifyProxy(std::move(fd), dir, path));
+    return std::unique_ptr<NotifyProxy>(
+        new NotifyProxy(std::move(fd), std::move(base_fd), name, std::move(dir_fd), path));
 }
 
 NotifyProxy::~NotifyProxy() {
     // Best effort at exit: a leftover empty directory in a runtime dir is harmless.
-    ::unlink(socket_path_.c_str());
-    ::rmdir(dir_.c_str());
+    ::unlinkat(dir_.get(), "notify", 0);
+    ::unlinkat(base_.get(), dir_name_.c_str(), AT_REMOVEDIR);
 }
 
 Result<std::optional<NotifyDatagram>> NotifyProxy::receive() {

@@ -174,7 +174,38 @@ command = "d"
     CHECK(error_of("[services.a]\ncommand = 'x'\ndepends_on = ['b']\n"
                    "[services.b]\ncommand = 'y'\ndepends_on = ['c']\n"
                    "[services.c]\ncommand = 'z'\ndepends_on = ['a']\n") ==
-          "x.toml:1: services.a.depends_on: dependency cycle a -> b -> c -> a");
+          "x.toml:9: services.c.depends_on: dependency cycle a -> b -> c -> a");
+}
+
+TEST_CASE("services config: a 100,000-long depends_on chain is ordered without recursion",
+          "[services][config]") {
+    // Each service depends on the next; the recursive resolution this replaces needed one stack
+    // frame per link and died of SIGSEGV.
+    constexpr std::size_t n = 100000;
+    std::vector<ServiceSpec> chain(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        chain[i].name = "s" + std::to_string(i);
+        chain[i].origin = "x.toml:" + std::to_string(i + 1);
+        if (i + 1 < n) chain[i].depends_on = {"s" + std::to_string(i + 1)};
+    }
+    REQUIRE(order_by_dependencies(chain));
+    CHECK(chain.front().name == "s99999");
+    CHECK(chain.back().name == "s0");
+
+    // Closed into a cycle: the error names its start and end, not 100,000 names.
+    std::vector<ServiceSpec> cycle(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        cycle[i].name = "s" + std::to_string(i);
+        cycle[i].depends_on = {"s" + std::to_string((i + 1) % n)};
+        cycle[i].depends_on_origin = "x.toml:" + std::to_string(i + 1);
+    }
+    auto st = order_by_dependencies(cycle);
+    REQUIRE_FALSE(st);
+    CHECK(st.error().message.starts_with(
+        "x.toml:100000: services.s99999.depends_on: dependency cycle s0 -> s1 -> "));
+    CHECK(st.error().message.ends_with("-> s99999 -> s0"));
+    CHECK(st.error().message.find("(99985 more)") != std::string::npos);
+    CHECK(st.error().message.size() < 400);
 }
 
 TEST_CASE("Procfile: entries, comments, and errors with the line number", "[services][procfile]") {

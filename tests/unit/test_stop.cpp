@@ -39,7 +39,8 @@ struct FakeTree {
                 [this](const ProcInfo& p, int sig) {
                     sent.emplace_back(p.pid, sig);
                     return true;
-                }};
+                },
+                nullptr};
     }
     int count(pid_t pid, int sig) const {
         int n = 0;
@@ -119,4 +120,17 @@ TEST_CASE("a refused member (lastcall's own helper) is never signalled") {
     auto r = send_stop_signal(tree.io(), SIGTERM, [](const ProcInfo& p) { return p.pid != 11; });
     CHECK(tree.count(11, SIGTERM) == 0);
     CHECK(r.signalled >= 1);
+}
+
+TEST_CASE("no pass starts once the time budget is spent, but the first one always runs") {
+    FakeTree tree;
+    tree.live = {proc(10), proc(11)};
+    tree.births = 100;
+    std::set<ProcKey> had;
+    StopPassIo io = tree.io();
+    io.out_of_time = [] { return true; };
+    auto r = send_stop_signal(io, SIGTERM,
+                              [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
+    CHECK_FALSE(r.settled);
+    CHECK(r.signalled == 2);
 }

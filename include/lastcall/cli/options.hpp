@@ -3,11 +3,13 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "lastcall/process/process_tree.hpp"
+#include "lastcall/process/credentials.hpp"
 
 namespace lastcall {
 
@@ -53,8 +55,11 @@ struct Options {
     bool warn_implicit_subreaper = false;
     int exec_failure_exit = 0;  // nonzero: the exit code when the command cannot be executed
 
-    // Child credentials.
+    // Child credentials: --user as given, and as resolved by parse_command_line (a bad value is
+    // a usage error there). The default of every unit: the main command, the pre-stop hook,
+    // crontab lines, and services and jobs without their own `user`.
     std::string user;
+    std::optional<Credentials> credentials;
     bool no_new_privs = false;
 
     // Logging.

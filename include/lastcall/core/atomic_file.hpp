@@ -4,6 +4,11 @@
 // filesystem). commit() is the explicit, irreversible step: fsync the data, rename onto the final
 // name, fsync the directory so the rename itself survives a power cut. Destroyed without commit(),
 // the temporary file is removed and the final path is untouched.
+//
+// lastcall writes these as root into directories an unprivileged app may share (a report in
+// /tmp, a volume): the directory is opened once with open_dir_safely() (safe_path.hpp) and the
+// temporary file is created in it with O_EXCL | O_NOFOLLOW, renamed and removed through that
+// descriptor, so no planted or swapped link can redirect the write.
 #pragma once
 
 #include <string>
@@ -26,10 +31,19 @@ public:
     const std::string& temp_path() const { return temp_; }
 
 private:
-    AtomicFile(std::string final_path, std::string temp, UniqueFd fd)
-        : final_(std::move(final_path)), temp_(std::move(temp)), fd_(std::move(fd)) {}
+    AtomicFile(std::string final_path, std::string temp, UniqueFd dir, std::string final_name,
+               std::string temp_name, UniqueFd fd)
+        : final_(std::move(final_path)),
+          temp_(std::move(temp)),
+          dir_(std::move(dir)),
+          final_name_(std::move(final_name)),
+          temp_name_(std::move(temp_name)),
+          fd_(std::move(fd)) {}
     std::string final_;
     std::string temp_;
+    UniqueFd dir_;
+    std::string final_name_;
+    std::string temp_name_;
     UniqueFd fd_;
     bool committed_ = false;
 };

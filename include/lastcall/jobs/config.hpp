@@ -13,6 +13,7 @@
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/error.hpp"
 #include "lastcall/cli/options.hpp"
+#include "lastcall/process/credentials.hpp"
 
 namespace lastcall {
 
@@ -42,6 +43,11 @@ struct JobSpec {
     std::string output;               // absolute path of the final artifact; empty: none
     std::vector<std::string> verify;  // argv, given the staged path as its last argument
     std::vector<std::string> env;     // extra "K=V" (crontab assignments)
+    // `user` (USER[:GROUP]) and `group` of a [jobs.NAME] table; main() applies unit_credentials()
+    // so that a job without them, and every crontab line, runs as --user. The verify command
+    // runs as the same user, and the staged output must be owned by it to be promoted.
+    std::optional<Credentials> user;
+    std::optional<gid_t> group;
 };
 
 struct JobsConfig {

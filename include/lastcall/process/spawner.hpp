@@ -14,6 +14,7 @@
 
 #include "lastcall/core/error.hpp"
 #include "lastcall/core/fd.hpp"
+#include "lastcall/process/credentials.hpp"
 
 namespace lastcall {
 
@@ -27,6 +28,7 @@ enum class SpawnStage : int {
     Setgid,
     Setuid,
     VerifyIds,
+    Capabilities,
     NoNewPrivs,
     Dup,
     CloseFds,
@@ -34,21 +36,16 @@ enum class SpawnStage : int {
 };
 const char* to_string(SpawnStage stage);
 
-struct Credentials {
-    uid_t uid;
-    gid_t gid;
-    std::vector<gid_t> groups;
-    std::string name;  // for messages
-};
-
 struct SpawnSpec {
-    std::vector<std::string> argv;  // argv[0] is looked up in PATH unless it contains a '/'
+    // argv[0] is looked up in PATH unless it contains a '/'. The lookup happens in the child,
+    // after the privilege drop: a unit finds and executes only what its own user could.
+    std::vector<std::string> argv;
     std::vector<std::string> env;   // "K=V"; the complete environment of the child
     enum class Session { NewSession, NewGroup, Inherit } session = Session::NewSession;
     bool take_tty = false;        // stdin is a terminal: make it the child's controlling tty
     int cgroup_procs_fd = -1;     // write "0" here so the child is in the cgroup before exec
     int pdeathsig = 0;            // PR_SET_PDEATHSIG, with the getppid() recheck
-    std::optional<Credentials> credentials;
+    std::optional<Credentials> credentials;  // drop_privileges() in the child when set
     bool no_new_privs = false;
     std::string workdir;
     int keep_fds = 0;             // fds 3 .. 3+keep_fds-1 survive (socket activation)
@@ -71,13 +68,12 @@ struct Spawned {
     UniqueFd pidfd;  // pidfd_open(pid): signalled through it, a reused pid is never hit
 };
 
-// Resolves argv[0] like execvp would (PATH, or /usr/local/sbin:... when PATH is unset).
-// Either a path, or the errno of the lookup (ENOENT: nowhere; EACCES: found, not executable).
-struct Resolved {
-    std::string path;
-    int err = 0;
-};
-Resolved resolve_command(const std::string& name, const std::vector<std::string>& env);
+// The paths execvp would try for argv[0], in order: argv[0] itself when it contains a '/',
+// otherwise each PATH entry (or /usr/local/sbin:... when PATH is unset) joined with it. Built in
+// the parent; the child tries them after dropping privileges, as execvp does (a missing file
+// moves on, a found-but-not-executable one is remembered, any other error stops).
+std::vector<std::string> command_candidates(const std::string& name,
+                                            const std::vector<std::string>& env);
 
 // fork()s and execs. On failure of any stage in the child, returns the SpawnFailure after the
 // failed child has been reaped (it is lastcall's child, so waitpid on it is safe here).
@@ -87,8 +83,5 @@ struct SpawnResult {
     std::optional<Error> error;  // fork/pipe failed in the parent
 };
 SpawnResult spawn(const SpawnSpec& spec);
-
-// Credentials for --user USER[:GROUP]; looked up in the parent (getpwnam is not fork-safe).
-Result<Credentials> lookup_credentials(const std::string& spec);
 
 }  // namespace lastcall

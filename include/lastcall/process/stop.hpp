@@ -42,12 +42,17 @@ struct StopPassResult {
 struct StopPassIo {
     std::function<std::vector<ProcInfo>()> members;     // the unit's live members
     std::function<bool(const ProcInfo&, int)> send;      // signal_exact in production
+    // True once no further pass may start (a time budget: each pass over a 10,000-process
+    // tree takes tens of milliseconds, and the loop must get back to its grace timer). The
+    // first pass always runs to its end. Null: only max_passes bounds the passes.
+    std::function<bool()> out_of_time;
 };
 
 // Steps 1 and 2. `take(p)` says whether p should get the stop signal now and records that it did
 // (true at most once per process: the caller's record is the single source of "already had it").
-// At most max_passes enumerations: a fork storm must not hold the event loop past the grace; the
-// kill at grace end covers whatever the passes did not reach.
+// At most max_passes enumerations, and none started once io.out_of_time() says so: a fork storm
+// must not hold the event loop past the grace; the kill at grace end covers whatever the passes
+// did not reach.
 StopPassResult send_stop_signal(const StopPassIo& io, int sig,
                                 const std::function<bool(const ProcInfo&)>& take,
                                 int max_passes = 16);

@@ -25,6 +25,7 @@ struct User {
 // Lookups in files of passwd(5) / group(5) format. Malformed lines are skipped, as libc does; the
 // paths are parameters so the unit tests use their own files.
 std::optional<User> find_user_in(const std::string& passwd_path, const std::string& name);
+std::optional<User> find_uid_in(const std::string& passwd_path, uid_t uid);
 std::optional<gid_t> find_group_in(const std::string& group_path, const std::string& name);
 // The primary group first, then every group whose member list names the user, each once
 // (getgrouplist's contract).
@@ -34,6 +35,7 @@ std::vector<gid_t> groups_of_in(const std::string& group_path, const std::string
 // What lookup_credentials uses: NSS in the dynamic build, /etc/passwd and /etc/group in the
 // static one.
 std::optional<User> find_user(const std::string& name);
+std::optional<User> find_uid(uid_t uid);
 std::optional<gid_t> find_group(const std::string& name);
 std::vector<gid_t> groups_of(const std::string& user, gid_t primary);
 

@@ -42,6 +42,8 @@ std::string render_status(const StatusFile& f);
 Result<StatusFile> parse_status(std::string_view text, const std::string& path);
 // Creates the runtime directory (0700) if needed and replaces the file atomically (0600).
 Status write_status_file(const std::string& path, const StatusFile& f);
+// Removes it at exit, through the same checked directory (never through a planted link).
+void remove_status_file(const std::string& path);
 
 // `lastcall status`: a table per running lastcall. Exit 0; 1 when none is running.
 int run_status(const std::vector<std::string>& args);

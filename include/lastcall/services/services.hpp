@@ -62,10 +62,14 @@ struct ServiceSpec {
     std::vector<std::string> argv;  // a string command becomes {"/bin/sh", "-c", command}
     std::vector<std::string> env;   // "K=V", added to (and overriding) lastcall's environment
     std::string workdir;
+    // `user` (USER[:GROUP]) and `group`, resolved when the file is read; main() then applies
+    // unit_credentials() so that a service without them runs as --user.
     std::optional<Credentials> user;
+    std::optional<gid_t> group;
     RestartPolicy restart = RestartPolicy::No;
     BackoffPolicy backoff;
     std::vector<std::string> depends_on;
+    std::string depends_on_origin;  // "file:line" of the depends_on key (cycle errors)
     ReadyCheck ready;
     int stop_signal = SIGTERM;
     std::optional<Millis> grace;  // unset: the global --grace

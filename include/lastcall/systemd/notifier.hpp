@@ -107,7 +107,7 @@ class Notifier final : public SupervisorComponent {
     std::optional<std::chrono::microseconds> watchdog_;
     ReadyOn ready_on_;
     std::chrono::milliseconds grace_;
-    std::string user_;
+    std::optional<Credentials> user_;
     bool has_command_;
     const Clock& clock_;
 

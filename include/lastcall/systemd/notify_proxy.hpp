@@ -27,8 +27,11 @@ struct NotifyDatagram {
 
 class NotifyProxy {
   public:
-    // Makes <base>/notify-XXXXXX (0700; owned by owner_uid when set, so a --user child can reach
-    // it) and binds <dir>/notify there.
+    // Makes <base>/notify-XXXXXX (0700) and binds <dir>/notify there, all through directory
+    // descriptors. With owner_uid (--user), the directory is handed over with fchown on its
+    // descriptor, never by path, after the socket is in place (mode 0666 inside a directory
+    // only that user can enter); a <base> lastcall made itself (/run/lastcall) is 0711 so that
+    // user can reach it without listing it.
     static Result<std::unique_ptr<NotifyProxy>> create(const std::string& base,
                                                        std::optional<uid_t> owner_uid,
                                                        std::optional<gid_t> owner_gid);
@@ -44,10 +47,17 @@ class NotifyProxy {
     Result<std::optional<NotifyDatagram>> receive();
 
   private:
-    NotifyProxy(UniqueFd fd, std::string dir, std::string socket_path)
-        : fd_(std::move(fd)), dir_(std::move(dir)), socket_path_(std::move(socket_path)) {}
+    NotifyProxy(UniqueFd fd, UniqueFd base, std::string dir_name, UniqueFd dir,
+                std::string socket_path)
+        : fd_(std::move(fd)),
+          base_(std::move(base)),
+          dir_name_(std::move(dir_name)),
+          dir_(std::move(dir)),
+          socket_path_(std::move(socket_path)) {}
     UniqueFd fd_;
-    std::string dir_;
+    UniqueFd base_;
+    std::string dir_name_;
+    UniqueFd dir_;
     std::string socket_path_;
 };
 

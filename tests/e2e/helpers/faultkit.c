@@ -155,7 +155,8 @@ static int self(void) {
     if (!status) return perror("/proc/self/status"), 1;
     char line[512];
     while (fgets(line, sizeof line, status)) {
-        static const char* const keys[] = {"Uid:", "Gid:", "Groups:", "NoNewPrivs:", "CapEff:"};
+        static const char* const keys[] = {"Uid:",    "Gid:",    "Groups:", "NoNewPrivs:", "CapEff:",
+                                           "CapPrm:", "CapInh:", "CapBnd:", "CapAmb:"};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; ++i)
             if (strncmp(line, keys[i], strlen(keys[i])) == 0) fputs(line, stdout);
     }

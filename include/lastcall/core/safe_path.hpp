@@ -1,0 +1,54 @@
+// Opening paths for writing as root when an unprivileged process shares the filesystem.
+//
+// The attacker is an app in the same container (docs/security.md): it can plant a symbolic
+// link, a FIFO, a hard link or a directory wherever it may write, and swap them while lastcall
+// works. So every file lastcall writes as root is reached through a directory descriptor:
+//   - open_dir_safely() walks the directory one component at a time with O_NOFOLLOW. A symbolic
+//     link is followed only where it sits in a trusted directory (owned by root or lastcall's
+//     user, writable by nobody else): /var/run -> /run works, a link planted in /tmp or in an
+//     app's own directory does not.
+//   - the file itself is opened relative to that descriptor with openat2(RESOLVE_NO_SYMLINKS)
+//     where the kernel has it (O_NOFOLLOW otherwise), non-blocking (a planted FIFO must not
+//     hang lastcall), and must turn out to be a regular file with no other hard link.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+
+#include "lastcall/core/error.hpp"
+#include "lastcall/core/fd.hpp"
+
+namespace lastcall {
+
+// "dir/name" -> {"dir", "name"}; "name" -> {".", "name"}; "/name" -> {"/", "name"}.
+std::pair<std::string, std::string> split_path(const std::string& path);
+
+// A directory as a descriptor (O_RDONLY | O_DIRECTORY), reached as described above.
+Result<UniqueFd> open_dir_safely(const std::string& dir);
+
+// openat2(dirfd, name, flags | O_NOFOLLOW | O_CLOEXEC, RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH),
+// or openat with O_NOFOLLOW on kernels before 5.6. `name` is one component.
+int open_beneath(int dirfd, const std::string& name, int flags, mode_t mode = 0);
+
+// Creates or truncates the regular file `name` in dirfd for writing. Refuses a symbolic link,
+// anything but a regular file, and a file with more than one link. `shown` names it in errors.
+Result<UniqueFd> create_file_at(int dirfd, const std::string& name, mode_t mode,
+                                const std::string& shown);
+// The same for a full path: open_dir_safely(its directory), then create_file_at.
+Result<UniqueFd> create_file_safely(const std::string& path, mode_t mode);
+
+// A directory lastcall keeps its own files in (status files, the run ledger, the notify proxy):
+// created with `mode` if missing (its parents with 0755 when make_parents), and then required to
+// be a real directory owned by lastcall's effective uid and writable by nobody else, so that
+// nothing in it can be planted or swapped by another user.
+Result<UniqueFd> ensure_owned_dir(const std::string& path, mode_t mode, bool make_parents);
+
+// A file that another (less privileged) user was meant to write, opened read-only through
+// dirfd: a regular file (not a link, device or FIFO), owned by `owner`, with one link.
+Result<UniqueFd> open_owned_regular(int dirfd, const std::string& name, uid_t owner,
+                                    const std::string& shown, struct stat* out = nullptr);
+
+}  // namespace lastcall
