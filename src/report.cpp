@@ -1,5 +1,6 @@
 #include "lastcall/report.hpp"
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -108,8 +109,31 @@ void write_ending(JsonWriter& j, const ProcessRecord& r) {
 
 }  // namespace
 
-std::string verdict_of(const ReportInput& in) {
-    return in.book->forced().empty() && !in.gave_up ? "clean" : "forced";
+std::string_view to_string(ForceKind k) {
+    switch (k) {
+        case ForceKind::Sigkill: return "sigkill";
+        case ForceKind::CgroupKill: return "cgroup.kill";
+        case ForceKind::EnteredForcing: return "entered-forcing";
+        case ForceKind::Abandoned: return "abandoned";
+    }
+    return "?";
+}
+
+std::string_view to_string(Verdict v) { return v == Verdict::Clean ? "clean" : "forced"; }
+
+Verdict verdict_from(const std::vector<ForceFact>& facts) {
+    // Any recorded fact counts, even a kill that found nobody left to kill: lastcall had
+    // decided to force, so the ending was not the processes' own.
+    return facts.empty() ? Verdict::Clean : Verdict::Forced;
+}
+
+int exit_code_without_main(Verdict v) { return v == Verdict::Forced ? 128 + SIGKILL : 0; }
+
+Verdict verdict_of(const ReportInput& in) {
+    // The book's SIGKILL deaths and the give-up are facts too (recorded by the reaper); the
+    // explicit facts cover the kills that found nobody and the components' own kills.
+    if (!in.book->forced().empty() || in.gave_up) return Verdict::Forced;
+    return in.force_facts ? verdict_from(*in.force_facts) : Verdict::Clean;
 }
 
 std::string render_report(const ReportInput& in) {
@@ -180,9 +204,19 @@ std::string render_report(const ReportInput& in) {
     j.end_array();
     j.field("reaped_total", in.book->reaped_count());
 
-    j.field("verdict", verdict_of(in));
+    j.field("verdict", to_string(verdict_of(in)));
     j.key("forced").begin_array();
     for (pid_t p : in.book->forced()) j.value(static_cast<long long>(p));
+    j.end_array();
+    j.key("force_facts").begin_array();
+    if (in.force_facts)
+        for (const auto& f : *in.force_facts)
+            j.begin_object()
+                .field("kind", to_string(f.kind))
+                .field("source", f.source)
+                .field("count", f.count)
+                .field("at", iso_time(f.at, in.now))
+                .end_object();
     j.end_array();
     if (in.gave_up) j.field("abandoned", true);
     if (in.extra) in.extra(j);
@@ -195,7 +229,8 @@ std::string render_report(const ReportInput& in) {
 
 std::string summarize(const ReportInput& in) {
     const Shutdown& sd = *in.shutdown;
-    std::string s = "shutdown " + verdict_of(in) + ": exit code " + std::to_string(in.exit_code);
+    std::string s = "shutdown " + std::string(to_string(verdict_of(in))) + ": exit code " +
+                    std::to_string(in.exit_code);
     s += ", " + std::to_string(in.book->records().size()) + " processes in the final tree";
     s += ", " + std::to_string(in.book->reaped_count()) + " reaped in all";
     auto forced = in.book->forced();

@@ -524,6 +524,7 @@ void ServiceManager::check_stop(Service& s) {
     if (!s.killed && s.stop_deadline && now >= *s.stop_deadline) {
         s.killed = true;
         int n = signal_members(s, members, SIGKILL);
+        sup_->record_force(ForceKind::Sigkill, "service " + s.spec.name + ": grace", n);
         spdlog::warn("service {}: still {} process(es) at the end of its grace: sent SIGKILL to {}",
                      s.spec.name, members.size(), n);
     } else if (!s.killed) {

@@ -219,6 +219,9 @@ void Supervisor::on_signals() {
     for (;;) {
         ssize_t n = ::read(signal_fd_.get(), &info, sizeof info);
         if (n != static_cast<ssize_t>(sizeof info)) break;  // EAGAIN: all pending signals read
+        // The kernel keeps no arrival time; the moment of dequeuing is the closest lastcall can
+        // know, and it is read here, before anything else of the batch is handled.
+        MonoTime arrival = clock_.now();
         int sig = static_cast<int>(info.ssi_signo);
         // SIGPIPE and SIGXFSZ that lastcall's own writes raised (a log line into a pipe whose
         // reader went away, a report over RLIMIT_FSIZE) are nobody's request: forwarded, they
@@ -232,12 +235,12 @@ void Supervisor::on_signals() {
         if (sig == SIGCHLD)
             child_event = true;
         else
-            on_signal(sig);
+            on_signal(sig, arrival);
     }
     if (child_event) on_sigchld();
 }
 
-void Supervisor::on_signal(int received) {
+void Supervisor::on_signal(int received, MonoTime arrival) {
     int sig = received;
     if (auto it = opts_.rewrite.find(received); it != opts_.rewrite.end()) {
         sig = it->second;
@@ -252,8 +255,17 @@ void Supervisor::on_signal(int received) {
         if (shutdown_.state() == State::Running)
             spdlog::info("received {}: starting shutdown (grace {})", signal_name(sig),
                          format_duration(opts_.grace));
-        switch (shutdown_.on_signal(sig)) {
+        switch (shutdown_.on_signal(sig, arrival)) {
             case SignalOutcome::Started:
+                break;
+            case SignalOutcome::Forwarded:
+                spdlog::info("received {} in the same burst: forwarded once, not escalating",
+                             signal_name(sig));
+                break;
+            case SignalOutcome::Joined:
+                spdlog::info("received {}: the shutdown already runs (the command exited by "
+                             "itself); not escalating",
+                             signal_name(sig));
                 break;
             case SignalOutcome::Coalesced:
                 spdlog::debug("received {} within {} of the previous one: same burst",
@@ -439,8 +451,11 @@ void Supervisor::state_changed(State from, State to, Event why) {
         for (auto& fd : reserved_fds_) fd.reset();
     }
     for (auto* c : components_) c->state_changed(from, to);
+    if (to == State::Forcing)
+        record_force(ForceKind::EnteredForcing, std::string(to_string(why)), 0);
     if (why == Event::GiveUp) {
         gave_up_ = true;
+        record_force(ForceKind::Abandoned, "survived SIGKILL", 0);
         spdlog::error("processes survived SIGKILL for {}: giving up on them",
                       format_duration(ShutdownConfig{}.force_limit));
     }
@@ -482,10 +497,7 @@ void Supervisor::start_pre_stop() {
 }
 
 void Supervisor::signal_tree(int sig) {
-    // "The child" cannot be signalled once it is gone (or when there is none): then the stop
-    // signal goes to what is left of the tree instead of it waiting for SIGKILL.
-    Scope scope = opts_.kill_scope;
-    if (scope == Scope::Child && (main_status_ || main_pid_ < 0)) scope = Scope::Tree;
+    Scope scope = effective_scope();
     stop_signal_ = sig;
     stop_scope_ = scope;
     int n = 0;
@@ -524,7 +536,35 @@ void Supervisor::kill_tree() {
         ::kill(-1, SIGKILL);
     else if (main_pid_ > 0 && !main_status_)
         ::kill(-main_pid_, SIGKILL);
+    record_force(tracker_->name() == "cgroup" ? ForceKind::CgroupKill : ForceKind::Sigkill,
+                 "escalation", n);
     if (n > 0) spdlog::warn("sent SIGKILL to {} process(es)", n);
+}
+
+Scope Supervisor::effective_scope() const {
+    // "The child" cannot be signalled once it is gone (or when there is none): then the stop
+    // signal goes to what is left of the tree instead of it waiting for SIGKILL.
+    Scope scope = opts_.kill_scope;
+    if (scope == Scope::Child && (main_status_ || main_pid_ < 0)) scope = Scope::Tree;
+    return scope;
+}
+
+void Supervisor::forward_extra(int sig) {
+    Scope scope = effective_scope();
+    forward(sig, scope);
+    spdlog::info("sent {} to the {} (a distinct signal of the stop burst)", signal_name(sig),
+                 to_string(scope));
+}
+
+void Supervisor::record_force(ForceKind kind, std::string source, int count) {
+    if (shutdown_.state() == State::Running) return;
+    // Forcing repeats SIGKILL every 100 ms: one fact per source and kind, with the largest count.
+    for (auto& f : force_facts_)
+        if (f.kind == kind && f.source == source) {
+            f.count = std::max(f.count, count);
+            return;
+        }
+    force_facts_.push_back({kind, std::move(source), count, clock_.now()});
 }
 
 void Supervisor::request_shutdown(int exit_code) {
@@ -546,15 +586,18 @@ void Supervisor::release_drain() {
 int Supervisor::finish() {
     // The main child's code; a component's requested code; without a main child, 0 for a clean
     // stop; 128+SIGKILL when the main child could not even be reaped.
+    ReportInput in;
+    in.book = &book_;
+    in.gave_up = gave_up_;
+    in.force_facts = &force_facts_;
     int code = requested_exit_  ? *requested_exit_
                : main_status_   ? exit_code_of(*main_status_)
-               : main_pid_ < 0  ? (shutdown_.forced() && !book_.forced().empty() ? 128 + SIGKILL : 0)
+               : main_pid_ < 0  ? exit_code_without_main(verdict_of(in))
                                 : 128 + SIGKILL;
     if (opts_.success_exits.count(code)) {
         spdlog::info("child exit code {} counts as success (--success-exit)", code);
         code = 0;
     }
-    ReportInput in;
     in.command = opts_.command;
     in.main_pid = main_pid_;
     in.main_status = main_status_;
@@ -564,9 +607,7 @@ int Supervisor::finish() {
     in.grace = opts_.grace;
     in.drain_delay = opts_.drain_delay;
     in.shutdown = &shutdown_;
-    in.book = &book_;
     in.now = clock_.now();
-    in.gave_up = gave_up_;
     in.extra = [this](JsonWriter& j) {
         for (auto* c : components_) c->contribute_report(j);
     };

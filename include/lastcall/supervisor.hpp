@@ -63,6 +63,10 @@ public:
     const Options& options() const { return opts_; }
     State state() const { return shutdown_.state(); }
     pid_t main_pid() const { return main_pid_; }
+    // The stop signal of the shutdown, and whether it goes to the whole tree (every service and
+    // job run) rather than only to the main child or its group.
+    int stop_signal() const { return shutdown_.stop_signal(); }
+    bool stop_reaches_tree() const { return effective_scope() == Scope::Tree; }
     // A component ends the run as if the main child had exited with exit_code (a `main = true`
     // service exited): the whole tree is drained and lastcall exits with that code.
     void request_shutdown(int exit_code);
@@ -71,6 +75,10 @@ public:
     // stop signal to the whole tree waits, its grace timer and SIGKILL escalation do not.
     void hold_drain();
     void release_drain();
+    // A fact that makes the shutdown forced, recorded when it happens (a service's grace kill, a
+    // job's timeout kill). Outside the shutdown (a job timeout while running) it is not the
+    // shutdown's doing and is not recorded.
+    void record_force(ForceKind kind, std::string source, int count);
 
 private:
     Status set_up();
@@ -79,7 +87,7 @@ private:
     int finish();
 
     void on_signals();
-    void on_signal(int sig);
+    void on_signal(int sig, MonoTime arrival);
     void on_sigchld();
     void on_timer();
     void on_pre_stop_output();
@@ -90,6 +98,7 @@ private:
     // Filter for the stop signal: true the first time a process (of the kill scope) is seen.
     bool take_stop(const ProcInfo& p);
     void rearm_timer();
+    Scope effective_scope() const;
     std::vector<std::string> child_environment() const;
 
     // ShutdownActions
@@ -98,6 +107,7 @@ private:
     void start_pre_stop() override;
     void signal_tree(int sig) override;
     void kill_tree() override;
+    void forward_extra(int sig) override;
 
     Options opts_;
     const Clock& clock_;
@@ -121,6 +131,7 @@ private:
     std::string pre_stop_partial_;
     bool children_gone_ = false;
     bool gave_up_ = false;
+    std::vector<ForceFact> force_facts_;
     std::optional<MonoTime> next_rescan_;
     std::chrono::milliseconds rescan_period_{50};
     int stop_signal_ = SIGTERM;
