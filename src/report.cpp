@@ -219,6 +219,21 @@ std::string render_report(const ReportInput& in) {
                 .end_object();
     j.end_array();
     if (in.gave_up) j.field("abandoned", true);
+    if (in.admission) {
+        // Every unit of work by the way it entered: what the drain had to wait for.
+        j.key("admission").begin_object();
+        for (EntryPath p : kEntryPaths) {
+            const PathCounts& c = in.admission->of(p);
+            j.key(to_string(p)).begin_object();
+            j.field("registered", static_cast<long long>(c.registered));
+            j.field("executing", static_cast<long long>(c.executing));
+            j.field("released", static_cast<long long>(c.released));
+            j.field("refused", static_cast<long long>(c.refused));
+            j.field("rolled_back", static_cast<long long>(c.rolled_back));
+            j.end_object();
+        }
+        j.end_object();
+    }
     if (in.extra) in.extra(j);
     j.field("exit_code", in.exit_code);
     j.end_object();

@@ -327,7 +327,7 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
     const JobSpec& spec = job.spec;
     // Registered before anything starts: after the drain closed intake this is refused, so no
     // run begins once the drain has counted the active work.
-    auto ticket = sup_->admission().try_admit();
+    auto ticket = sup_->admission().try_admit(EntryPath::JobFire);
     if (!ticket) {
         if (existing_id) {
             ++skipped_at_shutdown_;

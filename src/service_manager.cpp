@@ -173,7 +173,8 @@ void ServiceManager::start_eligible() {
 void ServiceManager::start(Service& s) {
     // A start (first or restart) is a unit of work like any other: once the shutdown has begun,
     // admission refuses it, and nothing new appears while the tree is being drained.
-    auto ticket = sup_->admission().try_admit();
+    auto ticket = sup_->admission().try_admit(s.starts > 0 ? EntryPath::Restart
+                                                           : EntryPath::ServiceStart);
     if (!ticket) {
         ++refused_;
         spdlog::info("service {}: not started, the shutdown has begun", s.spec.name);

@@ -142,7 +142,7 @@ std::vector<std::string> Supervisor::child_environment() const {
 std::optional<int> Supervisor::start_child() {
     // The main child is a unit of work like any other: admitted before it starts, rolled back if
     // it never does, released when it has been reaped.
-    main_ticket_ = admission_.try_admit();
+    main_ticket_ = admission_.try_admit(EntryPath::Main);
     SpawnSpec spec;
     spec.argv = opts_.command;
     spec.env = child_environment();
@@ -608,6 +608,7 @@ int Supervisor::finish() {
     in.drain_delay = opts_.drain_delay;
     in.shutdown = &shutdown_;
     in.now = clock_.now();
+    in.admission = admission_.stats();
     in.extra = [this](JsonWriter& j) {
         for (auto* c : components_) c->contribute_report(j);
     };

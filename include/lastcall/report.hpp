@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "lastcall/admission.hpp"
 #include "lastcall/clock.hpp"
 #include "lastcall/error.hpp"
 #include "lastcall/process_tree.hpp"
@@ -90,6 +91,7 @@ struct ReportInput {
     MonoTime now{};
     bool gave_up = false;  // SIGKILL could not end everything within the force limit
     const std::vector<ForceFact>* force_facts = nullptr;
+    std::optional<AdmissionStats> admission;
     std::optional<MonoTime> trigger_arrival;  // when the trigger's signal was dequeued
     // Extra top-level keys (components: interrupted runs, services).
     std::function<void(JsonWriter&)> extra;

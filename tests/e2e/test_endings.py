@@ -311,3 +311,37 @@ class SignalTest(EndingsTestCase):
         self.assertEqual(report["exit_code"], code)
         self.assertEqual(report["trigger"]["kind"], "signal")
         self.assertEqual(report["trigger"]["signal"], "SIGTERM")
+
+
+class AdmissionCountersTest(EndingsTestCase):
+    def test_the_report_counts_units_of_work_per_entry_path(self):
+        """Case 15: registered, executing and released for the main command, service starts,
+        restarts and job fires."""
+        cfg = self.config(f"""
+[services.flaky]
+command = 'echo service > "$EVENTS"; exit 1'
+restart = "on-failure"
+backoff = {{ initial = "10ms" }}
+
+[jobs.tick]
+schedule = "@every 1s"
+command = "echo job > $EVENTS"
+""")
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--report", self.report,
+                          "--", "sh", "-c", "echo main > $EVENTS; exec sleep 100"])
+        seen = []
+        while not ({"main", "job"} <= set(seen) and seen.count("service") >= 3):
+            seen.append(self.fifo.readline())
+        run.signal(signal.SIGTERM)
+        run.wait()
+        adm = self.read_report()["admission"]
+        self.assertEqual(adm["main"]["registered"], 1)
+        self.assertEqual(adm["main"]["released"], 1)
+        self.assertEqual(adm["service_starts"]["registered"], 1)
+        self.assertGreaterEqual(adm["restarts"]["registered"], 2)
+        self.assertGreaterEqual(adm["job_fires"]["registered"], 1)
+        for path in ("main", "service_starts", "restarts", "job_fires"):
+            c = adm[path]
+            self.assertEqual(c["executing"], 0, adm)  # everything was reaped
+            self.assertEqual(c["registered"], c["released"] + c["rolled_back"], adm)
+        self.assertNoLeftovers()
