@@ -214,14 +214,25 @@ void Supervisor::rearm_timer() {
 }
 
 void Supervisor::on_signals() {
-    signalfd_siginfo info;
+    // Everything pending is dequeued first, each with the time it was read, and only then
+    // handled: the kernel keeps no arrival time, and handling one signal (forwarding HUP to a
+    // large tree) must not make the next one look later than it was. At most kBatch per turn,
+    // so a flood cannot hold the loop; the rest stays readable for the next turn.
+    constexpr int kBatch = 64;
+    struct Pending {
+        signalfd_siginfo info;
+        MonoTime arrival;
+    };
+    Pending batch[kBatch];
+    int count = 0;
+    while (count < kBatch) {
+        ssize_t n = ::read(signal_fd_.get(), &batch[count].info, sizeof batch[count].info);
+        if (n != static_cast<ssize_t>(sizeof batch[count].info)) break;  // EAGAIN: none left
+        batch[count++].arrival = clock_.now();
+    }
     bool child_event = false;
-    for (;;) {
-        ssize_t n = ::read(signal_fd_.get(), &info, sizeof info);
-        if (n != static_cast<ssize_t>(sizeof info)) break;  // EAGAIN: all pending signals read
-        // The kernel keeps no arrival time; the moment of dequeuing is the closest lastcall can
-        // know, and it is read here, before anything else of the batch is handled.
-        MonoTime arrival = clock_.now();
+    for (int i = 0; i < count; ++i) {
+        const signalfd_siginfo& info = batch[i].info;
         int sig = static_cast<int>(info.ssi_signo);
         // SIGPIPE and SIGXFSZ that lastcall's own writes raised (a log line into a pipe whose
         // reader went away, a report over RLIMIT_FSIZE) are nobody's request: forwarded, they
@@ -235,7 +246,7 @@ void Supervisor::on_signals() {
         if (sig == SIGCHLD)
             child_event = true;
         else
-            on_signal(sig, arrival);
+            on_signal(sig, batch[i].arrival);
     }
     if (child_event) on_sigchld();
 }

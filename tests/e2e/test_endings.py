@@ -345,3 +345,41 @@ command = "echo job > $EVENTS"
             self.assertEqual(c["executing"], 0, adm)  # everything was reaped
             self.assertEqual(c["registered"], c["released"] + c["rolled_back"], adm)
         self.assertNoLeftovers()
+
+
+def log_time(line):
+    """The wall-clock time (s) of a text log line: 2026-01-01T00:00:00.123 lastcall[..] ..."""
+    import datetime
+    stamp = line.split(" ", 1)[0]
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def iso_time(stamp):
+    import datetime
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+class TriggerTimeTest(EndingsTestCase):
+    def test_the_trigger_time_is_when_the_signal_was_dequeued_not_when_it_was_handled(self):
+        """Case 14: HUP and TERM are pending together (lastcall stopped while they were sent);
+        HUP is dequeued first and forwarded to a tree of a few hundred processes, which takes a
+        while with the /proc tracker. The shutdown's trigger time is TERM's dequeue, before the
+        HUP was handled, not after it."""
+        child = ("trap '' HUP; for i in $(seq 300); do sleep 100 & done; echo ready > $EVENTS; "
+                 "wait")
+        run = self.start(["--tracker", "proc", "--forward-to", "tree", "--grace", "20s",
+                          "--report", self.report, "--", "sh", "-c", child])
+        self.assertEqual(self.fifo.readline(), "ready")
+        pid = run.lastcall_pid()
+        os.kill(pid, signal.SIGSTOP)
+        os.kill(pid, signal.SIGHUP)
+        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGCONT)
+        run.wait()
+        lines = run.output().splitlines()
+        hup = next(line for line in lines if "received SIGHUP: forwarding" in line)
+        trigger = iso_time(self.read_report()["trigger"]["at"])
+        # 1 ms for the two clocks' rounding (the report derives wall time from the monotonic one).
+        self.assertLessEqual(trigger, log_time(hup) + 0.001, run.output())
