@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "lastcall/duration.hpp"
+#include "lastcall/emergency.hpp"
 #include "lastcall/signals.hpp"
 
 extern char** environ;
@@ -64,6 +65,20 @@ Supervisor::Supervisor(Options options, const Clock& clock)
     : opts_(std::move(options)), clock_(clock), shutdown_(shutdown_config(opts_), clock_, *this) {}
 
 int Supervisor::run() {
+    // One top-level handler: whatever escapes the loop (std::bad_alloc under a memory limit, a
+    // bug) or ends in std::terminate, the tree is killed and reaped and a minimal report written
+    // by a teardown that needs no allocation.
+    emergency_install_terminate_handler();
+    try {
+        return run_guarded();
+    } catch (const std::exception& e) {
+        return emergency_teardown(e.what());
+    } catch (...) {
+        return emergency_teardown("unknown exception");
+    }
+}
+
+int Supervisor::run_guarded() {
     if (auto st = set_up(); !st) {
         spdlog::error("{}", st.error().message);
         return 1;
@@ -124,6 +139,7 @@ Status Supervisor::set_up() {
     // A few descriptors held back for the shutdown: signalling a member needs a pidfd and a /proc
     // read at once, and a tree that exhausted RLIMIT_NOFILE must still get its stop signal.
     for (auto& fd : reserved_fds_) fd.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    emergency_prepare(opts_.report_path.c_str(), tracker_->spawn_cgroup_fd());
     return Ok{};
 }
 
@@ -175,6 +191,7 @@ std::optional<int> Supervisor::start_child() {
     main_ticket_->started();
     main_pid_ = result.child->pid;
     main_pidfd_ = std::move(result.child->pidfd);
+    emergency_main_started(main_pid_);
     book_.set_main(main_pid_);
     spdlog::info("spawned pid {}: {}", main_pid_, join(opts_.command));
     for (auto* c : components_) c->child_started(main_pid_);
@@ -358,6 +375,7 @@ void Supervisor::on_sigchld() {
         for (auto* c : components_) c->reaped(r);
         if (r.pid == main_pid_) {
             main_status_ = r.status;
+            emergency_main_reaped(r.status);
             main_pidfd_.reset();
             main_ticket_->release();
             main_exited = true;

@@ -81,6 +81,7 @@ public:
     void record_force(ForceKind kind, std::string source, int count);
 
 private:
+    int run_guarded();
     Status set_up();
     std::optional<int> start_child();
     void loop_until_stopped();

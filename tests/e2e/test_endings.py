@@ -383,3 +383,32 @@ class TriggerTimeTest(EndingsTestCase):
         trigger = iso_time(self.read_report()["trigger"]["at"])
         # 1 ms for the two clocks' rounding (the report derives wall time from the monotonic one).
         self.assertLessEqual(trigger, log_time(hup) + 0.001, run.output())
+
+
+class EmergencyTest(EndingsTestCase):
+    def test_bad_alloc_during_the_drain_kills_and_reaps_the_tree_and_writes_a_report(self):
+        """Case 10: lastcall's address space is capped at what it uses while idle, so the
+        drain's first allocations over a tree of 300 processes fail with std::bad_alloc. The
+        emergency teardown kills and reaps everything and writes a minimal report."""
+        import resource
+        if os.environ.get("LASTCALL_SANITIZED", "").lower() in ("1", "true", "on"):
+            self.skipTest("the sanitizers' allocator dies on an address-space limit instead "
+                          "of throwing std::bad_alloc")
+        child = "for i in $(seq 300); do sleep 100 & done; echo ready > $EVENTS; wait"
+        run = self.start(["--tracker", "proc", "--grace", "20s", "--report", self.report,
+                          "--", "sh", "-c", child])
+        self.assertEqual(self.fifo.readline(), "ready")
+        pid = run.lastcall_pid()
+        with open(f"/proc/{pid}/status") as f:
+            vm = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
+        resource.prlimit(pid, resource.RLIMIT_AS, (vm, vm))
+        run.signal(signal.SIGTERM)
+        code = run.wait()
+        out = run.output()
+        self.assertIn("emergency teardown: std::bad_alloc", out)
+        self.assertEqual(code, 128 + signal.SIGKILL, out)  # the main child's: it was SIGKILLed
+        report = self.read_report()
+        self.assertTrue(report["emergency"])
+        self.assertEqual(report["verdict"], "forced")
+        self.assertEqual(report["exit_code"], code)
+        self.assertNoLeftovers()
