@@ -3,6 +3,7 @@
 //
 // main() is the table of contents: subcommands, command line, configuration, logging, the point
 // of no return, the components, the run.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include "lastcall/services/service_manager.hpp"
 #include "lastcall/services/service_status.hpp"
 #include "lastcall/systemd/socket_activation.hpp"
+#include "lastcall/core/signals.hpp"
 #include "lastcall/supervisor.hpp"
 #include "lastcall/services/up.hpp"
 
@@ -112,7 +114,19 @@ Result<Components> create_components(const Options& options, Configuration& conf
 }  // namespace
 
 int main(int argc, char** argv) {
+    // The very first thing: a termination signal sent while lastcall parses its options, reads
+    // its config and sets up logging (tens of ms, more with a large config) stays pending and is
+    // acted on as soon as the loop runs, instead of killing lastcall without a report (or, as
+    // PID 1, being dropped by the kernel). Nothing before this line can fail or take time.
+    sigset_t handled = handled_signals();
+    ::sigprocmask(SIG_BLOCK, &handled, nullptr);
+
     std::vector<std::string> args(argv, argv + argc);
+    // The read-only subcommands keep the default dispositions: Ctrl-C ends them as any
+    // command. `up` is a supervisor and keeps them blocked.
+    if (args.size() >= 2 && !compat_mode_for_program(args[0]) &&
+        (args[1] == "status" || args[1] == "runs" || args[1] == "jobs"))
+        ::sigprocmask(SIG_UNBLOCK, &handled, nullptr);
     if (auto code = run_subcommand(args)) return *code;
 
     ParsedCommandLine parsed = parse_command_line(args);
@@ -127,13 +141,9 @@ int main(int argc, char** argv) {
 
     setup_logging(options);
 
-    // Signals are blocked before the child exists, so none is lost between its spawn and the
-    // signalfd. From here on lastcall must not die: as PID 1 its death kills the container, and as
-    // a subreaper it would orphan the tree. Errors are logged and the teardown goes on.
-    if (auto st = block_handled_signals(); !st) {
-        spdlog::critical("{}", st.error().message);
-        return 1;
-    }
+    // Signals were blocked at the top of main(), so none is lost between the child's spawn and
+    // the signalfd. From here on lastcall must not die: as PID 1 its death kills the container,
+    // and as a subreaper it would orphan the tree. Errors are logged and the teardown goes on.
 
     SteadyClock clock;
     auto components = create_components(options, *config, clock);

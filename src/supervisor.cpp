@@ -20,6 +20,7 @@
 #include "lastcall/process/environment.hpp"
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/stop.hpp"
+#include "lastcall/shutdown/emergency.hpp"
 
 namespace lastcall {
 
@@ -28,8 +29,6 @@ namespace {
 // Passes of the stop signal over the tree stop starting after this long (see send_stop_signal):
 // a fork storm must not keep the loop from its grace timer.
 constexpr std::chrono::milliseconds kStopPassBudget{250};
-// Signals read from the signalfd per turn of the event loop (see on_signals).
-constexpr std::size_t kSignalBatch = 64;
 // A forwarded signal is logged at most once per period; repeats are counted (see on_signal).
 constexpr std::chrono::seconds kFloodLogPeriod{1};
 
@@ -63,6 +62,20 @@ Supervisor::Supervisor(Options options, const Clock& clock)
     : opts_(std::move(options)), clock_(clock), shutdown_(shutdown_config(opts_), clock_, *this) {}
 
 int Supervisor::run() {
+    // One top-level handler: whatever escapes the loop (std::bad_alloc under a memory limit, a
+    // bug) or ends in std::terminate, the tree is killed and reaped and a minimal report written
+    // by a teardown that needs no allocation.
+    emergency_install_terminate_handler();
+    try {
+        return run_guarded();
+    } catch (const std::exception& e) {
+        return emergency_teardown(e.what());
+    } catch (...) {
+        return emergency_teardown("unknown exception");
+    }
+}
+
+int Supervisor::run_guarded() {
     if (auto st = set_up(); !st) {
         spdlog::error("{}", st.error().message);
         return 1;
@@ -123,6 +136,8 @@ Status Supervisor::set_up() {
     // A few descriptors held back for the shutdown: signalling a member needs a pidfd and a /proc
     // read at once, and a tree that exhausted RLIMIT_NOFILE must still get its stop signal.
     for (auto& fd : reserved_fds_) fd.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    emergency_instance_cgroup_ = tracker_->where();
+    emergency_prepare(opts_.report_path.c_str(), emergency_instance_cgroup_.c_str());
     return Ok{};
 }
 
@@ -133,7 +148,7 @@ std::vector<std::string> Supervisor::child_environment(UnitKind kind) const {
 std::optional<int> Supervisor::start_child() {
     // The main child is a unit of work like any other: admitted before it starts, rolled back if
     // it never does, released when it has been reaped.
-    main_ticket_ = admission_.try_admit();
+    main_ticket_ = admission_.try_admit(EntryPath::Main);
     SpawnSpec spec;
     spec.argv = opts_.command;
     spec.env = child_environment(UnitKind::Main);
@@ -159,6 +174,7 @@ std::optional<int> Supervisor::start_child() {
     main_ticket_->started();
     main_pid_ = result.child->pid;
     main_pidfd_ = std::move(result.child->pidfd);
+    emergency_main_started(main_pid_);
     book_.set_main(main_pid_);
     spdlog::info("spawned pid {}: {}", main_pid_, join(opts_.command));
     for (auto* c : components_) c->child_started(main_pid_);
@@ -198,16 +214,25 @@ void Supervisor::rearm_timer() {
 }
 
 void Supervisor::on_signals() {
-    // At most kSignalBatch signals per turn of the loop: a flood (10,000 SIGRTMIN from a runaway
-    // sender) must not keep the loop from its timers, or the grace would never end. epoll is
-    // level-triggered, so what is left is read on the next turn, after the other sources.
-    signalfd_siginfo batch[kSignalBatch];
-    ssize_t got = ::read(signal_fd_.get(), batch, sizeof batch);
-    if (got <= 0) return;  // EAGAIN: all pending signals read
-    std::size_t n = static_cast<std::size_t>(got) / sizeof(signalfd_siginfo);
+    // Everything pending is dequeued first, each with the time it was read, and only then
+    // handled: the kernel keeps no arrival time, and handling one signal (forwarding HUP to a
+    // large tree) must not make the next one look later than it was. At most kBatch per turn,
+    // so a flood cannot hold the loop; the rest stays readable for the next turn.
+    constexpr int kBatch = 64;
+    struct Pending {
+        signalfd_siginfo info;
+        MonoTime arrival;
+    };
+    Pending batch[kBatch];
+    int count = 0;
+    while (count < kBatch) {
+        ssize_t n = ::read(signal_fd_.get(), &batch[count].info, sizeof batch[count].info);
+        if (n != static_cast<ssize_t>(sizeof batch[count].info)) break;  // EAGAIN: none left
+        batch[count++].arrival = clock_.now();
+    }
     bool child_event = false;
-    for (std::size_t i = 0; i < n; ++i) {
-        const signalfd_siginfo& info = batch[i];
+    for (int i = 0; i < count; ++i) {
+        const signalfd_siginfo& info = batch[i].info;
         int sig = static_cast<int>(info.ssi_signo);
         // SIGPIPE and SIGXFSZ that lastcall's own writes raised (a log line into a pipe whose
         // reader went away, a report over RLIMIT_FSIZE) are nobody's request: forwarded, they
@@ -222,12 +247,12 @@ void Supervisor::on_signals() {
             child_event = true;
             continue;
         }
-        on_signal(sig);
+        on_signal(sig, batch[i].arrival);
     }
     if (child_event) on_sigchld();
 }
 
-void Supervisor::on_signal(int received) {
+void Supervisor::on_signal(int received, MonoTime arrival) {
     int sig = received;
     if (auto it = opts_.rewrite.find(received); it != opts_.rewrite.end()) {
         sig = it->second;
@@ -242,8 +267,17 @@ void Supervisor::on_signal(int received) {
         if (shutdown_.state() == State::Running)
             spdlog::info("received {}: starting shutdown (grace {})", signal_name(sig),
                          format_duration(opts_.grace));
-        switch (shutdown_.on_signal(sig)) {
+        switch (shutdown_.on_signal(sig, arrival)) {
             case SignalOutcome::Started:
+                break;
+            case SignalOutcome::Forwarded:
+                spdlog::info("received {} in the same burst: forwarded once, not escalating",
+                             signal_name(sig));
+                break;
+            case SignalOutcome::Joined:
+                spdlog::info("received {}: the shutdown already runs (the command exited by "
+                             "itself); not escalating",
+                             signal_name(sig));
                 break;
             case SignalOutcome::Coalesced:
                 spdlog::debug("received {} within {} of the previous one: same burst",
@@ -337,6 +371,7 @@ void Supervisor::on_sigchld() {
         for (auto* c : components_) c->reaped(r);
         if (r.pid == main_pid_) {
             main_status_ = r.status;
+            emergency_main_reaped(r.status);
             main_pidfd_.reset();
             main_ticket_->release();
             main_exited = true;
@@ -429,8 +464,11 @@ void Supervisor::state_changed(State from, State to, Event why) {
         for (auto& fd : reserved_fds_) fd.reset();
     }
     for (auto* c : components_) c->state_changed(from, to);
+    if (to == State::Forcing)
+        record_force(ForceKind::EnteredForcing, std::string(to_string(why)), 0);
     if (why == Event::GiveUp) {
         gave_up_ = true;
+        record_force(ForceKind::Abandoned, "survived SIGKILL", 0);
         spdlog::error("processes survived SIGKILL for {}: giving up on them",
                       format_duration(ShutdownConfig{}.force_limit));
     }
@@ -487,10 +525,7 @@ void Supervisor::start_pre_stop() {
 }
 
 void Supervisor::signal_tree(int sig) {
-    // "The child" cannot be signalled once it is gone (or when there is none): then the stop
-    // signal goes to what is left of the tree instead of it waiting for SIGKILL.
-    Scope scope = opts_.kill_scope;
-    if (scope == Scope::Child && (main_status_ || main_pid_ < 0)) scope = Scope::Tree;
+    Scope scope = effective_scope();
     stop_signal_ = sig;
     stop_scope_ = scope;
     int n = 0;
@@ -536,7 +571,35 @@ void Supervisor::kill_tree() {
         ::kill(-1, SIGKILL);
     else if (main_pid_ > 0 && !main_status_)
         ::kill(-main_pid_, SIGKILL);
+    record_force(tracker_->name() == "cgroup" ? ForceKind::CgroupKill : ForceKind::Sigkill,
+                 "escalation", n);
     if (n > 0) spdlog::warn("sent SIGKILL to {} process(es)", n);
+}
+
+Scope Supervisor::effective_scope() const {
+    // "The child" cannot be signalled once it is gone (or when there is none): then the stop
+    // signal goes to what is left of the tree instead of it waiting for SIGKILL.
+    Scope scope = opts_.kill_scope;
+    if (scope == Scope::Child && (main_status_ || main_pid_ < 0)) scope = Scope::Tree;
+    return scope;
+}
+
+void Supervisor::forward_extra(int sig) {
+    Scope scope = effective_scope();
+    forward(sig, scope);
+    spdlog::info("sent {} to the {} (a distinct signal of the stop burst)", signal_name(sig),
+                 to_string(scope));
+}
+
+void Supervisor::record_force(ForceKind kind, std::string source, int count) {
+    if (shutdown_.state() == State::Running) return;
+    // Forcing repeats SIGKILL every 100 ms: one fact per source and kind, with the largest count.
+    for (auto& f : force_facts_)
+        if (f.kind == kind && f.source == source) {
+            f.count = std::max(f.count, count);
+            return;
+        }
+    force_facts_.push_back({kind, std::move(source), count, clock_.now()});
 }
 
 void Supervisor::request_shutdown(int exit_code) {
@@ -558,9 +621,13 @@ void Supervisor::release_drain() {
 int Supervisor::finish() {
     // The main child's code; a component's requested code; without a main child, 0 for a clean
     // stop; 128+SIGKILL when the main child could not even be reaped.
+    ReportInput in;
+    in.book = &book_;
+    in.gave_up = gave_up_;
+    in.force_facts = &force_facts_;
     int code = requested_exit_  ? *requested_exit_
                : main_status_   ? exit_code_of(*main_status_)
-               : main_pid_ < 0  ? (shutdown_.forced() && !book_.forced().empty() ? 128 + SIGKILL : 0)
+               : main_pid_ < 0  ? exit_code_without_main(verdict_of(in))
                                 : 128 + SIGKILL;
     if (opts_.success_exits.count(code)) {
         spdlog::info("child exit code {} counts as success (--success-exit)", code);
@@ -570,7 +637,6 @@ int Supervisor::finish() {
         if (flood.unlogged > 0)
             spdlog::info("received {} {} more time(s) since the last line: each forwarded",
                          signal_name(sig), flood.unlogged);
-    ReportInput in;
     in.command = opts_.command;
     in.main_pid = main_pid_;
     in.main_status = main_status_;
@@ -580,9 +646,8 @@ int Supervisor::finish() {
     in.grace = opts_.grace;
     in.drain_delay = opts_.drain_delay;
     in.shutdown = &shutdown_;
-    in.book = &book_;
     in.now = clock_.now();
-    in.gave_up = gave_up_;
+    in.admission = admission_.stats();
     in.extra = [this](JsonWriter& j) {
         for (auto* c : components_) c->contribute_report(j);
     };

@@ -66,6 +66,10 @@ public:
     const Options& options() const { return opts_; }
     State state() const { return shutdown_.state(); }
     pid_t main_pid() const { return main_pid_; }
+    // The stop signal of the shutdown, and whether it goes to the whole tree (every service and
+    // job run) rather than only to the main child or its group.
+    int stop_signal() const { return shutdown_.stop_signal(); }
+    bool stop_reaches_tree() const { return effective_scope() == Scope::Tree; }
     // A component ends the run as if the main child had exited with exit_code (a `main = true`
     // service exited): the whole tree is drained and lastcall exits with that code.
     void request_shutdown(int exit_code);
@@ -79,15 +83,20 @@ public:
     // They are still killed by the force at grace end.
     void add_helper_session(pid_t sid) { helper_sessions_.insert(sid); }
     void remove_helper_session(pid_t sid) { helper_sessions_.erase(sid); }
+    // A fact that makes the shutdown forced, recorded when it happens (a service's grace kill, a
+    // job's timeout kill). Outside the shutdown (a job timeout while running) it is not the
+    // shutdown's doing and is not recorded.
+    void record_force(ForceKind kind, std::string source, int count);
 
 private:
+    int run_guarded();
     Status set_up();
     std::optional<int> start_child();
     void loop_until_stopped();
     int finish();
 
     void on_signals();
-    void on_signal(int sig);
+    void on_signal(int sig, MonoTime arrival);
     void on_sigchld();
     void on_timer();
     void on_pre_stop_output();
@@ -97,6 +106,7 @@ private:
     // Filter for the stop signal: true the first time a process (of the kill scope) is seen.
     bool take_stop(const ProcInfo& p);
     void rearm_timer();
+    Scope effective_scope() const;
     std::vector<std::string> child_environment(UnitKind kind) const;
 
     // ShutdownActions
@@ -105,6 +115,7 @@ private:
     void start_pre_stop() override;
     void signal_tree(int sig) override;
     void kill_tree() override;
+    void forward_extra(int sig) override;
 
     Options opts_;
     const Clock& clock_;
@@ -134,6 +145,8 @@ private:
         long long unlogged = 0;          // arrivals since then, forwarded but not logged
     };
     std::map<int, Flood> floods_;
+    std::vector<ForceFact> force_facts_;
+    std::string emergency_instance_cgroup_;  // kept alive for the emergency plan
     int stop_signal_ = SIGTERM;
     Scope stop_scope_ = Scope::Tree;
     std::string fatal_;

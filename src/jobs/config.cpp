@@ -32,10 +32,28 @@ std::string_view to_string(OnInterrupted o) {
     return "?";
 }
 
-std::string staging_path_for(const std::string& output) {
+std::string staging_path_for(const std::string& output, std::int64_t run_id) {
     auto slash = output.rfind('/');
     std::string dir = output.substr(0, slash + 1);
-    return dir + "." + output.substr(slash + 1) + ".lastcall-staging";
+    return dir + "." + output.substr(slash + 1) + "." + std::to_string(run_id) +
+           ".lastcall-staging";
+}
+
+bool is_staging_name_of(const std::string& output, const std::string& name) {
+    std::string prefix = "." + output.substr(output.rfind('/') + 1) + ".";
+    std::string_view suffix = "lastcall-staging";
+    if (name.size() < prefix.size() + suffix.size() || !name.starts_with(prefix) ||
+        !name.ends_with(suffix))
+        return false;
+    // Between them: a run id and a dot, or nothing (the name before per-run staging).
+    std::string_view mid(name.data() + prefix.size(), name.size() - prefix.size() - suffix.size());
+    if (mid.empty()) return true;
+    if (mid.back() != '.') return false;
+    mid.remove_suffix(1);
+    if (mid.empty()) return false;
+    for (char c : mid)
+        if (c < '0' || c > '9') return false;
+    return true;
 }
 
 std::string default_state_dir() {

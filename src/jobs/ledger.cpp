@@ -284,6 +284,15 @@ Result<bool> Ledger::start(std::int64_t id, std::int64_t pid) {
                       });
 }
 
+Status Ledger::set_pid(std::int64_t id, std::int64_t pid) {
+    Stmt s(db_.get(), "UPDATE runs SET pid = ?1 WHERE id = ?2");
+    if (!s.ok()) return sql_error("prepare set pid");
+    s.bind(1, pid);
+    s.bind(2, id);
+    if (s.step() != SQLITE_DONE) return sql_error("set pid of run " + std::to_string(id));
+    return Ok{};
+}
+
 Result<bool> Ledger::finish(std::int64_t id, RunState to, RunOutcome outcome,
                             std::string_view reason) {
     if (!is_terminal(to)) return Error{"finish run " + std::to_string(id) + ": not terminal"};

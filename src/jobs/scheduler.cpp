@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -28,7 +30,7 @@ namespace lastcall {
 
 namespace {
 
-// After a job's timeout its group gets SIGTERM; if it is still there this much later, SIGKILL.
+// After a job's timeout its scope gets SIGTERM; if anything of it is still there this much later, SIGKILL.
 constexpr std::chrono::seconds kTimeoutKillAfter{5};
 constexpr const char* kShuttingDown = "shutting down";
 
@@ -73,8 +75,7 @@ struct Staged {
     UniqueFd file;
     struct stat st {};
 };
-Result<Staged> open_staged(const JobSpec& spec) {
-    std::string staging = staging_path_for(spec.output);
+Result<Staged> open_staged(const JobSpec& spec, const std::string& staging) {
     auto [dir, name] = split_path(staging);
     Staged out;
     auto dirfd = open_dir_safely(dir);
@@ -135,7 +136,7 @@ void JobScheduler::recover() {
         spdlog::warn("run {} of job {} (scheduled {}) was left {} by a previous lastcall: now "
                      "interrupted",
                      r.id, r.job, iso_utc(r.scheduled_at),
-                     r.pid ? "started" : "scheduled");
+                     r.started_ms ? "started" : "scheduled");
     auto pending = ledger_->awaiting_recovery();
     if (!pending) {
         spdlog::error("run ledger recovery: {}", pending.error().message);
@@ -153,7 +154,8 @@ void JobScheduler::recover() {
             released = released || r.recovery == kRecoveryReleased;
         }
         if (ids.empty()) continue;
-        std::string staging = spec.output.empty() ? "" : staging_path_for(spec.output);
+        std::string staging =
+            spec.output.empty() ? "" : staging_path_for(spec.output, ids.back());
         if (spec.on_interrupted == OnInterrupted::Hold && !released) {
             for (auto id : ids) {
                 if (auto st = ledger_->set_recovery(id, kRecoveryHeld); !st)
@@ -165,8 +167,8 @@ void JobScheduler::recover() {
             }
             continue;
         }
+        // cleanup-retry: the retry's start removes every earlier staging file of the job.
         bool keep = spec.on_interrupted == OnInterrupted::Retry;
-        if (!keep && !staging.empty()) remove_staging(staging, "cleanup-retry");
         spdlog::info("job {}: retrying interrupted run(s) now (on_interrupted = {})", spec.name,
                      released ? "released" : to_string(spec.on_interrupted));
         retries_.push_back(Retry{j, slot, ids, keep});
@@ -275,12 +277,18 @@ void JobScheduler::fire(std::size_t j, std::int64_t scheduled_at) {
     // Interrupted runs released by `lastcall runs release` while lastcall runs: this run is
     // their retry, so that the next start does not retry them a second time.
     std::vector<std::int64_t> released;
+    std::int64_t key_at = 0;
     if (auto pending = ledger_->awaiting_recovery(); !pending)
         spdlog::error("job {}: {}", job.spec.name, pending.error().message);
     else
         for (const auto& r : *pending)
-            if (r.job == job.spec.name && r.recovery == kRecoveryReleased) released.push_back(r.id);
-    start_run(j, scheduled_at, std::nullopt, released, false);
+            if (r.job == job.spec.name && r.recovery == kRecoveryReleased) {
+                released.push_back(r.id);
+                key_at = std::max(key_at, r.scheduled_at);
+            }
+    // A released run is retried with its own policy for the staging file, and keeps its key.
+    start_run(j, scheduled_at, std::nullopt, released,
+              job.spec.on_interrupted == OnInterrupted::Retry, key_at);
 }
 
 std::vector<std::string> JobScheduler::environment(const Run& run,
@@ -294,6 +302,11 @@ std::vector<std::string> JobScheduler::environment(const Run& run,
     env.set("LASTCALL_JOB", spec.name);
     env.set("LASTCALL_RUN_ID", std::to_string(run.id));
     env.set("LASTCALL_SCHEDULED_TIME", iso_utc(run.scheduled_at));
+    // One key for a fire time and all its retries (also after `runs release`): what a job uses
+    // to make its side effects idempotent.
+    env.set("LASTCALL_RUN_KEY", spec.name + "@" + iso_utc(run.key_at ? run.key_at : run.scheduled_at));
+    if (run.retry_of) env.set("LASTCALL_RETRY_OF", std::to_string(*run.retry_of));
+    if (!run.resume_from.empty()) env.set("LASTCALL_RESUME_FROM", run.resume_from);
     std::string watermark;
     if (auto w = ledger_->watermark(spec.name); !w)
         spdlog::error("job {}: {}", spec.name, w.error().message);
@@ -304,14 +317,33 @@ std::vector<std::string> JobScheduler::environment(const Run& run,
     return env.entries();
 }
 
+// Every staging file of the job's output but `keep` (a retry's resume file) is an earlier run's
+// leftover: a failed run's output kept for inspection until the next run, or a cleaned-up retry's.
+void JobScheduler::remove_old_staging(const JobSpec& spec, const std::string& keep) {
+    std::string dir = dir_of(spec.output);
+    std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+    if (!d) {
+        spdlog::warn("job {}: opendir {}: {}", spec.name, dir, std::strerror(errno));
+        return;
+    }
+    std::vector<std::string> old;
+    while (auto* e = ::readdir(d.get())) {
+        std::string name = e->d_name;
+        std::string path = dir + "/" + name;
+        if (is_staging_name_of(spec.output, name) && path != keep) old.push_back(path);
+    }
+    for (const auto& path : old) remove_staging(path, "left by an earlier run");
+}
+
 void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
                              std::optional<std::int64_t> existing_id,
-                             const std::vector<std::int64_t>& retry_of, bool keep_staging) {
+                             const std::vector<std::int64_t>& retry_of, bool keep_staging,
+                             std::int64_t key_at) {
     auto& job = jobs_[j];
     const JobSpec& spec = job.spec;
     // Registered before anything starts: after the drain closed intake this is refused, so no
     // run begins once the drain has counted the active work.
-    auto ticket = sup_->admission().try_admit();
+    auto ticket = sup_->admission().try_admit(EntryPath::JobFire);
     if (!ticket) {
         if (existing_id) {
             ++skipped_at_shutdown_;
@@ -335,19 +367,39 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
     run.id = *id;
     run.job = j;
     run.scheduled_at = scheduled_at;
-    std::string staging;
+    run.key_at = key_at ? key_at : scheduled_at;
+    if (!retry_of.empty()) run.retry_of = retry_of.back();
     if (!spec.output.empty()) {
-        staging = staging_path_for(spec.output);
-        // A fresh run starts from nothing; a retry (on_interrupted = retry) may resume from what
-        // the interrupted run staged.
-        if (!keep_staging) remove_staging(staging, "left by an earlier run");
+        run.staging = staging_path_for(spec.output, run.id);
+        // A run writes its own staging file and only that one is ever promoted. A retry
+        // (on_interrupted = retry) is offered the interrupted run's file to resume from, as
+        // $LASTCALL_RESUME_FROM; everything else staged earlier is removed.
+        if (keep_staging && run.retry_of) {
+            std::string previous = staging_path_for(spec.output, *run.retry_of);
+            if (::access(previous.c_str(), F_OK) == 0) run.resume_from = previous;
+        }
+        remove_old_staging(spec, run.resume_from);
+    }
+    // `started` is written before the spawn: a run the ledger cannot call started must not run
+    // (the next lastcall would start it again). The pid follows the spawn.
+    if (auto started = ledger_->start(run.id, 0); !started || !*started) {
+        std::string why = started ? "the run is no longer scheduled" : started.error().message;
+        ticket->rollback();
+        note_unwritten(run, "started", why);
+        auto done = ledger_->finish(run.id, RunState::Skipped, {},
+                                    "not started: `started` could not be recorded: " + why);
+        if (!done)
+            spdlog::error("job {}: run {}: {}", spec.name, run.id, done.error().message);
+        spdlog::error("job {}: run {} not started: its `started` record could not be written: {}",
+                      spec.name, run.id, why);
+        return;
     }
     // The run is a unit of work with its own scope: a timeout stops all of it, setsid
     // descendants included, and "the run is over" means its scope is empty.
     run.scope = make_unit_scope(sup_->tracker(), "job-" + spec.name + "." + std::to_string(run.id));
     SpawnSpec sp;
     sp.argv = spec.command;
-    sp.env = environment(run, staging);
+    sp.env = environment(run, run.staging);
     sp.session = SpawnSpec::Session::NewSession;
     sp.cgroup_procs_fd = run.scope->spawn_cgroup_fd();
     sp.pdeathsig = SIGKILL;  // a job must not outlive a lastcall that was killed
@@ -367,10 +419,9 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
     run.pid = result.child->pid;
     run.scope->started(run.pid);
     if (spec.timeout) run.deadline = std::chrono::steady_clock::now() + *spec.timeout;
-    auto started = ledger_->start(run.id, run.pid);
-    if (!started)
-        spdlog::error("job {}: run {} started as pid {} but not recorded: {}", spec.name, run.id,
-                      run.pid, started.error().message);
+    if (auto st = ledger_->set_pid(run.id, run.pid); !st)
+        spdlog::error("job {}: run {} started as pid {}, the pid not recorded: {}", spec.name,
+                      run.id, run.pid, st.error().message);
     spdlog::info("job {}: run {} (scheduled {}) started, pid {}", spec.name, run.id,
                  iso_utc(scheduled_at), run.pid);
     ++job.running;
@@ -395,34 +446,34 @@ void JobScheduler::reaped(const Reaped& r) {
 void JobScheduler::on_leader_exit(Run& run, int status) {
     const JobSpec& spec = jobs_[run.job].spec;
     spdlog::info("job {}: run {} pid {} {}", spec.name, run.id, run.pid, describe_wait_status(status));
-    bool success = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (run.recorded) {
-        // Interrupted before the SIGKILL: whatever it did after that is not a result. The ledger
-        // refuses the late transition; it is tried anyway so that the refusal is the database's.
-        auto late = success ? ledger_->complete(run.id, outcome_of(status))
-                            : ledger_->finish(run.id, RunState::Failed, outcome_of(status),
-                                              describe_wait_status(status));
-        if (!late)
-            spdlog::error("job {}: run {}: {}", spec.name, run.id, late.error().message);
-        else if (!*late)
+        // Interrupted before the SIGKILL: whatever it did after that is not a result, and it is
+        // never completed. An `interrupted` that could not be written is tried again.
+        if (run.interrupt_pending)
+            interrupt(run, outcome_of(status), run.interrupt_reason);
+        else
             spdlog::warn("job {}: run {} {} after it was recorded interrupted: refused, the "
                          "record stays interrupted",
                          spec.name, run.id, describe_wait_status(status));
         return after_exit(run);
     }
-    if (!success) {
-        std::string reason = run.timed_out ? "timed out after " + format_duration(*spec.timeout) +
-                                                 " (then " + describe_wait_status(status) + ")"
-                                           : describe_wait_status(status);
-        fail(run, outcome_of(status), reason);
+    auto decision =
+        decide_run_end(run.first, status, spec.timeout ? format_duration(*spec.timeout) : "",
+                       signal_name(sup_->stop_signal()));
+    if (decision.end == RunEnd::Interrupted) {
+        interrupt(run, outcome_of(status), decision.reason);
+        return after_exit(run);
+    }
+    if (decision.end == RunEnd::Failed) {
+        fail(run, outcome_of(status), decision.reason);
         return after_exit(run);
     }
     if (spec.output.empty()) {
         complete(run);
         return after_exit(run);
     }
-    std::string staging = staging_path_for(spec.output);
-    auto staged = open_staged(spec);
+    const std::string& staging = run.staging;
+    auto staged = open_staged(spec, staging);
     if (!staged) {
         struct stat lst {};
         bool missing = ::lstat(staging.c_str(), &lst) != 0 && errno == ENOENT;
@@ -443,7 +494,7 @@ void JobScheduler::on_leader_exit(Run& run, int status) {
 
 void JobScheduler::start_verify(Run& run) {
     const JobSpec& spec = jobs_[run.job].spec;
-    std::string staging = staging_path_for(spec.output);
+    const std::string& staging = run.staging;
     SpawnSpec sp;
     sp.argv = spec.verify;
     sp.argv.push_back(staging);
@@ -479,10 +530,16 @@ void JobScheduler::on_verify_exit(Run& run, int status) {
                      spec.name, run.id, describe_wait_status(status));
         return after_exit(run);
     }
+    if (run.first == Intervention::Timeout) {
+        fail(run, {0, {}},
+             "timeout: ran past its " + format_duration(*spec.timeout) + " timeout in verify (" +
+                 describe_wait_status(status) + ")");
+        return after_exit(run);
+    }
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
         fail(run, {0, {}},
-             "verify " + describe_wait_status(status) + "; staged output kept at " +
-                 staging_path_for(spec.output));
+             "verify " + describe_wait_status(status) + "; staged output kept at " + run.staging +
+                 " until the next run");
         return after_exit(run);
     }
     promote(run);
@@ -491,9 +548,12 @@ void JobScheduler::on_verify_exit(Run& run, int status) {
 
 void JobScheduler::promote(Run& run) {
     const JobSpec& spec = jobs_[run.job].spec;
-    std::string staging = staging_path_for(spec.output);
+    const std::string& staging = run.staging;
+    // Only a run that ended by itself is promoted (on_leader_exit and on_verify_exit decide).
+    if (run.first != Intervention::None || run.interrupt_pending)
+        return fail(run, {0, {}}, "not promoted: lastcall intervened in the run");
     // Checked again here, after verify: the job's user may have swapped the file meanwhile.
-    auto staged = open_staged(spec);
+    auto staged = open_staged(spec, staging);
     if (!staged) return fail(run, {0, {}}, "promote: " + staged.error().message);
     // Data, then name, then directory: after a crash the final name holds the previous artifact
     // or this one whole, and `completed` is only written once the rename is durable.
@@ -535,11 +595,19 @@ void JobScheduler::promote(Run& run) {
 
 void JobScheduler::complete(Run& run) {
     const JobSpec& spec = jobs_[run.job].spec;
+    // Reached only after the promotion (or without output): the rules' last word.
+    if (!may_complete(run.first, run.interrupt_pending, !spec.output.empty(), true)) {
+        spdlog::error("job {}: run {}: not completed: lastcall intervened in it", spec.name,
+                      run.id);
+        return;
+    }
     auto done = ledger_->complete(run.id, {0, {}});
     run.recorded = true;
-    if (!done)
+    if (!done) {
+        note_unwritten(run, "completed", done.error().message);
         spdlog::error("job {}: run {} completed but not recorded: {}", spec.name, run.id,
                       done.error().message);
+    }
     else if (!*done)
         spdlog::warn("job {}: run {}: `completed` refused, the run already has a final state",
                      spec.name, run.id);
@@ -552,9 +620,11 @@ void JobScheduler::fail(Run& run, RunOutcome outcome, const std::string& reason)
     const JobSpec& spec = jobs_[run.job].spec;
     auto done = ledger_->finish(run.id, RunState::Failed, outcome, reason);
     run.recorded = true;
-    if (!done)
+    if (!done) {
+        note_unwritten(run, "failed", done.error().message);
         spdlog::error("job {}: run {} failed ({}) but not recorded: {}", spec.name, run.id,
                       reason, done.error().message);
+    }
     else if (!*done)
         spdlog::warn("job {}: run {}: `failed` ({}) refused, the run already has a final state",
                      spec.name, run.id, reason);
@@ -579,7 +649,7 @@ void JobScheduler::start_queued(std::size_t j) {
 }
 
 // A run's ticket is released when nothing of it is left: its leader and verify reaped and no
-// process of its group alive (a background child the job left behind keeps it active).
+// process of its scope alive (a background child the job left behind keeps it active).
 void JobScheduler::release_finished_runs() {
     bool any = false;
     for (const auto& [id, run] : runs_) any = any || run.phase == Phase::Lingering;
@@ -626,19 +696,28 @@ void JobScheduler::on_timeout_timer() {
         } else {
             spdlog::warn("job {}: run {} still running {} after its timeout: SIGKILL", spec.name,
                          run.id, format_duration(kTimeoutKillAfter));
-            run.scope->kill([](const ProcInfo&) { return true; });
+            int n = run.scope->kill([](const ProcInfo&) { return true; });
+            sup_->record_force(ForceKind::Sigkill, "job " + spec.name + ": timeout", n);
         }
         run.deadline = run.timed_out ? std::nullopt
                                      : std::optional<MonoTime>(now + kTimeoutKillAfter);
         run.timed_out = true;
+        run.first = first_of(run.first, Intervention::Timeout);
     }
     arm_timeout_timer();
 }
 
 void JobScheduler::state_changed(State from, State to) {
+    if (to == State::Stopping && sup_->stop_reaches_tree()) {
+        // The stop signal goes to the tree right after this: every run whose leader still runs
+        // is reached by lastcall's stop request, and ends `interrupted` however it then exits.
+        // A run past its leader (verify, promotion) is in its commit step: that runs to its end.
+        for (auto& [id, run] : runs_)
+            if (run.phase == Phase::Running && !run.recorded)
+                run.first = first_of(run.first, Intervention::StopRequest);
+    }
     if (from != State::Running) return;
     drain_started_ = std::chrono::steady_clock::now();
-    (void)to;
     // Intake is closed (the supervisor closed admission first): a queued run will not start.
     for (std::size_t j = 0; j < jobs_.size(); ++j) {
         auto& job = jobs_[j];
@@ -655,6 +734,34 @@ void JobScheduler::state_changed(State from, State to) {
                      in_flight);
 }
 
+void JobScheduler::interrupt(Run& run, RunOutcome outcome, const std::string& reason) {
+    const JobSpec& spec = jobs_[run.job].spec;
+    run.recorded = true;  // from here on nothing completes it, written or not
+    auto done = ledger_->finish(run.id, RunState::Interrupted, outcome, reason);
+    if (!done) {
+        if (!run.interrupt_pending) note_unwritten(run, "interrupted", done.error().message);
+        run.interrupt_pending = true;
+        run.interrupt_reason = reason;
+        spdlog::error("job {}: run {} interrupted ({}) but not recorded: {}; it will never be "
+                      "recorded completed",
+                      spec.name, run.id, reason, done.error().message);
+        return;
+    }
+    run.interrupt_pending = false;
+    if (!*done) {
+        spdlog::warn("job {}: run {}: `interrupted` refused, it already has a final state",
+                     spec.name, run.id);
+        return;
+    }
+    spdlog::warn("job {}: run {} (pid {}) interrupted: {}", spec.name, run.id, run.pid, reason);
+    interrupted_.push_back({run.id, spec.name, run.pid, run.scheduled_at, reason});
+}
+
+void JobScheduler::note_unwritten(const Run& run, std::string_view state,
+                                  const std::string& error) {
+    unwritten_.push_back({run.id, jobs_[run.job].spec.name, std::string(state), error});
+}
+
 void JobScheduler::before_force() {
     // The grace ran out (or the stop was escalated) and SIGKILL goes out next. Every run still
     // in flight is interrupted now, so that nothing after the kill can pass for its result.
@@ -664,20 +771,7 @@ void JobScheduler::before_force() {
                                     : "shutdown escalated to SIGKILL before the grace ran out";
     for (auto& [id, run] : runs_) {
         if (run.recorded || run.phase == Phase::Lingering) continue;
-        const JobSpec& spec = jobs_[run.job].spec;
-        auto done = ledger_->finish(run.id, RunState::Interrupted, {}, reason);
-        run.recorded = true;
-        if (!done) {
-            spdlog::error("job {}: run {} interrupted but not recorded: {}", spec.name, run.id,
-                          done.error().message);
-        } else if (!*done) {
-            spdlog::warn("job {}: run {}: `interrupted` refused, it already has a final state",
-                         spec.name, run.id);
-        } else {
-            spdlog::warn("job {}: run {} (pid {}) interrupted: {}", spec.name, run.id, run.pid,
-                         reason);
-            interrupted_.push_back({run.id, spec.name, run.pid, run.scheduled_at, reason});
-        }
+        interrupt(run, {}, reason);
     }
 }
 
@@ -696,6 +790,18 @@ void JobScheduler::contribute_report(JsonWriter& j) {
     }
     j.end_array();
     j.field("skipped_at_shutdown", static_cast<long long>(skipped_at_shutdown_));
+    // Ledger writes that failed: the run was not started (started), or the record the ledger
+    // holds is not the run's ending (the next start turns it interrupted).
+    j.key("unrecorded").begin_array();
+    for (const auto& u : unwritten_) {
+        j.begin_object();
+        j.field("id", static_cast<long long>(u.id));
+        j.field("job", u.job);
+        j.field("state", u.state);
+        j.field("error", u.error);
+        j.end_object();
+    }
+    j.end_array();
     j.end_object();
 }
 

@@ -144,7 +144,8 @@ void ServiceManager::start_eligible() {
 void ServiceManager::start(Service& s) {
     // A start (first or restart) is a unit of work like any other: once the shutdown has begun,
     // admission refuses it, and nothing new appears while the tree is being drained.
-    auto ticket = sup_->admission().try_admit();
+    auto ticket = sup_->admission().try_admit(s.starts > 0 ? EntryPath::Restart
+                                                           : EntryPath::ServiceStart);
     if (!ticket) {
         ++refused_;
         spdlog::info("service {}: not started, the shutdown has begun", s.spec.name);
@@ -538,6 +539,7 @@ void ServiceManager::check_stop(Service& s) {
     if (!s.killed && s.stop_deadline && now >= *s.stop_deadline) {
         s.killed = true;
         int n = kill_members(s);
+        sup_->record_force(ForceKind::Sigkill, "service " + s.spec.name + ": grace", n);
         spdlog::warn("service {}: still {} process(es) at the end of its grace: sent SIGKILL to {}",
                      s.spec.name, members.size(), n);
         // Its dependencies need not wait for the kernel to finish the kill.

@@ -4,14 +4,28 @@
 
 namespace lastcall {
 
+std::string_view to_string(EntryPath p) {
+    switch (p) {
+        case EntryPath::Main: return "main";
+        case EntryPath::ServiceStart: return "service_starts";
+        case EntryPath::Restart: return "restarts";
+        case EntryPath::JobFire: return "job_fires";
+    }
+    return "?";
+}
+
 Ticket::Ticket(Ticket&& other) noexcept
-    : owner_(std::exchange(other.owner_, nullptr)), id_(other.id_), state_(other.state_) {}
+    : owner_(std::exchange(other.owner_, nullptr)),
+      id_(other.id_),
+      path_(other.path_),
+      state_(other.state_) {}
 
 Ticket& Ticket::operator=(Ticket&& other) noexcept {
     if (this != &other) {
         finish();
         owner_ = std::exchange(other.owner_, nullptr);
         id_ = other.id_;
+        path_ = other.path_;
         state_ = other.state_;
     }
     return *this;
@@ -20,7 +34,10 @@ Ticket& Ticket::operator=(Ticket&& other) noexcept {
 Ticket::~Ticket() { finish(); }
 
 void Ticket::started() {
-    if (owner_ && state_ == Admitted) state_ = Started;
+    if (owner_ && state_ == Admitted) {
+        state_ = Started;
+        owner_->started(path_);
+    }
 }
 
 void Ticket::release() { finish(); }
@@ -34,18 +51,26 @@ void Ticket::finish() {
     if (!owner_ || state_ == Done) return;
     bool was_started = state_ == Started;
     state_ = Done;
-    std::exchange(owner_, nullptr)->finished(was_started);
+    std::exchange(owner_, nullptr)->finished(was_started, path_);
 }
 
-std::optional<Ticket> Admission::try_admit() {
+std::optional<Ticket> Admission::try_admit(EntryPath path) {
     std::lock_guard lock(mutex_);
+    auto& per = counts_.by_path[static_cast<int>(path)];
     if (!open_) {
         ++counts_.refused;
+        ++per.refused;
         return std::nullopt;
     }
     ++active_;
     ++counts_.admitted;
-    return Ticket(this, next_id_++);
+    ++per.registered;
+    return Ticket(this, next_id_++, path);
+}
+
+void Admission::started(EntryPath path) {
+    std::lock_guard lock(mutex_);
+    ++counts_.by_path[static_cast<int>(path)].executing;
 }
 
 std::size_t Admission::close() {
@@ -82,15 +107,20 @@ void Admission::on_idle(std::function<void()> callback) {
     on_idle_ = std::move(callback);
 }
 
-void Admission::finished(bool was_started) {
+void Admission::finished(bool was_started, EntryPath path) {
     std::function<void()> notify;
     {
         std::lock_guard lock(mutex_);
         --active_;
-        if (was_started)
+        auto& per = counts_.by_path[static_cast<int>(path)];
+        if (was_started) {
             ++counts_.released;
-        else
+            --per.executing;
+            ++per.released;
+        } else {
             ++counts_.rolled_back;
+            ++per.rolled_back;
+        }
         if (active_ == 0) {
             idle_.notify_all();
             if (!open_) notify = on_idle_;

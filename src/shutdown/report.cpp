@@ -1,5 +1,6 @@
 #include "lastcall/shutdown/report.hpp"
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -102,8 +103,31 @@ void write_ending(JsonWriter& j, const ProcessRecord& r) {
 
 }  // namespace
 
-std::string verdict_of(const ReportInput& in) {
-    return in.book->forced().empty() && !in.gave_up ? "clean" : "forced";
+std::string_view to_string(ForceKind k) {
+    switch (k) {
+        case ForceKind::Sigkill: return "sigkill";
+        case ForceKind::CgroupKill: return "cgroup.kill";
+        case ForceKind::EnteredForcing: return "entered-forcing";
+        case ForceKind::Abandoned: return "abandoned";
+    }
+    return "?";
+}
+
+std::string_view to_string(Verdict v) { return v == Verdict::Clean ? "clean" : "forced"; }
+
+Verdict verdict_from(const std::vector<ForceFact>& facts) {
+    // Any recorded fact counts, even a kill that found nobody left to kill: lastcall had
+    // decided to force, so the ending was not the processes' own.
+    return facts.empty() ? Verdict::Clean : Verdict::Forced;
+}
+
+int exit_code_without_main(Verdict v) { return v == Verdict::Forced ? 128 + SIGKILL : 0; }
+
+Verdict verdict_of(const ReportInput& in) {
+    // The book's SIGKILL deaths and the give-up are facts too (recorded by the reaper); the
+    // explicit facts cover the kills that found nobody and the components' own kills.
+    if (!in.book->forced().empty() || in.gave_up) return Verdict::Forced;
+    return in.force_facts ? verdict_from(*in.force_facts) : Verdict::Clean;
 }
 
 std::string render_report(const ReportInput& in) {
@@ -174,11 +198,36 @@ std::string render_report(const ReportInput& in) {
     j.end_array();
     j.field("reaped_total", in.book->reaped_count());
 
-    j.field("verdict", verdict_of(in));
+    j.field("verdict", to_string(verdict_of(in)));
     j.key("forced").begin_array();
     for (pid_t p : in.book->forced()) j.value(static_cast<long long>(p));
     j.end_array();
+    j.key("force_facts").begin_array();
+    if (in.force_facts)
+        for (const auto& f : *in.force_facts)
+            j.begin_object()
+                .field("kind", to_string(f.kind))
+                .field("source", f.source)
+                .field("count", f.count)
+                .field("at", iso_time(f.at, in.now))
+                .end_object();
+    j.end_array();
     if (in.gave_up) j.field("abandoned", true);
+    if (in.admission) {
+        // Every unit of work by the way it entered: what the drain had to wait for.
+        j.key("admission").begin_object();
+        for (EntryPath p : kEntryPaths) {
+            const PathCounts& c = in.admission->of(p);
+            j.key(to_string(p)).begin_object();
+            j.field("registered", static_cast<long long>(c.registered));
+            j.field("executing", static_cast<long long>(c.executing));
+            j.field("released", static_cast<long long>(c.released));
+            j.field("refused", static_cast<long long>(c.refused));
+            j.field("rolled_back", static_cast<long long>(c.rolled_back));
+            j.end_object();
+        }
+        j.end_object();
+    }
     if (in.extra) in.extra(j);
     j.field("exit_code", in.exit_code);
     j.end_object();
@@ -189,7 +238,8 @@ std::string render_report(const ReportInput& in) {
 
 std::string summarize(const ReportInput& in) {
     const Shutdown& sd = *in.shutdown;
-    std::string s = "shutdown " + verdict_of(in) + ": exit code " + std::to_string(in.exit_code);
+    std::string s = "shutdown " + std::string(to_string(verdict_of(in))) + ": exit code " +
+                    std::to_string(in.exit_code);
     s += ", " + std::to_string(in.book->records().size()) + " processes in the final tree";
     s += ", " + std::to_string(in.book->reaped_count()) + " reaped in all";
     auto forced = in.book->forced();

@@ -57,23 +57,46 @@ Shutdown::Shutdown(ShutdownConfig config, const Clock& clock, ShutdownActions& a
     entered_[static_cast<int>(State::Running)] = clock_.now();
 }
 
-SignalOutcome Shutdown::on_signal(int sig) {
-    MonoTime now = clock_.now();
+SignalOutcome Shutdown::on_signal(int sig, std::optional<MonoTime> arrival) {
+    MonoTime now = arrival.value_or(clock_.now());
     if (state_ == State::Running) {
         last_signal_ = now;
+        burst_begin_ = bursts_.size();
         bursts_.push_back({sig, now, 1});
         start({TriggerKind::Signal, sig, now});
         return SignalOutcome::Started;
     }
     if (state_ == State::Stopped) return SignalOutcome::Ignored;
+    if (trigger_.kind == TriggerKind::MainExited && bursts_.empty()) {
+        // The main command ended by itself and the teardown of what it left already runs: this
+        // is the first stop request anyone sent, not a second one.
+        last_signal_ = now;
+        burst_begin_ = 0;
+        bursts_.push_back({sig, now, 1});
+        return SignalOutcome::Joined;
+    }
     // A sliding window: duplicates delivered by wrappers and orchestrators arrive within
     // microseconds of each other; a human pressing Ctrl-C again is far slower than the window.
-    bool same_burst = now - last_signal_ < config_.coalesce;
+    bool same_burst = !bursts_.empty() && now - last_signal_ < config_.coalesce;
     last_signal_ = now;
-    if (same_burst && !bursts_.empty()) {
-        ++bursts_.back().count;
-        return SignalOutcome::Coalesced;
+    if (same_burst) {
+        for (std::size_t i = burst_begin_; i < bursts_.size(); ++i)
+            if (bursts_[i].signal == sig) {
+                ++bursts_[i].count;
+                return SignalOutcome::Coalesced;
+            }
+        // Only the same signal coalesces: TERM, INT and HUP sent together are three requests,
+        // and a child that handles only one of them must get it. A configured stop signal
+        // replaces them all, so there is nothing more to send.
+        bursts_.push_back({sig, now, 1});
+        if (config_.stop_signal != 0 || state_ == State::Forcing) return SignalOutcome::Coalesced;
+        if (state_ == State::Draining)
+            deferred_.push_back(sig);
+        else
+            actions_.forward_extra(sig);
+        return SignalOutcome::Forwarded;
     }
+    burst_begin_ = bursts_.size();
     bursts_.push_back({sig, now, 1});
     if (state_ == State::Forcing) return SignalOutcome::Ignored;
     apply(Event::Escalate);
@@ -170,9 +193,11 @@ void Shutdown::apply(Event e) {
             maybe_finish_drain();
             break;
         case State::Stopping: {
-            int sig = config_.stop_signal;
-            if (sig == 0) sig = trigger_.kind == TriggerKind::Signal ? trigger_.signal : SIGTERM;
+            int sig = stop_signal();
             actions_.signal_tree(sig);
+            for (int extra : deferred_)
+                if (extra != sig) actions_.forward_extra(extra);
+            deferred_.clear();
             break;
         }
         case State::Forcing:
@@ -182,6 +207,11 @@ void Shutdown::apply(Event e) {
         default:
             break;
     }
+}
+
+int Shutdown::stop_signal() const {
+    if (config_.stop_signal != 0) return config_.stop_signal;
+    return trigger_.kind == TriggerKind::Signal ? trigger_.signal : SIGTERM;
 }
 
 void Shutdown::enter(State s) {

@@ -210,7 +210,7 @@ class RecoveryTest(JobsTestCase):
 schedule = "@every 1s"
 on_interrupted = "{policy}"
 output = "{self.out}/work.txt"
-command = '''if [ -e "$LASTCALL_OUTPUT" ]; then s=had-staging; else s=fresh; fi; echo partial > $LASTCALL_OUTPUT; echo run $LASTCALL_RUN_ID $s > $EVENTS; exec sleep 60'''
+command = '''if [ -e "${{LASTCALL_RESUME_FROM:-/nonexistent}}" ]; then s=had-staging; else s=fresh; fi; echo partial > $LASTCALL_OUTPUT; echo run $LASTCALL_RUN_ID $s > $EVENTS; exec sleep 60'''
 """)
         run = self.start(["--config", config, "--state-dir", self.state, "--tracker", "proc"])
         first = int(self.fifo.readline().split()[1])
@@ -243,7 +243,7 @@ command = '''if [ -e "$LASTCALL_OUTPUT" ]; then s=had-staging; else s=fresh; fi;
 
     def test_hold_runs_nothing_until_the_run_is_released(self):
         config, first = self.crash_during_run("hold")
-        staging = f"{self.out}/.work.txt.lastcall-staging"
+        staging = f"{self.out}/.work.txt.{first}.lastcall-staging"
         run = self.start(["--config", config, "--state-dir", self.state, "--tracker", "proc"])
         # Two fire times pass as `skipped: held`, and the staging file is kept for inspection.
         wait_for_row(self.state, "job = 'work' AND state = 'skipped' AND reason LIKE 'held:%' "

@@ -129,3 +129,28 @@ TEST_CASE("no unit of work starts after a concurrent drain observed zero active 
         REQUIRE(s.refused == static_cast<std::uint64_t>(refusals.load()));
     }
 }
+
+TEST_CASE("admission counts registered, executing and released per entry path", "[admission]") {
+    Admission a;
+    auto main = a.try_admit(EntryPath::Main);
+    auto fire = a.try_admit(EntryPath::JobFire);
+    auto never = a.try_admit(EntryPath::Restart);
+    main->started();
+    fire->started();
+    never->rollback();
+    CHECK(a.stats().of(EntryPath::Main).executing == 1);
+    fire->release();
+    a.close();
+    CHECK_FALSE(a.try_admit(EntryPath::ServiceStart));
+    auto s = a.stats();
+    CHECK(s.of(EntryPath::Main).registered == 1);
+    CHECK(s.of(EntryPath::Main).executing == 1);
+    CHECK(s.of(EntryPath::JobFire).registered == 1);
+    CHECK(s.of(EntryPath::JobFire).executing == 0);
+    CHECK(s.of(EntryPath::JobFire).released == 1);
+    CHECK(s.of(EntryPath::Restart).rolled_back == 1);
+    CHECK(s.of(EntryPath::ServiceStart).refused == 1);
+    main->release();
+    CHECK(a.stats().of(EntryPath::Main).released == 1);
+    CHECK(a.stats().of(EntryPath::Main).executing == 0);
+}

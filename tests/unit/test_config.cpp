@@ -37,7 +37,12 @@ verify = "tar tf \"$1\""
     CHECK(a.overlap == Overlap::Queue);
     CHECK(a.on_interrupted == OnInterrupted::Hold);
     CHECK(a.verify == std::vector<std::string>{"/bin/sh", "-c", "tar tf \"$1\"", "verify"});
-    CHECK(staging_path_for(a.output) == "/srv/out/.backup.tar.lastcall-staging");
+    CHECK(staging_path_for(a.output, 42) == "/srv/out/.backup.tar.42.lastcall-staging");
+    CHECK(is_staging_name_of(a.output, ".backup.tar.42.lastcall-staging"));
+    CHECK(is_staging_name_of(a.output, ".backup.tar.lastcall-staging"));  // before per-run names
+    CHECK_FALSE(is_staging_name_of(a.output, ".backup.tar.x.lastcall-staging"));
+    CHECK_FALSE(is_staging_name_of(a.output, ".other.tar.42.lastcall-staging"));
+    CHECK_FALSE(is_staging_name_of(a.output, "backup.tar"));
 }
 
 TEST_CASE("job config errors name the file, the line and the key", "[config]") {

@@ -21,6 +21,7 @@ struct Recorder final : ShutdownActions {
     void start_pre_stop() override { log.push_back("pre_stop"); }
     void signal_tree(int sig) override { log.push_back("signal " + std::to_string(sig)); }
     void kill_tree() override { log.push_back("kill"); }
+    void forward_extra(int sig) override { log.push_back("forward " + std::to_string(sig)); }
     long count(const std::string& s) const { return std::count(log.begin(), log.end(), s); }
 };
 
@@ -114,13 +115,73 @@ TEST_CASE("a burst of termination signals is one trigger and never escalates", "
     CHECK(sd.on_signal(SIGTERM) == SignalOutcome::Started);
     for (int i = 0; i < 1500; ++i) {
         f.clock.advance(std::chrono::microseconds(50));
-        CHECK(sd.on_signal(i % 2 ? SIGINT : SIGTERM) == SignalOutcome::Coalesced);
+        auto outcome = sd.on_signal(i % 2 ? SIGINT : SIGTERM);
+        CHECK(outcome == (i == 1 ? SignalOutcome::Forwarded : SignalOutcome::Coalesced));
     }
     CHECK(sd.state() == State::Stopping);
     CHECK(f.actions.count("kill") == 0);
     CHECK(f.actions.count("readiness_off") == 1);
-    REQUIRE(sd.bursts().size() == 1);
-    CHECK(sd.bursts()[0].count == 1501);
+    CHECK(f.actions.count("signal 15") == 1);
+    CHECK(f.actions.count("forward 2") == 1);
+    REQUIRE(sd.bursts().size() == 2);
+    CHECK(sd.bursts()[0].count + sd.bursts()[1].count == 1501);
+}
+
+TEST_CASE("a burst of different signals forwards each distinct one once", "[shutdown]") {
+    Fixture f;
+    SECTION("INT first, then TERM: the TERM is forwarded, nothing escalates") {
+        auto sd = f.make();
+        CHECK(sd.on_signal(SIGINT) == SignalOutcome::Started);
+        CHECK(sd.on_signal(SIGTERM) == SignalOutcome::Forwarded);
+        CHECK(sd.on_signal(SIGTERM) == SignalOutcome::Coalesced);
+        CHECK(sd.on_signal(SIGINT) == SignalOutcome::Coalesced);
+        CHECK(f.actions.log == std::vector<std::string>{"running->draining", "readiness_off",
+                                                        "draining->stopping", "signal 2",
+                                                        "forward 15"});
+    }
+    SECTION("during the drain delay the distinct signal goes out with the stop signal") {
+        f.config.drain_delay = 1s;
+        auto sd = f.make();
+        sd.on_signal(SIGINT);
+        CHECK(sd.on_signal(SIGTERM) == SignalOutcome::Forwarded);
+        CHECK(f.actions.count("forward 15") == 0);
+        f.clock.advance(1s);
+        sd.on_timer();
+        CHECK(f.actions.log.back() == "forward 15");
+        CHECK(f.actions.count("signal 2") == 1);
+    }
+    SECTION("a configured stop signal replaces them all") {
+        f.config.stop_signal = SIGQUIT;
+        auto sd = f.make();
+        sd.on_signal(SIGINT);
+        CHECK(sd.on_signal(SIGTERM) == SignalOutcome::Coalesced);
+        CHECK(f.actions.count("forward 15") == 0);
+    }
+}
+
+TEST_CASE("after the main command exited by itself the first SIGTERM does not escalate",
+          "[shutdown]") {
+    Fixture f;
+    auto sd = f.make();
+    sd.on_main_exit();
+    f.clock.advance(300ms);
+    CHECK(sd.on_signal(SIGTERM) == SignalOutcome::Joined);
+    CHECK(sd.state() == State::Stopping);
+    CHECK(f.actions.count("kill") == 0);
+    f.clock.advance(300ms);
+    CHECK(sd.on_signal(SIGTERM) == SignalOutcome::Escalated);  // a second one is meant
+    CHECK(f.actions.count("kill") == 1);
+}
+
+TEST_CASE("the trigger time is the signal's dequeue time, not the handling time",
+          "[shutdown]") {
+    Fixture f;
+    auto sd = f.make();
+    MonoTime dequeued = f.clock.now();
+    f.clock.advance(40ms);
+    sd.on_signal(SIGTERM, dequeued);
+    CHECK(sd.trigger().at == dequeued);
+    CHECK(sd.grace_deadline() == dequeued + f.config.grace);
 }
 
 TEST_CASE("the grace deadline escalates to SIGKILL when the tree has not emptied", "[shutdown]") {

@@ -4,6 +4,7 @@
 // anything starts.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -56,8 +57,11 @@ struct JobsConfig {
 };
 
 // The staging path of a job's output: next to the final name (rename(2) needs one filesystem),
-// hidden, and unique to the job.
-std::string staging_path_for(const std::string& output);
+// hidden, and unique to the run (a retry never promotes what an earlier run staged).
+std::string staging_path_for(const std::string& output, std::int64_t run_id);
+// True if `name` (a file name in the output's directory) is a staging file of this output,
+// of any run (or of a lastcall before per-run staging).
+bool is_staging_name_of(const std::string& output, const std::string& name);
 
 Result<JobsConfig> parse_jobs_toml(std::string_view text, const std::string& path);
 Result<JobsConfig> load_jobs_config(const std::string& path);

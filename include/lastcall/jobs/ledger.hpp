@@ -91,8 +91,11 @@ public:
     // A new run, in `state` (scheduled, or skipped with its reason). Returns its id.
     Result<std::int64_t> add(std::string_view job, std::int64_t scheduled_at, RunState state,
                              std::string_view reason, std::optional<std::int64_t> retry_of = {});
-    // scheduled -> started. false: refused (the run is no longer scheduled).
+    // scheduled -> started. false: refused (the run is no longer scheduled). The scheduler
+    // records `started` before it spawns (pid 0) and the pid right after: a run whose start
+    // could not be recorded is never started.
     Result<bool> start(std::int64_t id, std::int64_t pid);
+    Status set_pid(std::int64_t id, std::int64_t pid);
     // -> failed / interrupted / skipped with the outcome and reason. false: refused.
     Result<bool> finish(std::int64_t id, RunState to, RunOutcome outcome, std::string_view reason);
     // started -> completed and the job's watermark, in one transaction. Call only after the

@@ -25,6 +25,7 @@
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/core/event_loop.hpp"
 #include "lastcall/jobs/ledger.hpp"
+#include "lastcall/jobs/run_ending.hpp"
 #include "lastcall/supervisor.hpp"
 
 namespace lastcall {
@@ -50,11 +51,20 @@ private:
         pid_t verify_pid = -1;   // the verify command while Phase::Verifying
         Phase phase = Phase::Running;
         std::optional<Ticket> ticket;
-        bool recorded = false;   // a terminal state is in the ledger
+        bool recorded = false;  // a terminal state is in the ledger (or interrupted is due)
         std::optional<MonoTime> deadline;  // the timeout, then the SIGKILL after it
         bool timed_out = false;
         std::unique_ptr<UnitScope> scope;  // every process of the run, verify included
         std::set<ProcKey> stopped;         // got the timeout's SIGTERM: never a second time
+        Intervention first = Intervention::None;  // lastcall's first intervention
+        // `interrupted` could not be written: it is tried again at the leader's exit, and the
+        // run is never completed.
+        bool interrupt_pending = false;
+        std::string interrupt_reason;
+        std::string staging;      // this run's own staging file (empty: no output)
+        std::string resume_from;  // a retry: the interrupted run's staging file, if kept
+        std::int64_t key_at = 0;  // the scheduled time of the run key (the retried slot)
+        std::optional<std::int64_t> retry_of;
     };
     struct JobState {
         JobSpec spec;
@@ -79,7 +89,11 @@ private:
     void fire(std::size_t job, std::int64_t scheduled_at);
     void start_run(std::size_t job, std::int64_t scheduled_at,
                    std::optional<std::int64_t> existing_id,
-                   const std::vector<std::int64_t>& retry_of, bool keep_staging);
+                   const std::vector<std::int64_t>& retry_of, bool keep_staging,
+                   std::int64_t key_at = 0);
+    void interrupt(Run& run, RunOutcome outcome, const std::string& reason);
+    void note_unwritten(const Run& run, std::string_view state, const std::string& error);
+    void remove_old_staging(const JobSpec& spec, const std::string& keep);
     void record_skipped(std::size_t job, std::int64_t scheduled_at, const std::string& reason);
     void on_leader_exit(Run& run, int status);
     void on_verify_exit(Run& run, int status);
@@ -106,6 +120,13 @@ private:
         std::vector<std::int64_t> of;
         bool keep_staging;
     };
+    struct Unwritten {
+        std::int64_t id;
+        std::string job;
+        std::string state;  // the record that could not be written
+        std::string error;
+    };
+    std::vector<Unwritten> unwritten_;
     std::vector<Retry> retries_;
     std::optional<MonoTime> drain_started_;
     std::vector<Interrupted> interrupted_;

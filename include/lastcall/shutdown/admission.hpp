@@ -17,10 +17,17 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace lastcall {
 
 class Admission;
+
+// Where a unit of work enters: counted separately in the report (and the metrics it feeds).
+enum class EntryPath { Main, ServiceStart, Restart, JobFire };
+inline constexpr EntryPath kEntryPaths[] = {EntryPath::Main, EntryPath::ServiceStart,
+                                            EntryPath::Restart, EntryPath::JobFire};
+std::string_view to_string(EntryPath p);
 
 class Ticket {
 public:
@@ -39,23 +46,33 @@ public:
 private:
     friend class Admission;
     enum Phase { Admitted, Started, Done };
-    Ticket(Admission* owner, std::uint64_t id) : owner_(owner), id_(id) {}
+    Ticket(Admission* owner, std::uint64_t id, EntryPath path)
+        : owner_(owner), id_(id), path_(path) {}
     void finish();
     Admission* owner_;
     std::uint64_t id_;
+    EntryPath path_ = EntryPath::Main;
     Phase state_ = Admitted;
+};
+
+// Per entry path: registered (admitted), executing (started, not yet released), released, and
+// the ones refused after the drain began or rolled back because they never started.
+struct PathCounts {
+    std::uint64_t registered = 0, executing = 0, released = 0, refused = 0, rolled_back = 0;
 };
 
 struct AdmissionStats {
     std::uint64_t admitted = 0, refused = 0, rolled_back = 0, released = 0;
     std::size_t active = 0;
     bool open = true;
+    PathCounts by_path[4];
+    const PathCounts& of(EntryPath p) const { return by_path[static_cast<int>(p)]; }
 };
 
 class Admission {
 public:
     // Admits a unit of work if intake is open. The check and the increment are one step.
-    std::optional<Ticket> try_admit();
+    std::optional<Ticket> try_admit(EntryPath path = EntryPath::Main);
     // Closes intake (idempotent) and returns the number of active units at that moment. Once
     // this returns, try_admit() refuses, so the count can only go down.
     std::size_t close();
@@ -70,7 +87,8 @@ public:
 
 private:
     friend class Ticket;
-    void finished(bool was_started);
+    void finished(bool was_started, EntryPath path);
+    void started(EntryPath path);
 
     mutable std::mutex mutex_;
     std::condition_variable idle_;

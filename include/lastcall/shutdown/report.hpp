@@ -17,6 +17,7 @@
 #include "lastcall/core/error.hpp"
 #include "lastcall/process/process_tree.hpp"
 #include "lastcall/shutdown/shutdown.hpp"
+#include "lastcall/shutdown/admission.hpp"
 
 namespace lastcall {
 
@@ -55,6 +56,27 @@ private:
     long long reaped_ = 0;
 };
 
+// What makes a shutdown forced, recorded at the moment it happens (never inferred from what is
+// left at the end): a SIGKILL lastcall sent (main tree, a service's own grace, a job's timeout,
+// the escalation), a write to cgroup.kill, the entry into Forcing, a process abandoned because
+// SIGKILL could not end it. One such fact is enough: the verdict is `forced`.
+enum class ForceKind { Sigkill, CgroupKill, EnteredForcing, Abandoned };
+std::string_view to_string(ForceKind k);
+
+struct ForceFact {
+    ForceKind kind;
+    std::string source;  // "escalation", "service web: grace", "job backup: timeout", ...
+    int count = 0;       // processes signalled (0: none found, which still counts)
+    MonoTime at{};
+};
+
+enum class Verdict { Clean, Forced };
+std::string_view to_string(Verdict v);
+// The verdict is a function of the recorded facts alone.
+Verdict verdict_from(const std::vector<ForceFact>& facts);
+// lastcall's exit code when there is no main command: 0 for a clean stop, 128+SIGKILL forced.
+int exit_code_without_main(Verdict v);
+
 struct ReportInput {
     std::vector<std::string> command;
     pid_t main_pid = 0;
@@ -68,11 +90,14 @@ struct ReportInput {
     const ProcessBook* book = nullptr;
     MonoTime now{};
     bool gave_up = false;  // SIGKILL could not end everything within the force limit
+    const std::vector<ForceFact>* force_facts = nullptr;
+    std::optional<AdmissionStats> admission;
+    std::optional<MonoTime> trigger_arrival;  // when the trigger's signal was dequeued
     // Extra top-level keys (components: interrupted runs, services).
     std::function<void(JsonWriter&)> extra;
 };
 
-std::string verdict_of(const ReportInput& in);
+Verdict verdict_of(const ReportInput& in);
 std::string render_report(const ReportInput& in);
 // One line for the log, the same facts as the report.
 std::string summarize(const ReportInput& in);

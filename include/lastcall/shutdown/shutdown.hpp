@@ -44,6 +44,9 @@ public:
     virtual void start_pre_stop() = 0;
     virtual void signal_tree(int sig) = 0;
     virtual void kill_tree() = 0;
+    // A termination signal other than the stop signal arrived in the same burst: it goes to the
+    // tree once too (a child may handle only SIGTERM), without escalating.
+    virtual void forward_extra(int /*sig*/) {}
 };
 
 struct ShutdownConfig {
@@ -74,14 +77,19 @@ struct Burst {
     int count;
 };
 
-enum class SignalOutcome { Started, Coalesced, Escalated, Ignored };
+// Started: the first stop request. Coalesced: a duplicate within the burst. Forwarded: a distinct
+// termination signal within the burst (sent to the tree once, now or with the stop signal).
+// Joined: the first external stop request after the main command ended by itself (the teardown
+// already runs; it does not escalate). Escalated: a later request: SIGKILL. Ignored: too late.
+enum class SignalOutcome { Started, Coalesced, Forwarded, Joined, Escalated, Ignored };
 
 class Shutdown {
 public:
     Shutdown(ShutdownConfig config, const Clock& clock, ShutdownActions& actions);
 
     // A termination signal arrived (SIGTERM/SIGINT/SIGQUIT).
-    SignalOutcome on_signal(int sig);
+    // `arrival`: when the signal was dequeued (defaults to now).
+    SignalOutcome on_signal(int sig, std::optional<MonoTime> arrival = std::nullopt);
     // The main child ended by itself while Running.
     void on_main_exit();
     void on_pre_stop_done();
@@ -104,6 +112,8 @@ public:
         return entered_[static_cast<int>(s)];
     }
     MonoTime grace_deadline() const { return trigger_.at + config_.grace; }
+    // The signal the tree gets (or got) when Stopping is entered.
+    int stop_signal() const;
     bool forced() const { return entered(State::Forcing).has_value(); }
 
 private:
@@ -118,6 +128,8 @@ private:
     State state_ = State::Running;
     Trigger trigger_;
     std::vector<Burst> bursts_;
+    std::size_t burst_begin_ = 0;  // index in bursts_ of the current burst's first signal
+    std::vector<int> deferred_;    // distinct signals of the first burst, sent at Stopping
     MonoTime last_signal_{};
     bool pre_stop_running_ = false;
     int holds_ = 0;

@@ -1,0 +1,414 @@
+"""Honest endings (issue 15): the report's verdict and the run ledger say exactly what happened.
+
+Each test is one numbered case of the issue, named by the behaviour. Synchronisation: lines on
+the FIFO, ledger rows (polled with sqlite3, the ledger being the record under test), lastcall's
+exit (waitpid). A ledger write failure is made real by a trigger in the database that refuses
+the write, as a full disk would."""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+
+from lctest import LASTCALL, LastcallTestCase, kill_marked
+
+
+def ledger_rows(state_dir, where="1", args=()):
+    db = sqlite3.connect(os.path.join(state_dir, "ledger.sqlite"), timeout=10)
+    try:
+        db.row_factory = sqlite3.Row
+        return [dict(r) for r in db.execute(f"SELECT * FROM runs WHERE {where} ORDER BY id", args)]
+    finally:
+        db.close()
+
+
+def wait_for_row(state_dir, where, args=(), timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(os.path.join(state_dir, "ledger.sqlite")):
+            rows = ledger_rows(state_dir, where, args)
+            if rows:
+                return rows
+        time.sleep(0.02)
+    raise TimeoutError(f"no ledger row with {where} {args} within {timeout}s")
+
+
+def watermarks(state_dir):
+    db = sqlite3.connect(os.path.join(state_dir, "ledger.sqlite"), timeout=10)
+    try:
+        return db.execute("SELECT job, scheduled_at FROM watermarks").fetchall()
+    finally:
+        db.close()
+
+
+class EndingsTestCase(LastcallTestCase):
+    def setUp(self):
+        super().setUp()
+        self.state = os.path.join(self.dir, "state")
+        self.out = os.path.join(self.dir, "out")
+        os.mkdir(self.out)
+        self.report = os.path.join(self.dir, "report.json")
+
+    def config(self, text):
+        path = os.path.join(self.dir, "lastcall.toml")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def read_report(self):
+        with open(self.report) as f:
+            return json.load(f)
+
+    def refuse_ledger_write(self, config, state):
+        """Creates the ledger (one short lastcall), then a trigger that refuses every change of
+        a run to `state`: the database fails that write as a full disk would."""
+        r = subprocess.run([LASTCALL, "--config", config, "--state-dir", self.state, "--", "true"],
+                           env=self.env, capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        db = sqlite3.connect(os.path.join(self.state, "ledger.sqlite"))
+        db.execute(f"""CREATE TRIGGER injected_failure BEFORE UPDATE OF state ON runs
+                       WHEN NEW.state = '{state}'
+                       BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END""")
+        db.commit()
+        db.close()
+
+
+class ForcedVerdictTest(EndingsTestCase):
+    """Case 1: every SIGKILL lastcall sends makes the verdict forced, not only the escalation's."""
+
+    def test_a_service_sigkilled_at_its_own_grace_makes_the_verdict_forced(self):
+        cfg = self.config("""
+[services.stubborn]
+command = "trap '' TERM; echo up > $EVENTS; exec sleep 100"
+grace = "300ms"
+""")
+        run = self.start(["--config", cfg, "--grace", "20s", "--report", self.report])
+        self.assertEqual(self.fifo.readline(), "up")
+        run.signal(signal.SIGTERM)
+        code = run.wait()
+        report = self.read_report()
+        self.assertEqual(report["verdict"], "forced", run.output())
+        self.assertEqual(code, 137)
+        self.assertEqual(report["exit_code"], 137)
+        sources = [f["source"] for f in report["force_facts"]]
+        self.assertIn("service stubborn: grace", sources)
+        self.assertNotIn("forcing", [t["state"] for t in report["transitions"]])
+        self.assertNoLeftovers()
+
+    def test_a_job_sigkilled_at_its_timeout_during_the_drain_makes_the_verdict_forced(self):
+        cfg = self.config(f"""
+[jobs.stubborn]
+schedule = "@every 1s"
+timeout = "1s"
+command = "trap '' TERM; echo started $LASTCALL_RUN_ID > $EVENTS; exec sleep 100"
+""")
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--grace", "30s",
+                          "--report", self.report])
+        run_id = int(self.fifo.readline().split()[1])
+        wait_for_row(self.state, "id = ? AND state = 'started' AND pid > 0", (run_id,))
+        run.signal(signal.SIGTERM)
+        code = run.wait()
+        report = self.read_report()
+        self.assertEqual(report["verdict"], "forced", run.output())
+        self.assertEqual(code, 137)
+        self.assertIn("job stubborn: timeout", [f["source"] for f in report["force_facts"]])
+        self.assertNotIn("forcing", [t["state"] for t in report["transitions"]])
+        self.assertNoLeftovers()
+
+
+class RunEndingTest(EndingsTestCase):
+    def test_a_run_stopped_by_the_shutdowns_sigterm_is_interrupted_and_held(self):
+        """Case 2: whether a job obeyed SIGTERM does not decide its record."""
+        cfg = self.config(f"""
+[jobs.obeys]
+schedule = "@every 1s"
+on_interrupted = "hold"
+command = "echo started $LASTCALL_RUN_ID > $EVENTS; exec sleep 100"
+
+[jobs.cleans]
+schedule = "@every 1s"
+on_interrupted = "hold"
+command = "trap 'exit 0' TERM; echo started $LASTCALL_RUN_ID > $EVENTS; sleep 100 & wait"
+""")
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--grace", "20s",
+                          "--report", self.report])
+        ids = {int(self.fifo.readline().split()[1]), int(self.fifo.readline().split()[1])}
+        for i in ids:
+            wait_for_row(self.state, "id = ? AND state = 'started' AND pid > 0", (i,))
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 0, run.output())
+        for i in ids:
+            row = ledger_rows(self.state, "id = ?", (i,))[0]
+            self.assertEqual(row["state"], "interrupted", row)
+            self.assertTrue(row["reason"].startswith("stopped by the shutdown (SIGTERM"), row)
+        self.assertEqual({r["id"] for r in self.read_report()["jobs"]["interrupted_runs"]}, ids)
+        # on_interrupted = hold is honoured: the next lastcall runs neither job.
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--grace", "2s"])
+        for job in ("obeys", "cleans"):
+            wait_for_row(self.state, "job = ? AND state = 'skipped' AND reason LIKE 'held:%'",
+                         (job,))
+        self.assertEqual(ledger_rows(self.state, "state = 'started'"), [])
+        run.signal(signal.SIGTERM)
+        run.wait()
+        self.assertNoLeftovers()
+
+    def test_a_job_that_exits_zero_after_its_timeout_is_failed_with_reason_timeout(self):
+        """Case 6: a timed-out run is failed (reason timeout), never promoted."""
+        cfg = self.config(f"""
+[jobs.slow]
+schedule = "@every 1s"
+timeout = "500ms"
+output = "{self.out}/slow.txt"
+command = "trap 'echo partial > $LASTCALL_OUTPUT; exit 0' TERM; echo started $LASTCALL_RUN_ID > $EVENTS; sleep 100 & wait"
+""")
+        run = self.start(["--config", cfg, "--state-dir", self.state])
+        run_id = int(self.fifo.readline().split()[1])
+        row = wait_for_row(self.state, "id = ? AND state IN ('failed', 'completed')", (run_id,))[0]
+        run.signal(signal.SIGTERM)
+        run.wait()
+        self.assertEqual(row["state"], "failed", row)
+        self.assertTrue(row["reason"].startswith("timeout:"), row)
+        self.assertEqual(row["exit_code"], 0)
+        self.assertFalse(os.path.exists(f"{self.out}/slow.txt"), "a timed-out run was promoted")
+        self.assertEqual(watermarks(self.state), [])
+
+    def test_a_retry_never_promotes_the_previous_runs_staging_file(self):
+        """Case 4: the retry writes nothing itself; the interrupted run's partial file is offered
+        to resume from ($LASTCALL_RESUME_FROM), never promoted as the retry's result. The run key
+        stays the same across the retry, and the retry names the run it retries."""
+        again = os.path.join(self.dir, "again")
+        cfg = self.config(f"""
+[jobs.work]
+schedule = "@every 1s"
+output = "{self.out}/work.txt"
+command = '''if [ -e {again} ]; then echo retry $LASTCALL_RUN_ID ${{LASTCALL_RUN_KEY:-none}} ${{LASTCALL_RETRY_OF:-none}} ${{LASTCALL_RESUME_FROM:-none}} > $EVENTS; exit 0; fi; echo partial > $LASTCALL_OUTPUT; echo run $LASTCALL_RUN_ID ${{LASTCALL_RUN_KEY:-none}} > $EVENTS; exec sleep 100'''
+""")
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--tracker", "proc"])
+        _, first, key = self.fifo.readline().split()
+        wait_for_row(self.state, "id = ? AND state = 'started' AND pid > 0", (int(first),))
+        run.proc.kill()  # lastcall dies with the run in flight
+        run.wait()
+        kill_marked(self.marker)
+        open(again, "w").close()
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--tracker", "proc"])
+        _, retry_id, retry_key, retry_of, resume = self.fifo.readline().split()
+        row = wait_for_row(self.state, "id = ? AND state IN ('failed', 'completed')",
+                           (int(retry_id),))[0]
+        run.signal(signal.SIGTERM)
+        run.wait()
+        self.assertEqual(row["state"], "failed", row)
+        self.assertIn("did not write its output", row["reason"])
+        self.assertFalse(os.path.exists(f"{self.out}/work.txt"), "a partial staging was promoted")
+        self.assertEqual(watermarks(self.state), [])
+        self.assertEqual(retry_key, key)
+        self.assertEqual(retry_of, first)
+        self.assertTrue(resume.endswith(f".work.txt.{first}.lastcall-staging"), resume)
+
+
+class LedgerWriteFailureTest(EndingsTestCase):
+    def test_a_run_whose_started_record_cannot_be_written_is_not_started(self):
+        """Case 7: `started` refused by the database: the job never runs."""
+        cfg = self.config("""
+[jobs.tick]
+schedule = "@every 1s"
+command = "echo job ran > $EVENTS"
+""")
+        self.refuse_ledger_write(cfg, "started")
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--report", self.report])
+        rows = wait_for_row(self.state, "job = 'tick' AND state = 'skipped' AND reason LIKE "
+                                        "'not started: %' AND id > 1")
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 0, run.output())
+        with self.assertRaises(TimeoutError):
+            self.fifo.readline(timeout=0.2)  # the job never ran
+        self.assertIn("database or disk is full", rows[0]["reason"])
+        self.assertEqual(ledger_rows(self.state, "state IN ('started', 'scheduled')"), [])
+        unrecorded = self.read_report()["jobs"]["unrecorded"]
+        self.assertTrue(unrecorded and all(u["state"] == "started" for u in unrecorded))
+
+    def test_a_run_whose_interrupted_record_cannot_be_written_is_never_completed(self):
+        """Case 5: `interrupted` refused; the late exit 0 does not complete the run, the output
+        is not promoted and the watermark does not move."""
+        cfg = self.config(f"""
+[jobs.work]
+schedule = "@every 1s"
+output = "{self.out}/work.txt"
+command = "trap 'echo whole > $LASTCALL_OUTPUT; exit 0' TERM; echo started $LASTCALL_RUN_ID > $EVENTS; sleep 100 & wait"
+""")
+        self.refuse_ledger_write(cfg, "interrupted")
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--grace", "20s",
+                          "--report", self.report])
+        run_id = int(self.fifo.readline().split()[1])
+        wait_for_row(self.state, "id = ? AND state = 'started' AND pid > 0", (run_id,))
+        run.signal(signal.SIGTERM)
+        run.wait()
+        row = ledger_rows(self.state, "id = ?", (run_id,))[0]
+        self.assertEqual(row["state"], "started", row)  # not completed: the next start fixes it
+        self.assertFalse(os.path.exists(f"{self.out}/work.txt"))
+        self.assertEqual(watermarks(self.state), [])
+        unrecorded = self.read_report()["jobs"]["unrecorded"]
+        self.assertEqual([(u["id"], u["state"]) for u in unrecorded], [(run_id, "interrupted")])
+        self.assertIn("it will never be recorded completed", run.output())
+
+
+class SignalTest(EndingsTestCase):
+    def test_a_burst_of_term_int_and_hup_forwards_each_distinct_signal_once(self):
+        """Case 12: the child handles only SIGTERM; INT is dequeued first and starts the stop."""
+        child = ("trap '' INT HUP; trap 'echo got-term > $EVENTS; exit 0' TERM; "
+                 "echo ready > $EVENTS; while :; do sleep 0.05; done")
+        run = self.start(["--grace", "20s", "--report", self.report, "--", "sh", "-c", child])
+        self.assertEqual(self.fifo.readline(), "ready")
+        pid = run.lastcall_pid()
+        # Blocked in lastcall, so all three are pending together and read in one batch.
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            os.kill(pid, sig)
+        self.assertEqual(self.fifo.readline(timeout=10), "got-term")
+        start = time.monotonic()
+        code = run.wait()
+        self.assertLess(time.monotonic() - start, 10, "the child waited for the grace")
+        self.assertEqual(code, 0, run.output())
+        report = self.read_report()
+        self.assertEqual(report["verdict"], "clean")
+        self.assertNotIn("escalating to SIGKILL", run.output())
+
+    def test_the_first_sigterm_after_the_main_command_exited_does_not_escalate(self):
+        """Case 13: the main command exits, its orphan keeps the teardown going; the first
+        external SIGTERM is the first stop request, not a second one."""
+        child = ("sh -c \"trap 'echo orphan-term > $EVENTS; sleep 0.5; exit 0' TERM; "
+                 "echo orphan > $EVENTS; while :; do sleep 0.05; done\" & "
+                 "read x < $EVENTS.go; exit 3")
+        go = self.fifo.path + ".go"
+        os.mkfifo(go)
+        run = self.start(["--grace", "20s", "--report", self.report, "--", "sh", "-c", child])
+        self.assertEqual(self.fifo.readline(), "orphan")
+        with open(go, "w") as f:
+            f.write("go\n")
+        self.assertEqual(self.fifo.readline(), "orphan-term")  # the teardown's own SIGTERM
+        run.signal(signal.SIGTERM)
+        code = run.wait()
+        self.assertEqual(code, 3, run.output())
+        report = self.read_report()
+        self.assertEqual(report["verdict"], "clean", run.output())
+        self.assertNotIn("escalating to SIGKILL", run.output())
+
+    def test_a_sigterm_during_start_up_is_acted_on_once_the_loop_runs(self):
+        """Case 9: lastcall is still reading its configuration (a crontab on a FIFO, held open
+        by the test) when SIGTERM arrives: it neither dies nor drops it."""
+        crontab = os.path.join(self.dir, "crontab.fifo")
+        os.mkfifo(crontab)
+        run = self.start(["--crontab", crontab, "--state-dir", self.state, "--report",
+                          self.report, "--", "sh", "-c",
+                          "trap 'echo got-term > $EVENTS; exit 0' TERM; echo ready > $EVENTS; "
+                          "while :; do sleep 0.05; done"])
+        with open(crontab, "w") as f:  # returns once lastcall opened it: it is in start-up
+            run.signal(signal.SIGTERM)
+            f.write("# no jobs\n")
+        code = run.wait()
+        # The child may get the stop signal before its trap is set: 143 is its own ending then.
+        self.assertIn(code, (0, 143), run.output())
+        report = self.read_report()
+        self.assertEqual(report["exit_code"], code)
+        self.assertEqual(report["trigger"]["kind"], "signal")
+        self.assertEqual(report["trigger"]["signal"], "SIGTERM")
+
+
+class AdmissionCountersTest(EndingsTestCase):
+    def test_the_report_counts_units_of_work_per_entry_path(self):
+        """Case 15: registered, executing and released for the main command, service starts,
+        restarts and job fires."""
+        cfg = self.config(f"""
+[services.flaky]
+command = 'echo service > "$EVENTS"; exit 1'
+restart = "on-failure"
+backoff = {{ initial = "10ms" }}
+
+[jobs.tick]
+schedule = "@every 1s"
+command = "echo job > $EVENTS"
+""")
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--report", self.report,
+                          "--", "sh", "-c", "echo main > $EVENTS; exec sleep 100"])
+        seen = []
+        while not ({"main", "job"} <= set(seen) and seen.count("service") >= 3):
+            seen.append(self.fifo.readline())
+        run.signal(signal.SIGTERM)
+        run.wait()
+        adm = self.read_report()["admission"]
+        self.assertEqual(adm["main"]["registered"], 1)
+        self.assertEqual(adm["main"]["released"], 1)
+        self.assertEqual(adm["service_starts"]["registered"], 1)
+        self.assertGreaterEqual(adm["restarts"]["registered"], 2)
+        self.assertGreaterEqual(adm["job_fires"]["registered"], 1)
+        for path in ("main", "service_starts", "restarts", "job_fires"):
+            c = adm[path]
+            self.assertEqual(c["executing"], 0, adm)  # everything was reaped
+            self.assertEqual(c["registered"], c["released"] + c["rolled_back"], adm)
+        self.assertNoLeftovers()
+
+
+def log_time(line):
+    """The wall-clock time (s) of a text log line: 2026-01-01T00:00:00.123 lastcall[..] ..."""
+    import datetime
+    stamp = line.split(" ", 1)[0]
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def iso_time(stamp):
+    import datetime
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+class TriggerTimeTest(EndingsTestCase):
+    def test_the_trigger_time_is_when_the_signal_was_dequeued_not_when_it_was_handled(self):
+        """Case 14: HUP and TERM are pending together (lastcall stopped while they were sent);
+        HUP is dequeued first and forwarded to a tree of a few hundred processes, which takes a
+        while with the /proc tracker. The shutdown's trigger time is TERM's dequeue, before the
+        HUP was handled, not after it."""
+        child = ("trap '' HUP; for i in $(seq 300); do sleep 100 & done; echo ready > $EVENTS; "
+                 "wait")
+        run = self.start(["--tracker", "proc", "--forward-to", "tree", "--grace", "20s",
+                          "--report", self.report, "--", "sh", "-c", child])
+        self.assertEqual(self.fifo.readline(), "ready")
+        pid = run.lastcall_pid()
+        os.kill(pid, signal.SIGSTOP)
+        os.kill(pid, signal.SIGHUP)
+        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGCONT)
+        run.wait()
+        lines = run.output().splitlines()
+        hup = next(line for line in lines if "received SIGHUP: forwarding" in line)
+        trigger = iso_time(self.read_report()["trigger"]["at"])
+        # 1 ms for the two clocks' rounding (the report derives wall time from the monotonic one).
+        self.assertLessEqual(trigger, log_time(hup) + 0.001, run.output())
+
+
+class EmergencyTest(EndingsTestCase):
+    def test_bad_alloc_during_the_drain_kills_and_reaps_the_tree_and_writes_a_report(self):
+        """Case 10: lastcall's address space is capped at what it uses while idle, so the
+        drain's first allocations over a tree of 300 processes fail with std::bad_alloc. The
+        emergency teardown kills and reaps everything and writes a minimal report."""
+        import resource
+        if os.environ.get("LASTCALL_SANITIZED", "").lower() in ("1", "true", "on"):
+            self.skipTest("the sanitizers' allocator dies on an address-space limit instead "
+                          "of throwing std::bad_alloc")
+        child = "for i in $(seq 300); do sleep 100 & done; echo ready > $EVENTS; wait"
+        run = self.start(["--tracker", "proc", "--grace", "20s", "--report", self.report,
+                          "--", "sh", "-c", child])
+        self.assertEqual(self.fifo.readline(), "ready")
+        pid = run.lastcall_pid()
+        with open(f"/proc/{pid}/status") as f:
+            vm = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
+        resource.prlimit(pid, resource.RLIMIT_AS, (vm, vm))
+        run.signal(signal.SIGTERM)
+        code = run.wait()
+        out = run.output()
+        self.assertIn("emergency teardown: std::bad_alloc", out)
+        self.assertEqual(code, 128 + signal.SIGKILL, out)  # the main child's: it was SIGKILLed
+        report = self.read_report()
+        self.assertTrue(report["emergency"])
+        self.assertEqual(report["verdict"], "forced")
+        self.assertEqual(report["exit_code"], code)
+        self.assertNoLeftovers()
