@@ -142,6 +142,15 @@ Result<UniqueFd> create_file_safely(const std::string& path, mode_t mode) {
     return create_file_at(dirfd->get(), name, mode, path);
 }
 
+Status remove_file_safely(const std::string& path) {
+    auto [dir, name] = split_path(path);
+    auto dirfd = open_dir_safely(dir);
+    if (!dirfd) return dirfd.error();
+    if (::unlinkat(dirfd->get(), name.c_str(), 0) != 0 && errno != ENOENT)
+        return sys_error("unlink " + path, errno);
+    return Ok{};
+}
+
 Result<UniqueFd> ensure_owned_dir(const std::string& path, mode_t mode, bool make_parents) {
     auto [parent, name] = split_path(path);
     if (name.empty() || name == "." || name == "..") {

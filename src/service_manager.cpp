@@ -17,6 +17,7 @@
 #include <ctime>
 
 #include "lastcall/json.hpp"
+#include "lastcall/safe_path.hpp"
 #include "lastcall/service_status.hpp"
 #include "lastcall/signals.hpp"
 
@@ -202,7 +203,8 @@ void ServiceManager::start(Service& s) {
         }
     }
     // A ready file left by an earlier run must not count as this instance being ready.
-    if (s.spec.ready.kind == ReadyCheck::Kind::File) ::unlink(s.spec.ready.file.c_str());
+    // Through a checked directory: the service may have planted links on the way.
+    if (s.spec.ready.kind == ReadyCheck::Kind::File) (void)remove_file_safely(s.spec.ready.file);
 
     auto result = spawn(spec);
     out_write.reset();  // only the service holds the write end now: EOF means it and its tree left

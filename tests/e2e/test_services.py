@@ -231,7 +231,7 @@ backoff = { initial = "1h" }
                         ':3: services.a.restart: expected "no", "on-failure" or "always"'),
             "cycle": ('[services.a]\ncommand = "touch {m}"\ndepends_on = ["b"]\n'
                       '[services.b]\ncommand = "touch {m}"\ndepends_on = ["a"]\n',
-                      ":1: services.a.depends_on: dependency cycle a -> b -> a"),
+                      ":6: services.b.depends_on: dependency cycle a -> b -> a"),
             "syntax": ('[services.a]\ncommand = "touch {m}\n', ":2: "),
         }
         for name, (text, needle) in cases.items():
