@@ -521,7 +521,9 @@ class NotifyProxyForUser(HostileTestCase):
         self.stop(run)
         self.assertIn("READY=1", seen, run.output())
 
-    @unittest.skipUnless(shutil.which("strace"), "needs strace to widen the race window")
+    @unittest.skipUnless(shutil.which("strace") and subprocess.run(
+        ["strace", "-o", "/dev/null", "true"], capture_output=True).returncode == 0,
+        "needs a working strace (ptrace allowed) to widen the race window")
     def test_the_proxy_socket_is_never_chowned_through_a_path(self):
         # The runtime directory is the app's (RUNTIME_DIRECTORY it can write). Each chown(2)
         # lastcall makes is delayed by 2 s (strace's fault injection), so the attacker, once it
@@ -614,6 +616,19 @@ class PathLookupAsUser(HostileTestCase):
         self.assertEqual(out.returncode, 126, out.stderr)
         self.assertEqual(out.stdout, "")
         self.assertIn("Permission denied", out.stderr)
+
+
+    def test_a_service_workdir_is_entered_as_the_user(self):
+        # Before, chdir happened as root: the unit started inside a directory it may not enter.
+        config = self.write("lastcall.toml", f"""
+[services.w]
+command = "echo ran > {self.fifo.path}; exec sleep 1000"
+workdir = "{self.rootonly}"
+""")
+        run = self.start(["--user", "nobody", "--config", config])
+        wait_for_text(run.log_path, "chdir failed", timeout=30)
+        self.stop(run)
+        self.assertIn("Permission denied", run.output())
 
 
 class PreStopOutput(HostileTestCase):
