@@ -296,6 +296,25 @@ command = "{FAULTKIT} self > {out}; echo svc-ran > {self.fifo.path}; exec sleep 
         self.stop(run)
         self.assertRanAsNobody(out)
 
+    def test_no_new_privs_reaches_services_and_jobs(self):
+        svc_out = os.path.join(self.app, "svc.out")
+        job_out = os.path.join(self.app, "job.out")
+        config = self.write("lastcall.toml", f"""
+state_dir = "{self.dir}/state"
+[services.probe]
+command = "{FAULTKIT} self > {svc_out}; echo svc-ran > {self.fifo.path}; exec sleep 1000"
+[jobs.probe]
+schedule = "@every 1s"
+command = "{FAULTKIT} self > {job_out}; echo job-ran > {self.fifo.path}"
+""")
+        run = self.start(["--user", "nobody", "--no-new-privs", "--config", config])
+        seen = set()
+        while seen != {"svc-ran", "job-ran"}:
+            seen.add(self.fifo.readline(timeout=30))
+        self.stop(run)
+        for out in (svc_out, job_out):
+            self.assertEqual(self.assertRanAsNobody(out)["NoNewPrivs"], ["1"], out)
+
     def test_a_job_runs_as_its_own_user_key(self):
         out = os.path.join(self.app, "job.out")
         config = self.write("lastcall.toml", f"""
