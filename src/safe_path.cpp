@@ -49,8 +49,11 @@ int open_beneath(int dirfd, const std::string& name, int flags, mode_t mode) {
         how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
         how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_BENEATH;
         long fd = ::syscall(SYS_openat2, dirfd, name.c_str(), &how, sizeof how);
-        if (fd >= 0 || errno != ENOSYS) return static_cast<int>(fd);
-        have_openat2 = false;  // before Linux 5.6, or filtered by seccomp
+        if (fd >= 0 || (errno != ENOSYS && errno != EPERM)) return static_cast<int>(fd);
+        // ENOSYS: before Linux 5.6, or a seccomp filter that says so. EPERM: older container
+        // seccomp profiles deny system calls they do not know that way; the openat below then
+        // decides (and gives the real EPERM, if that is what it was).
+        if (errno == ENOSYS) have_openat2 = false;
     }
     if (name.find('/') != std::string::npos || name == "..") {
         errno = EXDEV;  // what RESOLVE_BENEATH says for an escape
