@@ -476,12 +476,8 @@ void Supervisor::state_changed(State from, State to, Event why) {
 
 void Supervisor::readiness_off() {
     if (opts_.ready_file.empty()) return;
-    auto [dir, name] = split_path(opts_.ready_file);
-    auto dirfd = open_dir_safely(dir);
-    if (!dirfd)
-        spdlog::error("readiness off: {}", dirfd.error().message);
-    else if (::unlinkat(dirfd->get(), name.c_str(), 0) != 0 && errno != ENOENT)
-        spdlog::error("readiness off: unlink {}: {}", opts_.ready_file, std::strerror(errno));
+    if (auto st = remove_file_safely(opts_.ready_file); !st)
+        spdlog::error("readiness off: {}", st.error().message);
     else
         spdlog::info("readiness off: removed {}", opts_.ready_file);
 }

@@ -49,8 +49,11 @@ int open_beneath(int dirfd, const std::string& name, int flags, mode_t mode) {
         how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
         how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_BENEATH;
         long fd = ::syscall(SYS_openat2, dirfd, name.c_str(), &how, sizeof how);
-        if (fd >= 0 || errno != ENOSYS) return static_cast<int>(fd);
-        have_openat2 = false;  // before Linux 5.6, or filtered by seccomp
+        if (fd >= 0 || (errno != ENOSYS && errno != EPERM)) return static_cast<int>(fd);
+        // ENOSYS: before Linux 5.6, or a seccomp filter that says so. EPERM: older container
+        // seccomp profiles deny system calls they do not know that way; the openat below then
+        // decides (and gives the real EPERM, if that is what it was).
+        if (errno == ENOSYS) have_openat2 = false;
     }
     if (name.find('/') != std::string::npos || name == "..") {
         errno = EXDEV;  // what RESOLVE_BENEATH says for an escape
@@ -140,6 +143,15 @@ Result<UniqueFd> create_file_safely(const std::string& path, mode_t mode) {
     auto dirfd = open_dir_safely(dir);
     if (!dirfd) return dirfd.error();
     return create_file_at(dirfd->get(), name, mode, path);
+}
+
+Status remove_file_safely(const std::string& path) {
+    auto [dir, name] = split_path(path);
+    auto dirfd = open_dir_safely(dir);
+    if (!dirfd) return dirfd.error();
+    if (::unlinkat(dirfd->get(), name.c_str(), 0) != 0 && errno != ENOENT)
+        return sys_error("unlink " + path, errno);
+    return Ok{};
 }
 
 Result<UniqueFd> ensure_owned_dir(const std::string& path, mode_t mode, bool make_parents) {

@@ -135,8 +135,6 @@ void write_decimal(char* out, long v) {
         // "0" moves the writing process: the command is in the cgroup before its first instruction.
         if (::write(spec.cgroup_procs_fd, "0", 1) != 1) fail(report_fd, SpawnStage::Cgroup);
     }
-    if (!spec.workdir.empty() && ::chdir(spec.workdir.c_str()) < 0)
-        fail(report_fd, SpawnStage::Chdir);
     // The one privilege-drop path (credentials.cpp), for every unit and helper alike.
     SpawnStage failed{};
     if (spec.credentials) {
@@ -144,6 +142,9 @@ void write_decimal(char* out, long v) {
     } else if (spec.no_new_privs && !set_no_new_privs(failed)) {
         fail(report_fd, failed);
     }
+    // After the drop: the unit enters its working directory with its own rights, not root's.
+    if (!spec.workdir.empty() && ::chdir(spec.workdir.c_str()) < 0)
+        fail(report_fd, SpawnStage::Chdir);
     if (spec.pdeathsig > 0) {
         if (::prctl(PR_SET_PDEATHSIG, spec.pdeathsig) < 0) fail(report_fd, SpawnStage::Pdeathsig);
     }

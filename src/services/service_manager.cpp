@@ -22,6 +22,7 @@
 #include "lastcall/process/environment.hpp"
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/stop.hpp"
+#include "lastcall/core/safe_path.hpp"
 
 namespace lastcall {
 
@@ -176,7 +177,8 @@ void ServiceManager::start(Service& s) {
         }
     }
     // A ready file left by an earlier run must not count as this instance being ready.
-    if (s.spec.ready.kind == ReadyCheck::Kind::File) ::unlink(s.spec.ready.file.c_str());
+    // Through a checked directory: the service may have planted links on the way.
+    if (s.spec.ready.kind == ReadyCheck::Kind::File) (void)remove_file_safely(s.spec.ready.file);
 
     auto result = spawn(spec);
     out_write.reset();  // only the service holds the write end now: EOF means it and its tree left

@@ -80,7 +80,7 @@ Result<std::unique_ptr<NotifyProxy>> NotifyProxy::create(const std::string& base
     // base: only the directory lastcall made (its own, 0700) is used.
     struct stat st {};
     if (::fstat(dir_fd.get(), &st) != 0) return fail(sys_error("fstat " + dir, errno));
-    if (st.st_uid != ::geteuid() || (st.st_mode & 07777) != 0700)
+    if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0)
         return fail(Error{dir + " was replaced while it was being set up"});
 
     sockaddr_un addr{};

@@ -296,6 +296,25 @@ command = "{FAULTKIT} self > {out}; echo svc-ran > {self.fifo.path}; exec sleep 
         self.stop(run)
         self.assertRanAsNobody(out)
 
+    def test_no_new_privs_reaches_services_and_jobs(self):
+        svc_out = os.path.join(self.app, "svc.out")
+        job_out = os.path.join(self.app, "job.out")
+        config = self.write("lastcall.toml", f"""
+state_dir = "{self.dir}/state"
+[services.probe]
+command = "{FAULTKIT} self > {svc_out}; echo svc-ran > {self.fifo.path}; exec sleep 1000"
+[jobs.probe]
+schedule = "@every 1s"
+command = "{FAULTKIT} self > {job_out}; echo job-ran > {self.fifo.path}"
+""")
+        run = self.start(["--user", "nobody", "--no-new-privs", "--config", config])
+        seen = set()
+        while seen != {"svc-ran", "job-ran"}:
+            seen.add(self.fifo.readline(timeout=30))
+        self.stop(run)
+        for out in (svc_out, job_out):
+            self.assertEqual(self.assertRanAsNobody(out)["NoNewPrivs"], ["1"], out)
+
     def test_a_job_runs_as_its_own_user_key(self):
         out = os.path.join(self.app, "job.out")
         config = self.write("lastcall.toml", f"""
@@ -521,7 +540,9 @@ class NotifyProxyForUser(HostileTestCase):
         self.stop(run)
         self.assertIn("READY=1", seen, run.output())
 
-    @unittest.skipUnless(shutil.which("strace"), "needs strace to widen the race window")
+    @unittest.skipUnless(shutil.which("strace") and subprocess.run(
+        ["strace", "-o", "/dev/null", "true"], capture_output=True).returncode == 0,
+        "needs a working strace (ptrace allowed) to widen the race window")
     def test_the_proxy_socket_is_never_chowned_through_a_path(self):
         # The runtime directory is the app's (RUNTIME_DIRECTORY it can write). Each chown(2)
         # lastcall makes is delayed by 2 s (strace's fault injection), so the attacker, once it
@@ -614,6 +635,19 @@ class PathLookupAsUser(HostileTestCase):
         self.assertEqual(out.returncode, 126, out.stderr)
         self.assertEqual(out.stdout, "")
         self.assertIn("Permission denied", out.stderr)
+
+
+    def test_a_service_workdir_is_entered_as_the_user(self):
+        # Before, chdir happened as root: the unit started inside a directory it may not enter.
+        config = self.write("lastcall.toml", f"""
+[services.w]
+command = "echo ran > {self.fifo.path}; exec sleep 1000"
+workdir = "{self.rootonly}"
+""")
+        run = self.start(["--user", "nobody", "--config", config])
+        wait_for_text(run.log_path, "chdir failed", timeout=30)
+        self.stop(run)
+        self.assertIn("Permission denied", run.output())
 
 
 class PreStopOutput(HostileTestCase):

@@ -40,6 +40,10 @@ Result<UniqueFd> create_file_at(int dirfd, const std::string& name, mode_t mode,
 // The same for a full path: open_dir_safely(its directory), then create_file_at.
 Result<UniqueFd> create_file_safely(const std::string& path, mode_t mode);
 
+// unlinkat through the directory reached by open_dir_safely(): removing a name never follows a
+// link the app planted on the way. A missing file is not an error.
+Status remove_file_safely(const std::string& path);
+
 // A directory lastcall keeps its own files in (status files, the run ledger, the notify proxy):
 // created with `mode` if missing (its parents with 0755 when make_parents), and then required to
 // be a real directory owned by lastcall's effective uid and writable by nobody else, so that
