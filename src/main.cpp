@@ -22,6 +22,7 @@
 #include "lastcall/scheduler.hpp"
 #include "lastcall/service_manager.hpp"
 #include "lastcall/service_status.hpp"
+#include "lastcall/signals.hpp"
 #include "lastcall/socket_activation.hpp"
 #include "lastcall/supervisor.hpp"
 #include "lastcall/up.hpp"
@@ -114,6 +115,9 @@ int main(int argc, char** argv) {
     ParsedCommandLine parsed = parse_command_line(args);
     if (!parsed.options) return parsed.exit_code;
     Options& options = *parsed.options;
+    // Before lastcall blocks anything: what its parent handed it, for a child that must get the
+    // same (tini mode).
+    if (options.restore_inherited_signals) options.inherited_signals = inherited_signals();
 
     auto config = load_configuration(options);
     if (!config) {

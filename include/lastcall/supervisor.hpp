@@ -10,6 +10,7 @@
 #include "lastcall/admission.hpp"
 #include "lastcall/clock.hpp"
 #include "lastcall/event_loop.hpp"
+#include "lastcall/forwarding.hpp"
 #include "lastcall/options.hpp"
 #include "lastcall/process_tree.hpp"
 #include "lastcall/report.hpp"
@@ -80,6 +81,9 @@ private:
 
     void on_signals();
     void on_signal(int sig);
+    void start_or_escalate(int sig);
+    // Who gets the terminal on stdin: decided once, before the main child is spawned.
+    void hand_over_terminal(SpawnSpec& spec);
     void on_sigchld();
     void on_timer();
     void on_pre_stop_output();
@@ -102,6 +106,8 @@ private:
     Options opts_;
     const Clock& clock_;
     Shutdown shutdown_;
+    ForwardingPolicy policy_{opts_};
+    PeerVoice voice_{opts_};
     std::optional<EventLoop> loop_;
     std::optional<DeadlineTimer> timer_;
     UniqueFd signal_fd_;
