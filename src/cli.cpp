@@ -79,8 +79,7 @@ std::size_t find_compat_flag(const CLI::App& app, const std::vector<std::string>
     return 0;
 }
 
-ParsedCommandLine parse_native(const std::vector<std::string>& args,
-                               std::set<std::string>* prefix);
+ParsedCommandLine parse_native(const std::vector<std::string>& args, std::set<std::string>* prefix);
 ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::size_t at);
 
 }  // namespace
@@ -185,8 +184,8 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
     }
     if (prefix) {
         if (!o.command.empty())
-            return {std::nullopt, usage_error("unexpected '" + o.command.front() +
-                                              "' before --compat")};
+            return {std::nullopt,
+                    usage_error("unexpected '" + o.command.front() + "' before --compat")};
         for (const CLI::Option* opt : app.get_options())
             if (opt->count() > 0) prefix->insert(opt->get_name());
     } else if (o.command.empty() && o.config_path.empty() && o.crontab_path.empty()) {
@@ -275,8 +274,8 @@ ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::
     if (has("--no-new-privs")) o.no_new_privs = n.no_new_privs;
     if (has("--log-level")) o.log_level = n.log_level;
     if (has("--log-format")) o.log_format = n.log_format;
-    for (const char* drain : {"--grace", "--drain-delay", "--pre-stop", "--ready-file",
-                              "--stop-signal", "--coalesce"})
+    for (const char* drain :
+         {"--grace", "--drain-delay", "--pre-stop", "--ready-file", "--stop-signal", "--coalesce"})
         if (has(drain)) o.forward_termination = false;
     // A shutdown that lastcall runs itself has lastcall's budget unless told otherwise.
     if (!o.forward_termination && !has("--grace")) o.grace = n.grace;

@@ -115,24 +115,23 @@ void print_tini_usage(std::FILE* out, const std::string& program) {
     std::fprintf(out, "Usage: %s [OPTIONS] PROGRAM -- [ARGS] | --version\n\n", p);
     std::fprintf(out, "Execute a program under the supervision of a valid init process (%s)\n\n",
                  p);
-    std::fprintf(
-        out,
-        "Command line options:\n\n"
-        "  --version: Show version and exit.\n"
-        "  -h: Show this help message and exit.\n"
-        "  -s: Register as a process subreaper (requires Linux >= 3.4).\n"
-        "  -p SIGNAL: Trigger SIGNAL when parent dies, e.g. \"-p SIGKILL\".\n"
-        "  -v: Generate more verbose output. Repeat up to 3 times.\n"
-        "  -w: Print a warning when processes are getting reaped.\n"
-        "  -g: Send signals to the child's process group.\n"
-        "  -e EXIT_CODE: Remap EXIT_CODE (from 0 to 255) to 0.\n"
-        "  -l: Show license and exit.\n"
-        "\n"
-        "Environment variables:\n\n"
-        "  TINI_SUBREAPER: Register as a process subreaper (requires Linux >= 3.4).\n"
-        "  TINI_VERBOSITY: Set the verbosity level (default: 1).\n"
-        "  TINI_KILL_PROCESS_GROUP: Send signals to the child's process group.\n"
-        "\n");
+    std::fprintf(out,
+                 "Command line options:\n\n"
+                 "  --version: Show version and exit.\n"
+                 "  -h: Show this help message and exit.\n"
+                 "  -s: Register as a process subreaper (requires Linux >= 3.4).\n"
+                 "  -p SIGNAL: Trigger SIGNAL when parent dies, e.g. \"-p SIGKILL\".\n"
+                 "  -v: Generate more verbose output. Repeat up to 3 times.\n"
+                 "  -w: Print a warning when processes are getting reaped.\n"
+                 "  -g: Send signals to the child's process group.\n"
+                 "  -e EXIT_CODE: Remap EXIT_CODE (from 0 to 255) to 0.\n"
+                 "  -l: Show license and exit.\n"
+                 "\n"
+                 "Environment variables:\n\n"
+                 "  TINI_SUBREAPER: Register as a process subreaper (requires Linux >= 3.4).\n"
+                 "  TINI_VERBOSITY: Set the verbosity level (default: 1).\n"
+                 "  TINI_KILL_PROCESS_GROUP: Send signals to the child's process group.\n"
+                 "\n");
 }
 
 // dumb-init's help, word for word; argv0 as invoked (dumb-init prints argv[0] unchanged).

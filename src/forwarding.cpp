@@ -3,9 +3,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <spdlog/spdlog.h>
 #include <cerrno>
 #include <cstring>
-#include <spdlog/spdlog.h>
 
 #include "lastcall/process_tree.hpp"
 #include "lastcall/signals.hpp"

@@ -49,10 +49,10 @@ protected:
 // Under a peer's name, lines look like the peer's: "[WARN  tini (PID)] ..." (INFO, DEBUG and
 // TRACE on stdout, WARN and FATAL on stderr, as tini prints them) or "[dumb-init] ..." on stderr.
 class PeerSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
-public:
+  public:
     explicit PeerSink(CompatMode mode) : mode_(mode) {}
 
-protected:
+  protected:
     void sink_it_(const spdlog::details::log_msg& msg) override {
         std::string_view text(msg.payload.data(), msg.payload.size());
         if (mode_ == CompatMode::DumbInit) {
@@ -62,11 +62,23 @@ protected:
         const char* level = "FATAL";
         std::FILE* out = stderr;
         switch (msg.level) {
-            case spdlog::level::trace: level = "TRACE"; out = stdout; break;
-            case spdlog::level::debug: level = "DEBUG"; out = stdout; break;
-            case spdlog::level::info: level = "INFO "; out = stdout; break;
-            case spdlog::level::warn: level = "WARN "; break;
-            default: break;
+            case spdlog::level::trace:
+                level = "TRACE";
+                out = stdout;
+                break;
+            case spdlog::level::debug:
+                level = "DEBUG";
+                out = stdout;
+                break;
+            case spdlog::level::info:
+                level = "INFO ";
+                out = stdout;
+                break;
+            case spdlog::level::warn:
+                level = "WARN ";
+                break;
+            default:
+                break;
         }
         std::fprintf(out, "[%s tini (%d)] %.*s\n", level, static_cast<int>(::getpid()),
                      static_cast<int>(text.size()), text.data());
@@ -76,7 +88,7 @@ protected:
         std::fflush(stderr);
     }
 
-private:
+  private:
     CompatMode mode_;
 };
 

@@ -325,8 +325,8 @@ void Supervisor::start_or_escalate(int sig) {
         case SignalOutcome::Started:
             break;
         case SignalOutcome::Coalesced:
-            spdlog::debug("received {} within {} of the previous one: same burst",
-                          signal_name(sig), format_duration(opts_.coalesce));
+            spdlog::debug("received {} within {} of the previous one: same burst", signal_name(sig),
+                          format_duration(opts_.coalesce));
             break;
         case SignalOutcome::Escalated:
             spdlog::warn("received {} again: escalating to SIGKILL", signal_name(sig));

@@ -37,14 +37,14 @@ struct SignalAction {
 };
 
 class ForwardingPolicy {
-public:
+  public:
     explicit ForwardingPolicy(const Options& options) : opts_(options) {}
     SignalAction decide(int received);
     // Giving up the terminal as a session leader makes the kernel send SIGHUP and SIGCONT to
     // lastcall's own group: the next one of each is lastcall's own doing, not a request.
     void expect_handoff_echo() { ignore_hup_ = ignore_cont_ = true; }
 
-private:
+  private:
     const Options& opts_;
     bool ignore_hup_ = false;
     bool ignore_cont_ = false;
@@ -53,7 +53,7 @@ private:
 // The peer's own log lines. Each returns true when it printed the peer's line in place of
 // lastcall's (compat modes), false in native mode.
 class PeerVoice {
-public:
+  public:
     explicit PeerVoice(const Options& options) : opts_(options) {}
     bool compat() const { return opts_.compat != CompatMode::None; }
     bool signal(const SignalAction& a) const;
@@ -67,7 +67,7 @@ public:
     // tini's exit code for an exec failure: 127 for ENOENT, 126 for EACCES, 1 otherwise.
     static int tini_exec_exit_code(int err);
 
-private:
+  private:
     const Options& opts_;
 };
 

@@ -172,8 +172,8 @@ TEST_CASE("dumb-init defaults: setsid, whole group, exec failure exits 2", "[com
     CHECK(o.exec_failure_exit == 2);
     CHECK(o.log_level == "warn");
     // setsid mode: the terminal stop signals become SIGSTOP for the (orphaned) child group.
-    CHECK(o.rewrite == std::map<int, int>{{SIGTSTP, SIGSTOP}, {SIGTTIN, SIGSTOP},
-                                          {SIGTTOU, SIGSTOP}});
+    CHECK(o.rewrite ==
+          std::map<int, int>{{SIGTSTP, SIGSTOP}, {SIGTTIN, SIGSTOP}, {SIGTTOU, SIGSTOP}});
     CHECK(o.forward_termination);
 }
 
@@ -243,11 +243,12 @@ TEST_CASE("the native command line is not a compat one", "[compat]") {
 }
 
 TEST_CASE("the invocation name and --compat work alone and together", "[compat]") {
-    for (auto args : {std::vector<std::string>{"/sbin/tini", "-g", "app"},
-                      std::vector<std::string>{"lastcall", "--compat", "tini", "-g", "app"},
-                      std::vector<std::string>{"/sbin/tini", "--compat", "tini", "-g", "app"},
-                      std::vector<std::string>{"docker-init", "--compat=tini", "-g", "app"},
-                      std::vector<std::string>{"lastcall", "--compat", "docker-init", "-g", "app"}}) {
+    for (auto args :
+         {std::vector<std::string>{"/sbin/tini", "-g", "app"},
+          std::vector<std::string>{"lastcall", "--compat", "tini", "-g", "app"},
+          std::vector<std::string>{"/sbin/tini", "--compat", "tini", "-g", "app"},
+          std::vector<std::string>{"docker-init", "--compat=tini", "-g", "app"},
+          std::vector<std::string>{"lastcall", "--compat", "docker-init", "-g", "app"}}) {
         auto p = parse_compat_command_line(args);
         REQUIRE(p);
         REQUIRE(p->options);
@@ -261,9 +262,10 @@ TEST_CASE("the invocation name and --compat work alone and together", "[compat]"
     CHECK(p->options->forward_to == Scope::Child);
 }
 
-TEST_CASE("compat modes forward termination signals; lastcall's own flags before --compat turn "
-          "its shutdown back on",
-          "[compat]") {
+TEST_CASE(
+    "compat modes forward termination signals; lastcall's own flags before --compat turn "
+    "its shutdown back on",
+    "[compat]") {
     auto p = parse_command_line({"lastcall", "--compat", "tini", "app"});
     REQUIRE(p.options);
     CHECK(p.options->forward_termination);

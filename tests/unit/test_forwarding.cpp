@@ -46,9 +46,10 @@ TEST_CASE("tini mode forwards every signal, termination ones included, and ignor
     CHECK(policy.decide(SIGTTOU).kind == Kind::Drop);
 }
 
-TEST_CASE("dumb-init mode: the rewritten signal is forwarded, a received TSTP/TTIN/TTOU stops "
-          "lastcall after it",
-          "[forwarding]") {
+TEST_CASE(
+    "dumb-init mode: the rewritten signal is forwarded, a received TSTP/TTIN/TTOU stops "
+    "lastcall after it",
+    "[forwarding]") {
     Options o = parsed({"dumb-init", "-r", "21:15", "-r", "20:0", "-r", "10:20", "app"});
     ForwardingPolicy policy(o);
     auto a = policy.decide(SIGTTIN);  // TTIN -> TERM: forwarded, no shutdown, then stop
@@ -82,7 +83,8 @@ TEST_CASE("dumb-init mode drops the SIGHUP and SIGCONT of its own terminal hand-
 
 TEST_CASE("a drain flag before --compat makes termination signals start lastcall's shutdown",
           "[forwarding]") {
-    Options o = parsed({"lastcall", "--grace", "2s", "--compat", "dumb-init", "-r", "21:15", "app"});
+    Options o =
+        parsed({"lastcall", "--grace", "2s", "--compat", "dumb-init", "-r", "21:15", "app"});
     ForwardingPolicy policy(o);
     CHECK(policy.decide(SIGTERM).kind == Kind::Shutdown);
     auto a = policy.decide(SIGTTIN);

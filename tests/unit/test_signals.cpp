@@ -35,7 +35,8 @@ TEST_CASE("lastcall handles every catchable signal, the fault signals sent with 
     CHECK(sigismember(&set, SIGTERM));
     CHECK(sigismember(&set, SIGCHLD));
     CHECK(sigismember(&set, SIGWINCH));
-    for (int sig : {SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV, SIGSYS}) CHECK(sigismember(&set, sig));
+    for (int sig : {SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV, SIGSYS})
+        CHECK(sigismember(&set, sig));
     CHECK_FALSE(sigismember(&set, SIGKILL));
     CHECK_FALSE(sigismember(&set, SIGSTOP));
 }
