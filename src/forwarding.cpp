@@ -108,10 +108,9 @@ bool PeerVoice::spawned(pid_t pid, const std::string& argv0) const {
     return compat();
 }
 
-bool PeerVoice::exec_failed(pid_t pid, const std::string& argv0, int err) const {
-    // Both peers print this from the forked child, so tini's line carries a pid that is not
-    // lastcall's; lastcall resolves the command before forking, and uses its own pid.
-    (void)pid;
+bool PeerVoice::exec_failed(const std::string& argv0, int err) const {
+    // Both peers print this from the forked child, so tini's line carries the child's pid;
+    // lastcall resolves the command before forking, and its line carries lastcall's.
     if (opts_.compat == CompatMode::Tini)
         spdlog::critical("exec {} failed: {}", argv0, std::strerror(err));
     else if (opts_.compat == CompatMode::DumbInit)

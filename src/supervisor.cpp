@@ -180,7 +180,7 @@ std::optional<int> Supervisor::start_child() {
     if (result.failure) {
         main_ticket_->rollback();
         const auto& f = *result.failure;
-        if (f.stage == SpawnStage::Exec && voice_.exec_failed(-1, opts_.command.front(), f.err)) {
+        if (f.stage == SpawnStage::Exec && voice_.exec_failed(opts_.command.front(), f.err)) {
             if (opts_.compat == CompatMode::Tini) return PeerVoice::tini_exec_exit_code(f.err);
         } else {
             spdlog::error("{}", f.message());

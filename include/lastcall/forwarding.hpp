@@ -59,7 +59,7 @@ class PeerVoice {
     bool signal(const SignalAction& a) const;
     void sigchld() const;
     bool spawned(pid_t pid, const std::string& argv0) const;
-    bool exec_failed(pid_t pid, const std::string& argv0, int err) const;
+    bool exec_failed(const std::string& argv0, int err) const;
     bool reaped(pid_t pid, int status, bool main_child) const;
     // dumb-init's lines about the terminal hand-off (TIOCNOTTY on itself).
     void tty_detach(int err, bool was_leader) const;

@@ -561,5 +561,31 @@ class TiniBehaviour(CompatTestCase):
                         self.assertNoLeftovers()
 
 
+class DeliberateDifferences(CompatTestCase):
+    """docs/migrating.md: where lastcall does not do what the peer does, on purpose. The peers
+    are left out: these are the rows on which they differ."""
+
+    def test_tini_without_s_is_a_subreaper_anyway_and_does_not_fail_for_it(self):
+        for s in self.tini(peer=False):
+            with self.subTest(s=s):
+                r = self.run_as(s, ["--", "sh", "-c", "exit 0"])
+                self.assertEqual(r.returncode, 0)
+                self.assertNotIn("zombie reaping won't work", r.stderr)
+
+    def test_a_term_ignoring_leftover_of_dumb_inits_child_is_stopped_and_reaped(self):
+        # dumb-init exits 0 and leaves it running; lastcall SIGKILLs it at the end of the grace
+        # (shortened here with its own option) and exits when it is reaped.
+        leftover = ["sh", "-c", "sh -c 'trap \"\" TERM; exec sleep 60' >/dev/null 2>&1 & exit 0"]
+        for s in self.dumb_init(peer=False):
+            for env in ({}, {"DUMB_INIT_SETSID": "0"}):
+                with self.subTest(s=s, env=env):
+                    r = subprocess.run([s.executable, "--grace", "300ms"] + s.argv[1:] +
+                                       ([] if "--compat" in s.argv else ["--compat", "dumb-init"])
+                                       + leftover, env=dict(self.env, **env),
+                                       capture_output=True, text=True, timeout=30)
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    self.assertNoLeftovers()
+
+
 if __name__ == "__main__":
     unittest.main()
