@@ -263,8 +263,8 @@ TEST_CASE("the invocation name and --compat work alone and together", "[compat]"
 }
 
 TEST_CASE(
-    "compat modes forward termination signals; lastcall's own flags before --compat turn "
-    "its shutdown back on",
+    "compat modes forward termination signals, and lastcall's own drain flags before --compat "
+    "turn its shutdown back on",
     "[compat]") {
     auto p = parse_command_line({"lastcall", "--compat", "tini", "app"});
     REQUIRE(p.options);
