@@ -119,7 +119,8 @@ int main(int argc, char** argv) {
     // acted on as soon as the loop runs, instead of killing lastcall without a report (or, as
     // PID 1, being dropped by the kernel). Nothing before this line can fail or take time.
     sigset_t handled = handled_signals();
-    ::sigprocmask(SIG_BLOCK, &handled, nullptr);
+    sigset_t inherited_mask;  // what lastcall's parent handed it, for tini mode's child
+    ::sigprocmask(SIG_BLOCK, &handled, &inherited_mask);
 
     std::vector<std::string> args(argv, argv + argc);
     // The read-only subcommands keep the default dispositions: Ctrl-C ends them as any
@@ -132,6 +133,10 @@ int main(int argc, char** argv) {
     ParsedCommandLine parsed = parse_command_line(args);
     if (!parsed.options) return parsed.exit_code;
     Options& options = *parsed.options;
+    // What its parent handed lastcall (the mask as it was before the first line of main), for a
+    // child that must get the same (tini mode). Blocking changed no disposition.
+    if (options.restore_inherited_signals)
+        options.inherited_signals = inherited_signals(inherited_mask);
 
     auto config = load_configuration(options);
     if (!config) {

@@ -3,9 +3,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -102,6 +105,10 @@ Status Supervisor::set_up() {
         spdlog::warn("not running as PID 1: registered as a child subreaper (tini needs -s or "
                      "TINI_SUBREAPER for that; pass either to silence this warning)");
     }
+    // tini -p: lastcall itself learns of its parent's death, as a signal it then handles like
+    // any other it receives (forwarded in tini mode).
+    if (opts_.self_pdeathsig > 0 && ::prctl(PR_SET_PDEATHSIG, opts_.self_pdeathsig) != 0)
+        return sys_error("prctl(PR_SET_PDEATHSIG)", errno);
     auto choice = make_tracker(opts_.tracker, instance_id());
     if (!choice) return choice.error();
     tracker_ = std::move(choice->tracker);
@@ -155,6 +162,9 @@ std::optional<int> Supervisor::start_child() {
     spec.session =
         opts_.new_session ? SpawnSpec::Session::NewSession : SpawnSpec::Session::NewGroup;
     spec.take_tty = ::isatty(STDIN_FILENO) == 1;
+    hand_over_terminal(spec);
+    if (opts_.restore_inherited_signals && opts_.inherited_signals)
+        spec.inherited_signals = &*opts_.inherited_signals;
     spec.cgroup_procs_fd = tracker_->spawn_cgroup_fd();
     spec.pdeathsig = opts_.pdeathsig;
     spec.no_new_privs = opts_.no_new_privs;
@@ -167,16 +177,23 @@ std::optional<int> Supervisor::start_child() {
         return 1;
     }
     if (result.failure) {
-        spdlog::error("{}", result.failure->message());
         main_ticket_->rollback();
-        return opts_.exec_failure_exit ? opts_.exec_failure_exit : result.failure->exit_code();
+        const auto& f = *result.failure;
+        if (f.stage == SpawnStage::Exec && voice_.exec_failed(opts_.command.front(), f.err)) {
+            if (opts_.compat == CompatMode::Tini) return PeerVoice::tini_exec_exit_code(f.err);
+        } else {
+            spdlog::error("{}", f.message());
+        }
+        return opts_.exec_failure_exit ? opts_.exec_failure_exit : f.exit_code();
     }
     main_ticket_->started();
     main_pid_ = result.child->pid;
     main_pidfd_ = std::move(result.child->pidfd);
     emergency_main_started(main_pid_);
     book_.set_main(main_pid_);
-    spdlog::info("spawned pid {}: {}", main_pid_, join(opts_.command));
+    voice_.setsid_done();
+    if (!voice_.spawned(main_pid_, opts_.command.front()))
+        spdlog::info("spawned pid {}: {}", main_pid_, join(opts_.command));
     for (auto* c : components_) c->child_started(main_pid_);
 
     if (!opts_.ready_file.empty()) {
@@ -193,6 +210,28 @@ std::optional<int> Supervisor::start_child() {
         }
     }
     return std::nullopt;
+}
+
+void Supervisor::hand_over_terminal(SpawnSpec& spec) {
+    if (opts_.compat == CompatMode::DumbInit && opts_.new_session) {
+        // dumb-init's setsid mode: give up the terminal, so that the child, leading a new
+        // session, can take it as its controlling terminal (TIOCSCTTY in the spawner) and a
+        // shell there has job control. A session leader that lets go of its terminal makes the
+        // kernel send SIGHUP and SIGCONT to its foreground group, that is to lastcall itself.
+        bool leader = ::getsid(0) == ::getpid();
+        int err = ::ioctl(STDIN_FILENO, TIOCNOTTY) == 0 ? 0 : errno;
+        voice_.tty_detach(err, leader);
+        if (err == 0 && leader) policy_.expect_handoff_echo();
+        return;
+    }
+    // `docker run -it`: lastcall leads the session whose controlling terminal is on stdin, and
+    // nobody above it does job control. A child in a new session could not have the terminal
+    // (it is lastcall's), so it gets a group of its own in lastcall's session, made the
+    // terminal's foreground group: ^C, ^Z and ^\ reach it from the kernel, and a shell there
+    // runs its jobs as on any terminal.
+    if (opts_.compat == CompatMode::None && spec.take_tty &&
+        spec.session == SpawnSpec::Session::NewSession && ::tcgetsid(STDIN_FILENO) == ::getpid())
+        spec.session = SpawnSpec::Session::NewGroup;
 }
 
 void Supervisor::loop_until_stopped() {
@@ -245,6 +284,7 @@ void Supervisor::on_signals() {
         // SIGCHLD is handled once per batch: one waitpid loop covers any number of them.
         if (sig == SIGCHLD) {
             child_event = true;
+            voice_.sigchld();
             continue;
         }
         on_signal(sig, batch[i].arrival);
@@ -253,65 +293,87 @@ void Supervisor::on_signals() {
 }
 
 void Supervisor::on_signal(int received, MonoTime arrival) {
-    int sig = received;
-    if (auto it = opts_.rewrite.find(received); it != opts_.rewrite.end()) {
-        sig = it->second;
-        if (sig == 0) {
-            spdlog::info("received {}: dropped (--rewrite)", signal_name(received));
-            return;
-        }
-        spdlog::debug("received {}: rewritten to {}", signal_name(received), signal_name(sig));
+    // What the signal means (and whom it goes to) is the forwarding policy's decision: lastcall's
+    // own in native mode, the peer's under tini's or dumb-init's name.
+    SignalAction a = policy_.decide(received);
+    bool peer_logged = voice_.signal(a);
+    switch (a.kind) {
+        case SignalAction::Kind::Drop:
+            if (!peer_logged) {
+                if (a.sig == 0)
+                    spdlog::info("received {}: dropped (--rewrite)", signal_name(received));
+                else
+                    spdlog::info("received {}: ignored", signal_name(received));
+            }
+            break;
+        case SignalAction::Kind::Shutdown:
+            if (!peer_logged && a.sig != received)
+                spdlog::debug("received {}: rewritten to {}", signal_name(received),
+                              signal_name(a.sig));
+            return start_or_escalate(a.sig, arrival);
+        case SignalAction::Kind::Suspend:
+            return suspend(a.sig);
+        case SignalAction::Kind::Forward:
+            if (!peer_logged) {
+                if (a.sig != received)
+                    spdlog::debug("received {}: rewritten to {}", signal_name(received),
+                                  signal_name(a.sig));
+                if (a.sig == SIGCONT)
+                    spdlog::info("received SIGCONT: resuming the child's group");
+                else
+                    log_forward(a);
+            }
+            forward(a.sig, a.scope);
+            break;
     }
-    if (is_termination_signal(sig)) {
-        // Logged before the state machine runs, so the log reads cause first, then effects.
-        if (shutdown_.state() == State::Running)
-            spdlog::info("received {}: starting shutdown (grace {})", signal_name(sig),
-                         format_duration(opts_.grace));
-        switch (shutdown_.on_signal(sig, arrival)) {
-            case SignalOutcome::Started:
-                break;
-            case SignalOutcome::Forwarded:
-                spdlog::info("received {} in the same burst: forwarded once, not escalating",
-                             signal_name(sig));
-                break;
-            case SignalOutcome::Joined:
-                spdlog::info("received {}: the shutdown already runs (the command exited by "
-                             "itself); not escalating",
-                             signal_name(sig));
-                break;
-            case SignalOutcome::Coalesced:
-                spdlog::debug("received {} within {} of the previous one: same burst",
-                              signal_name(sig), format_duration(opts_.coalesce));
-                break;
-            case SignalOutcome::Escalated:
-                spdlog::warn("received {} again: escalating to SIGKILL", signal_name(sig));
-                break;
-            case SignalOutcome::Ignored:
-                spdlog::debug("received {}: already forcing", signal_name(sig));
-                break;
-        }
-        return;
-    }
-    if (is_job_control_signal(sig)) return suspend(sig);
-    if (sig == SIGCONT) {
-        spdlog::info("received SIGCONT: resuming the child's group");
-        return forward(SIGCONT, Scope::Group);
-    }
+    // As dumb-init: stopped after forwarding, so the shell that started it sees a stopped job.
+    if (a.stop_self && ::getpid() != 1) ::kill(::getpid(), SIGSTOP);
+}
+
+void Supervisor::log_forward(const SignalAction& a) {
     // Each arrival is forwarded; a flood of one signal is logged once a second with its count
     // (a runaway sender must not turn into a million log lines).
-    auto& flood = floods_[sig];
+    auto& flood = floods_[a.sig];
     MonoTime now = clock_.now();
     if (flood.logged && now - *flood.logged < kFloodLogPeriod) {
         ++flood.unlogged;
-    } else {
-        if (flood.unlogged > 0)
-            spdlog::info("received {} {} more time(s) since the last line: each forwarded",
-                         signal_name(sig), flood.unlogged);
-        spdlog::info("received {}: forwarding to the {}", signal_name(sig),
-                     to_string(opts_.forward_to));
-        flood = {now, 0};
+        return;
     }
-    forward(sig, opts_.forward_to);
+    if (flood.unlogged > 0)
+        spdlog::info("received {} {} more time(s) since the last line: each forwarded",
+                     signal_name(a.sig), flood.unlogged);
+    spdlog::info("received {}: forwarding to the {}", signal_name(a.sig), to_string(a.scope));
+    flood = {now, 0};
+}
+
+void Supervisor::start_or_escalate(int sig, MonoTime arrival) {
+    // Logged before the state machine runs, so the log reads cause first, then effects.
+    if (shutdown_.state() == State::Running)
+        spdlog::info("received {}: starting shutdown (grace {})", signal_name(sig),
+                     format_duration(opts_.grace));
+    switch (shutdown_.on_signal(sig, arrival)) {
+        case SignalOutcome::Started:
+            break;
+        case SignalOutcome::Forwarded:
+            spdlog::info("received {} in the same burst: forwarded once, not escalating",
+                         signal_name(sig));
+            break;
+        case SignalOutcome::Joined:
+            spdlog::info("received {}: the shutdown already runs (the command exited by "
+                         "itself); not escalating",
+                         signal_name(sig));
+            break;
+        case SignalOutcome::Coalesced:
+            spdlog::debug("received {} within {} of the previous one: same burst", signal_name(sig),
+                          format_duration(opts_.coalesce));
+            break;
+        case SignalOutcome::Escalated:
+            spdlog::warn("received {} again: escalating to SIGKILL", signal_name(sig));
+            break;
+        case SignalOutcome::Ignored:
+            spdlog::debug("received {}: already forcing", signal_name(sig));
+            break;
+    }
 }
 
 void Supervisor::forward(int sig, Scope scope) {
@@ -369,23 +431,21 @@ void Supervisor::on_sigchld() {
     children_gone_ = reap_all(want_info, [&](const Reaped& r) {
         book_.reaped(r, forcing);
         for (auto* c : components_) c->reaped(r);
+        bool peer_logged = voice_.reaped(r.pid, r.status, r.pid == main_pid_);
         if (r.pid == main_pid_) {
             main_status_ = r.status;
             emergency_main_reaped(r.status);
             main_pidfd_.reset();
             main_ticket_->release();
             main_exited = true;
-            spdlog::info("child pid {} {}", r.pid, describe_wait_status(r.status));
+            if (!peer_logged) spdlog::info("child pid {} {}", r.pid, describe_wait_status(r.status));
         } else if (r.pid == pre_stop_pid_) {
             remove_helper_session(pre_stop_pid_);
             pre_stop_pid_ = -1;
             pre_stop_done = true;
             spdlog::info("pre-stop hook {}", describe_wait_status(r.status));
-        } else {
-            if (opts_.warn_on_reap)
-                spdlog::warn("reaped zombie process pid {} ({})", r.pid, describe_wait_status(r.status));
-            else
-                spdlog::debug("reaped pid {} ({})", r.pid, describe_wait_status(r.status));
+        } else if (!peer_logged) {
+            spdlog::debug("reaped pid {} ({})", r.pid, describe_wait_status(r.status));
         }
     });
     if (pre_stop_done) {

@@ -18,6 +18,7 @@
 #include "lastcall/shutdown/report.hpp"
 #include "lastcall/shutdown/shutdown.hpp"
 #include "lastcall/process/spawner.hpp"
+#include "lastcall/compat/forwarding.hpp"
 
 namespace lastcall {
 
@@ -97,6 +98,10 @@ private:
 
     void on_signals();
     void on_signal(int sig, MonoTime arrival);
+    void start_or_escalate(int sig, MonoTime arrival);
+    void log_forward(const SignalAction& a);
+    // Who gets the terminal on stdin: decided once, before the main child is spawned.
+    void hand_over_terminal(SpawnSpec& spec);
     void on_sigchld();
     void on_timer();
     void on_pre_stop_output();
@@ -120,6 +125,8 @@ private:
     Options opts_;
     const Clock& clock_;
     Shutdown shutdown_;
+    ForwardingPolicy policy_{opts_};
+    PeerVoice voice_{opts_};
     std::optional<EventLoop> loop_;
     std::optional<DeadlineTimer> timer_;
     UniqueFd signal_fd_;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <set>
 #include <tuple>
 
 #include "lastcall/compat/compat.hpp"
@@ -57,11 +58,42 @@ std::size_t find_command_start(const CLI::App& app, const std::vector<std::strin
     return args.size();
 }
 
+// Index of a `--compat`/`--compat=NAME` word among the leading native options (0: none). With
+// strict (invoked as a peer), every word before it must be a known native option, so that a
+// peer's own flags are never mistaken for lastcall's.
+std::size_t find_compat_flag(const CLI::App& app, const std::vector<std::string>& args,
+                             bool strict) {
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--compat" || a.starts_with("--compat=")) return i;
+        if (a == "--" || a.empty() || a[0] != '-' || a == "-") return 0;
+        std::string name = a.substr(0, a.find('='));
+        const CLI::Option* opt = app.get_option_no_throw(name);
+        if (!opt) {
+            if (strict) return 0;
+            continue;
+        }
+        if (a.find('=') != std::string::npos) continue;  // --grace=5s
+        if (opt->get_type_size_max() > 0 && opt->get_items_expected_min() > 0) ++i;
+    }
+    return 0;
+}
+
+ParsedCommandLine parse_native(const std::vector<std::string>& args, std::set<std::string>* prefix);
+ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::size_t at);
+
 }  // namespace
 
 ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
-    // Invoked as tini, docker-init or dumb-init (or with a leading --compat): their flag sets.
-    if (auto compat = parse_compat_command_line(args)) return std::move(*compat);
+    return parse_native(args, nullptr);
+}
+
+namespace {
+
+// The native command line, or (with prefix) only lastcall's own options in front of a --compat:
+// then no command is expected, and the names of the options given are collected in *prefix.
+ParsedCommandLine parse_native(const std::vector<std::string>& args,
+                               std::set<std::string>* prefix) {
     Options o;
     CLI::App app{
         "lastcall: an init and process supervisor that shuts a whole process tree down within a "
@@ -119,6 +151,14 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
                    "the first argument; a symlink named tini, docker-init or dumb-init does the "
                    "same)");
 
+    if (!prefix) {
+        // Invoked as tini, docker-init or dumb-init, or with --compat: the peer's flag set, after
+        // lastcall's own options if any precede --compat.
+        bool as_peer = !args.empty() && compat_mode_for_program(args[0]).has_value();
+        if (std::size_t at = find_compat_flag(app, args, as_peer); at > 1)
+            return with_native_prefix(args, at);
+        if (auto compat = parse_compat_command_line(args)) return std::move(*compat);
+    }
     // Options end at "--" or at the first word that is not an option, so "lastcall sh -c x" passes
     // -c to sh (getopt's "+" convention, as in tini and env).
     std::size_t split = find_command_start(app, args);
@@ -136,13 +176,21 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
         return {std::nullopt, usage_error(one_line(e.what()))};
     }
     if (!compat.empty())
-        return {std::nullopt, usage_error("--compat must be the first argument")};
+        return {std::nullopt, usage_error("--compat must come after lastcall's own options and "
+                                          "before the peer's")};
     if (version) {
         std::printf("lastcall %s\n", LASTCALL_VERSION);
         return {std::nullopt, 0};
     }
-    if (o.command.empty() && o.config_path.empty() && o.crontab_path.empty())
+    if (prefix) {
+        if (!o.command.empty())
+            return {std::nullopt,
+                    usage_error("unexpected '" + o.command.front() + "' before --compat")};
+        for (const CLI::Option* opt : app.get_options())
+            if (opt->count() > 0) prefix->insert(opt->get_name());
+    } else if (o.command.empty() && o.config_path.empty() && o.crontab_path.empty()) {
         return {std::nullopt, usage_error("no command given")};
+    }
 
     auto dur = [&](const std::string& text, const char* name, std::chrono::milliseconds& out) {
         auto d = parse_duration(text);
@@ -196,6 +244,53 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
     o.ready_on = ready_on == "notify" ? ReadyOn::Notify : ReadyOn::Spawn;
     return {std::move(o), 0};
 }
+
+// `lastcall [OPTIONS] --compat NAME PEER-ARGS`: the peer's parse, then lastcall's own options
+// given in front override it. Asking for a drain feature (a grace, a drain delay, a pre-stop
+// hook, a ready file, a stop signal, a coalescing window) turns lastcall's shutdown back on: a
+// termination signal then starts it instead of being forwarded.
+ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::size_t at) {
+    std::vector<std::string> native(args.begin(), args.begin() + static_cast<long>(at));
+    std::vector<std::string> peer{args[0]};
+    peer.insert(peer.end(), args.begin() + static_cast<long>(at), args.end());
+    auto compat = parse_compat_command_line(peer);
+    if (!compat || !compat->options) return compat ? std::move(*compat) : ParsedCommandLine{};
+    std::set<std::string> given;
+    auto mine = parse_native(native, &given);
+    if (!mine.options) return mine;
+    Options& o = *compat->options;
+    const Options& n = *mine.options;
+    auto has = [&](const char* name) { return given.count(name) > 0; };
+    if (has("--grace")) o.grace = n.grace;
+    if (has("--drain-delay")) o.drain_delay = n.drain_delay;
+    if (has("--coalesce")) o.coalesce = n.coalesce;
+    if (has("--stop-signal")) o.stop_signal = n.stop_signal;
+    if (has("--ready-file")) o.ready_file = n.ready_file;
+    if (has("--ready-on")) o.ready_on = n.ready_on;
+    if (has("--pre-stop")) o.pre_stop = n.pre_stop;
+    if (has("--config")) o.config_path = n.config_path;
+    if (has("--crontab")) o.crontab_path = n.crontab_path;
+    if (has("--state-dir")) o.state_dir = n.state_dir;
+    if (has("--report")) o.report_path = n.report_path;
+    if (has("--kill-scope")) o.kill_scope = n.kill_scope;
+    if (has("--forward-to")) o.forward_to = n.forward_to;
+    if (has("--tracker")) o.tracker = n.tracker;
+    for (auto [from, to] : n.rewrite) o.rewrite[from] = to;
+    o.success_exits.insert(n.success_exits.begin(), n.success_exits.end());
+    if (has("--pdeathsig")) o.pdeathsig = n.pdeathsig;
+    if (has("--user")) o.user = n.user;
+    if (has("--no-new-privs")) o.no_new_privs = n.no_new_privs;
+    if (has("--log-level")) o.log_level = n.log_level;
+    if (has("--log-format")) o.log_format = n.log_format;
+    for (const char* drain :
+         {"--grace", "--drain-delay", "--pre-stop", "--ready-file", "--stop-signal", "--coalesce"})
+        if (has(drain)) o.forward_termination = false;
+    // A shutdown that lastcall runs itself has lastcall's budget unless told otherwise.
+    if (!o.forward_termination && !has("--grace")) o.grace = n.grace;
+    return std::move(*compat);
+}
+
+}  // namespace
 
 ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) {
     UpOptions up;

@@ -2,6 +2,7 @@
 
 #include <getopt.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -13,8 +14,9 @@ namespace lastcall {
 
 namespace {
 
-// What `tini --version` and `dumb-init --version` claim to be. docker reads the tini line in
-// `docker info` ("tini version X - ...") and refuses an init whose answer it cannot parse.
+// What `tini --version` and `dumb-init --version` print, byte for byte as Debian's builds of
+// tini 0.19.0 and dumb-init 1.2.5 do: docker reads the tini line in `docker info`, and scripts
+// compare the dumb-init one.
 constexpr const char* kTiniVersion = "0.19.0";
 constexpr const char* kDumbInitVersion = "1.2.5";
 // dumb-init accepts only the classic signals for -r.
@@ -50,25 +52,31 @@ class Argv {
 // ordering flags), so that every parse is independent of the previous one.
 void reset_getopt() {
     optind = 0;
-    opterr = 0;  // errors are reported here, as one line naming the problem
+    opterr = 0;  // printed here, to the CompatOutput, in glibc's own words
 }
 
-// The text for a '?' or ':' answer from getopt.
-std::string getopt_error(int answer, char** argv) {
+// glibc's getopt message for a '?' or ':' answer, as the peers print it (argv[0] as invoked).
+// has_long: getopt_long (dumb-init); plain getopt (tini) reads "--bogus" as the option '-'.
+void print_getopt_error(std::FILE* err, int answer, char** argv, bool has_long) {
     const char* word = optind > 0 ? argv[optind - 1] : "";
-    bool long_form = std::strncmp(word, "--", 2) == 0;
+    bool long_form = has_long && std::strncmp(word, "--", 2) == 0;
+    std::string name(word);
+    if (auto eq = name.find('='); long_form && eq != std::string::npos) name.resize(eq);
     if (answer == ':') {
-        if (long_form) return "option '" + std::string(word) + "' requires an argument";
-        return "option requires an argument -- '" + std::string(1, static_cast<char>(optopt)) + "'";
+        if (long_form)
+            std::fprintf(err, "%s: option '%s' requires an argument\n", argv[0], name.c_str());
+        else
+            std::fprintf(err, "%s: option requires an argument -- '%c'\n", argv[0], optopt);
+    } else if (long_form) {
+        std::fprintf(err, "%s: unrecognized option '%s'\n", argv[0], name.c_str());
+    } else {
+        std::fprintf(err, "%s: invalid option -- '%c'\n", argv[0], optopt);
     }
-    if (optopt == 0 || long_form) return "unrecognized option '" + std::string(word) + "'";
-    return "invalid option -- '" + std::string(1, static_cast<char>(optopt)) + "'";
 }
 
-ParsedCommandLine usage_error(std::FILE* err, const std::string& program, const std::string& what,
-                              const char* hint) {
-    std::fprintf(err, "%s: %s (%s)\n", program.c_str(), what.c_str(), hint);
-    return {std::nullopt, 1};
+// tini's own fatal lines ("[FATAL tini (PID)] ..."), printed before it exits 1.
+void tini_fatal(std::FILE* err, const std::string& what) {
+    std::fprintf(err, "[FATAL tini (%d)] %s\n", static_cast<int>(::getpid()), what.c_str());
 }
 
 // tini -p takes the names of its own table: upper case, with the SIG prefix, no real-time ones.
@@ -99,46 +107,42 @@ std::optional<std::pair<int, int>> dumb_init_rewrite(const char* text) {
     return std::pair{from, to};
 }
 
+// tini's usage, word for word (scripts and people compare it with tini's); program is the
+// basename it was invoked as.
 void print_tini_usage(std::FILE* out, const std::string& program) {
-    std::fprintf(
-        out,
-        "%s (tini version %s - lastcall %s)\n"
-        "Usage: %s [OPTIONS] PROGRAM -- [ARGS] | --version\n"
-        "\n"
-        "Execute a program under the supervision of lastcall, in tini compatibility mode.\n"
-        "\n"
-        "Command line options:\n"
-        "\n"
-        "  --version: Show version and exit.\n"
-        "  -h: Show this help message and exit.\n"
-        "  -s: Register as a process subreaper (lastcall always does when not PID 1; -s only\n"
-        "      silences the warning about it).\n"
-        "  -p SIGNAL: Trigger SIGNAL when parent dies, e.g. \"-p SIGKILL\".\n"
-        "  -v: Generate more verbose output. Repeat up to 3 times.\n"
-        "  -w: Print a warning when processes are getting reaped.\n"
-        "  -g: Send signals to the child's process group.\n"
-        "  -e EXIT_CODE: Remap EXIT_CODE (from 0 to 255) to 0.\n"
-        "  -l: Show license and exit.\n"
-        "\n"
-        "Environment variables:\n"
-        "\n"
-        "  TINI_SUBREAPER: Register as a process subreaper.\n"
-        "  TINI_VERBOSITY: Set the verbosity level (default: 1).\n"
-        "  TINI_KILL_PROCESS_GROUP: Send signals to the child's process group.\n"
-        "\n"
-        "Beyond tini: what is left of the tree when the child exits is signalled too, SIGKILLed\n"
-        "after 8 s, and every descendant is reaped before exit. See `lastcall --help`.\n",
-        program.c_str(), kTiniVersion, LASTCALL_VERSION, program.c_str());
+    const char* p = program.c_str();
+    std::fprintf(out, "%s (tini version %s)\n", p, kTiniVersion);
+    std::fprintf(out, "Usage: %s [OPTIONS] PROGRAM -- [ARGS] | --version\n\n", p);
+    std::fprintf(out, "Execute a program under the supervision of a valid init process (%s)\n\n",
+                 p);
+    std::fprintf(out,
+                 "Command line options:\n\n"
+                 "  --version: Show version and exit.\n"
+                 "  -h: Show this help message and exit.\n"
+                 "  -s: Register as a process subreaper (requires Linux >= 3.4).\n"
+                 "  -p SIGNAL: Trigger SIGNAL when parent dies, e.g. \"-p SIGKILL\".\n"
+                 "  -v: Generate more verbose output. Repeat up to 3 times.\n"
+                 "  -w: Print a warning when processes are getting reaped.\n"
+                 "  -g: Send signals to the child's process group.\n"
+                 "  -e EXIT_CODE: Remap EXIT_CODE (from 0 to 255) to 0.\n"
+                 "  -l: Show license and exit.\n"
+                 "\n"
+                 "Environment variables:\n\n"
+                 "  TINI_SUBREAPER: Register as a process subreaper (requires Linux >= 3.4).\n"
+                 "  TINI_VERBOSITY: Set the verbosity level (default: 1).\n"
+                 "  TINI_KILL_PROCESS_GROUP: Send signals to the child's process group.\n"
+                 "\n");
 }
 
-void print_dumb_init_help(std::FILE* out, const std::string& program) {
+// dumb-init's help, word for word; argv0 as invoked (dumb-init prints argv[0] unchanged).
+void print_dumb_init_help(std::FILE* out, const std::string& argv0) {
     std::fprintf(
         out,
-        "dumb-init v%s (lastcall %s)\n"
+        "dumb-init v%s\n"
         "Usage: %s [option] command [[arg] ...]\n"
         "\n"
-        "lastcall in dumb-init compatibility mode: a process supervisor that forwards signals\n"
-        "to children, designed to run as PID 1 in minimal container environments.\n"
+        "dumb-init is a simple process supervisor that forwards signals to children.\n"
+        "It is designed to run as PID1 in minimal container environments.\n"
         "\n"
         "Optional arguments:\n"
         "   -c, --single-child   Run in single-child mode.\n"
@@ -151,9 +155,8 @@ void print_dumb_init_help(std::FILE* out, const std::string& program) {
         "   -h, --help           Print this help message and exit.\n"
         "   -V, --version        Print the current version and exit.\n"
         "\n"
-        "Environment: DUMB_INIT_SETSID=0 (no setsid, signals to the child only),\n"
-        "DUMB_INIT_DEBUG=1 (as -v). See `lastcall --help` for lastcall's own options.\n",
-        kDumbInitVersion, LASTCALL_VERSION, program.c_str());
+        "Full help is available online at https://github.com/Yelp/dumb-init\n",
+        kDumbInitVersion, argv0.c_str());
 }
 
 }  // namespace
@@ -184,13 +187,15 @@ std::string tini_log_level(int verbosity) {
 ParsedCommandLine parse_tini(const std::vector<std::string>& args, const EnvLookup& env,
                              CompatOutput io) {
     const std::string program = args.empty() ? "tini" : basename_of(args[0]);
-    constexpr const char* kHint = "see tini -h";
     // tini answers --version only when it is the sole argument; anywhere else getopt rejects it.
     if (args.size() == 2 && args[1] == "--version") {
-        std::fprintf(io.out, "tini version %s - lastcall %s\n", kTiniVersion, LASTCALL_VERSION);
+        std::fprintf(io.out, "tini version %s\n", kTiniVersion);
         return {std::nullopt, 0};
     }
     Options o;
+    o.compat = CompatMode::Tini;
+    o.forward_termination = true;
+    o.restore_inherited_signals = true;
     // tini puts the child in a new group of its own session (no setsid) and signals only it.
     o.new_session = false;
     bool subreaper = false, group = false;
@@ -210,12 +215,11 @@ ParsedCommandLine parse_tini(const std::vector<std::string>& args, const EnvLook
                 break;
             case 'p': {
                 auto sig = tini_signal(optarg);
-                if (!sig)
-                    return usage_error(io.err, program,
-                                       "not a valid signal for -p: '" + std::string(optarg) +
-                                           "' (a name like SIGKILL)",
-                                       kHint);
-                o.pdeathsig = *sig;
+                if (!sig) {
+                    tini_fatal(io.err, "Not a valid option for -p: " + std::string(optarg));
+                    return {std::nullopt, 1};
+                }
+                o.self_pdeathsig = *sig;
                 break;
             }
             case 'v':
@@ -229,11 +233,10 @@ ParsedCommandLine parse_tini(const std::vector<std::string>& args, const EnvLook
                 break;
             case 'e': {
                 auto code = tini_exit_code(optarg);
-                if (!code)
-                    return usage_error(
-                        io.err, program,
-                        "not a valid exit code for -e: '" + std::string(optarg) + "' (0 to 255)",
-                        kHint);
+                if (!code) {
+                    tini_fatal(io.err, "Not a valid option for -e: " + std::string(optarg));
+                    return {std::nullopt, 1};
+                }
                 o.success_exits.insert(*code);
                 break;
             }
@@ -245,7 +248,9 @@ ParsedCommandLine parse_tini(const std::vector<std::string>& args, const EnvLook
                              LASTCALL_VERSION);
                 return {std::nullopt, 0};
             default:
-                return usage_error(io.err, program, getopt_error(c, argv.argv()), kHint);
+                print_getopt_error(io.err, c, argv.argv(), false);
+                print_tini_usage(io.err, program);
+                return {std::nullopt, 1};
         }
     }
     // As in tini, the environment is read after the flags; TINI_VERBOSITY replaces any -v count.
@@ -254,23 +259,32 @@ ParsedCommandLine parse_tini(const std::vector<std::string>& args, const EnvLook
     if (auto v = env("TINI_VERBOSITY")) verbosity = std::atoi(v->c_str());
 
     o.command = argv.from(optind);
-    if (o.command.empty()) return usage_error(io.err, program, "no program given", kHint);
+    if (o.command.empty()) {
+        print_tini_usage(io.err, program);
+        return {std::nullopt, 1};
+    }
     o.forward_to = o.kill_scope = group ? Scope::Group : Scope::Child;
+    // tini exits as soon as its child has; as PID 1 that makes the kernel kill every other
+    // process of the container at once. lastcall ends what the child left behind the same way,
+    // without a grace: SIGTERM, then SIGKILL right away, then it exits.
+    o.grace = std::chrono::milliseconds{0};
     o.log_level = tini_log_level(verbosity);
     o.warn_implicit_subreaper = !subreaper;
+    // tini's exec failure: 127 for ENOENT, 126 for EACCES, 1 otherwise (set in the supervisor).
     return {std::move(o), 0};
 }
 
 ParsedCommandLine parse_dumb_init(const std::vector<std::string>& args, const EnvLookup& env,
                                   CompatOutput io) {
-    const std::string program = args.empty() ? "dumb-init" : basename_of(args[0]);
-    constexpr const char* kHint = "see dumb-init --help";
+    const std::string argv0 = args.empty() ? "dumb-init" : args[0];
     static const option kLong[] = {
         {"help", no_argument, nullptr, 'h'},          {"single-child", no_argument, nullptr, 'c'},
         {"rewrite", required_argument, nullptr, 'r'}, {"verbose", no_argument, nullptr, 'v'},
         {"version", no_argument, nullptr, 'V'},       {nullptr, 0, nullptr, 0},
     };
     Options o;
+    o.compat = CompatMode::DumbInit;
+    o.forward_termination = true;
     bool setsid = true, debug = false;
 
     Argv argv(args);
@@ -280,35 +294,43 @@ ParsedCommandLine parse_dumb_init(const std::vector<std::string>& args, const En
     while ((c = ::getopt_long(argv.argc(), argv.argv(), "+:hvVcr:", kLong, nullptr)) != -1) {
         switch (c) {
             case 'h':
-                print_dumb_init_help(io.err, program);
+                print_dumb_init_help(io.err, argv0);
                 return {std::nullopt, 0};
             case 'v':
                 debug = true;
                 break;
             case 'V':
-                std::fprintf(io.err, "dumb-init v%s (lastcall %s)\n", kDumbInitVersion,
-                             LASTCALL_VERSION);
+                std::fprintf(io.err, "dumb-init v%s\n", kDumbInitVersion);
                 return {std::nullopt, 0};
             case 'c':
                 setsid = false;
                 break;
             case 'r': {
                 auto rw = dumb_init_rewrite(optarg);
-                if (!rw)
-                    return usage_error(io.err, program,
-                                       "-r option takes <signum>:<signum>, where <signum> is "
-                                       "between 1 and 31 (0 as the target drops), not '" +
-                                           std::string(optarg) + "'",
-                                       kHint);
+                if (!rw) {
+                    std::fprintf(io.err,
+                                 "Usage: -r option takes <signum>:<signum>, where <signum> is "
+                                 "between 1 and %d.\n"
+                                 "This option can be specified multiple times.\n"
+                                 "Use --help for full usage.\n",
+                                 kDumbInitMaxSignal);
+                    return {std::nullopt, 1};
+                }
                 o.rewrite[rw->first] = rw->second;
                 break;
             }
             default:
-                return usage_error(io.err, program, getopt_error(c, argv.argv()), kHint);
+                print_getopt_error(io.err, c, argv.argv(), true);
+                return {std::nullopt, 1};
         }
     }
     o.command = argv.from(optind);
-    if (o.command.empty()) return usage_error(io.err, program, "no program given", kHint);
+    if (o.command.empty()) {
+        std::fprintf(io.err, "Usage: %s [option] program [args]\nTry %s --help for full usage.\n",
+                     argv0.c_str(), argv0.c_str());
+        return {std::nullopt, 1};
+    }
+    // Only the exact value changes anything; unset and empty mean the default (as in dumb-init).
     if (auto v = env("DUMB_INIT_DEBUG"); v && *v == "1") debug = true;
     if (auto v = env("DUMB_INIT_SETSID"); v && *v == "0") setsid = false;
 
@@ -316,7 +338,16 @@ ParsedCommandLine parse_dumb_init(const std::vector<std::string>& args, const En
     // single-child mode: no setsid, and only the child is signalled.
     o.new_session = setsid;
     o.forward_to = o.kill_scope = setsid ? Scope::Group : Scope::Child;
-    // dumb-init is silent unless asked; lastcall keeps its warnings (escalation, survivors).
+    // In setsid mode the child's group is orphaned (its parent is in another session): the
+    // kernel drops TSTP/TTIN/TTOU sent to it, so dumb-init sends SIGSTOP instead unless -r says
+    // otherwise.
+    if (setsid)
+        for (int sig : {SIGTSTP, SIGTTOU, SIGTTIN}) o.rewrite.try_emplace(sig, SIGSTOP);
+    // dumb-init sends SIGTERM through its rewrite table when the child exits: the stop signal
+    // for what the child left behind is the rewritten one.
+    if (auto it = o.rewrite.find(SIGTERM); it != o.rewrite.end() && it->second != 0)
+        o.stop_signal = it->second;
+    // dumb-init is silent unless asked; lastcall keeps its warnings (survivors).
     o.log_level = debug ? "debug" : "warn";
     // dumb-init's child exits 2 when the exec fails, whatever the reason.
     o.exec_failure_exit = 2;
@@ -329,32 +360,35 @@ std::optional<ParsedCommandLine> parse_compat_command_line(const std::vector<std
         return mode == CompatMode::Tini ? parse_tini(a, process_environment())
                                         : parse_dumb_init(a, process_environment());
     };
-    if (auto mode = compat_mode_for_program(args[0])) return run(*mode, args);
-    if (args.size() < 2) return std::nullopt;
     std::string name;
     std::size_t rest = 0;
-    if (args[1] == "--compat") {
+    if (args.size() >= 2 && args[1] == "--compat") {
         if (args.size() < 3) {
             std::fprintf(stderr, "lastcall: --compat needs a value: tini or dumb-init\n");
             return ParsedCommandLine{std::nullopt, 2};
         }
         name = args[2];
         rest = 3;
-    } else if (args[1].starts_with("--compat=")) {
+    } else if (args.size() >= 2 && args[1].starts_with("--compat=")) {
         name = args[1].substr(std::strlen("--compat="));
         rest = 2;
+    } else if (auto mode = compat_mode_for_program(args[0])) {
+        return run(*mode, args);
     } else {
         return std::nullopt;
     }
-    std::optional<CompatMode> mode;
-    if (name == "tini" || name == "docker-init") mode = CompatMode::Tini;
-    if (name == "dumb-init") mode = CompatMode::DumbInit;
-    if (!mode) {
-        std::fprintf(stderr, "lastcall: --compat '%s': expected tini or dumb-init\n", name.c_str());
+    // An explicit --compat wins over the invocation name (`COPY lastcall /sbin/tini` with an
+    // ENTRYPOINT that also says --compat tini): both spellings together are the same request.
+    auto mode = compat_mode_for_program(name);
+    if (!mode || name.find('/') != std::string::npos) {
+        std::fprintf(stderr, "lastcall: --compat '%s': expected tini, docker-init or dumb-init\n",
+                     name.c_str());
         return ParsedCommandLine{std::nullopt, 2};
     }
-    // The rest of the line is parsed as that program's, with its name in messages.
-    std::vector<std::string> compat_args{name};
+    // The rest of the line is parsed as that program's, with the name it was invoked as in its
+    // messages when that is the same program (a symlink), else with the --compat name.
+    std::string argv0 = compat_mode_for_program(args[0]) == mode ? args[0] : name;
+    std::vector<std::string> compat_args{argv0};
     compat_args.insert(compat_args.end(), args.begin() + static_cast<long>(rest), args.end());
     return run(*mode, compat_args);
 }

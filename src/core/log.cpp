@@ -41,6 +41,52 @@ protected:
     void flush_() override { std::fflush(stderr); }
 };
 
+// Under a peer's name, lines look like the peer's: "[WARN  tini (PID)] ..." (INFO, DEBUG and
+// TRACE on stdout, WARN and FATAL on stderr, as tini prints them) or "[dumb-init] ..." on stderr.
+class PeerSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
+  public:
+    explicit PeerSink(CompatMode mode) : mode_(mode) {}
+
+  protected:
+    void sink_it_(const spdlog::details::log_msg& msg) override {
+        std::string_view text(msg.payload.data(), msg.payload.size());
+        if (mode_ == CompatMode::DumbInit) {
+            std::fprintf(stderr, "[dumb-init] %.*s\n", static_cast<int>(text.size()), text.data());
+            return;
+        }
+        const char* level = "FATAL";
+        std::FILE* out = stderr;
+        switch (msg.level) {
+            case spdlog::level::trace:
+                level = "TRACE";
+                out = stdout;
+                break;
+            case spdlog::level::debug:
+                level = "DEBUG";
+                out = stdout;
+                break;
+            case spdlog::level::info:
+                level = "INFO ";
+                out = stdout;
+                break;
+            case spdlog::level::warn:
+                level = "WARN ";
+                break;
+            default:
+                break;
+        }
+        std::fprintf(out, "[%s tini (%d)] %.*s\n", level, static_cast<int>(::getpid()),
+                     static_cast<int>(text.size()), text.data());
+    }
+    void flush_() override {
+        std::fflush(stdout);
+        std::fflush(stderr);
+    }
+
+  private:
+    CompatMode mode_;
+};
+
 }  // namespace
 
 bool journal_stream_matches(const char* journal_stream, int fd) {
@@ -64,6 +110,9 @@ void setup_logging(const Options& options) {
 #endif
     if (journal) {
         logger = std::make_shared<spdlog::logger>("lastcall", journal);
+    } else if (options.compat != CompatMode::None && options.log_format == LogFormat::Text) {
+        logger = std::make_shared<spdlog::logger>("lastcall",
+                                                  std::make_shared<PeerSink>(options.compat));
     } else if (options.log_format == LogFormat::Json) {
         logger = std::make_shared<spdlog::logger>("lastcall", std::make_shared<JsonStderrSink>());
     } else {

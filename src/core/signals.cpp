@@ -1,5 +1,8 @@
 #include "lastcall/core/signals.hpp"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <array>
 #include <cctype>
 #include <string>
@@ -83,9 +86,33 @@ std::string signal_name(int sig) {
 sigset_t handled_signals() {
     sigset_t set;
     sigfillset(&set);
-    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGKILL, SIGSTOP})
-        sigdelset(&set, sig);
+    // The fault signals are in the set: one sent with kill() is a request like any other. A
+    // fault raised by lastcall itself is still fatal, because the kernel unblocks a synchronous
+    // fault signal and resets it to its default action before delivering it (force_sig_fault).
+    sigdelset(&set, SIGKILL);
+    sigdelset(&set, SIGSTOP);
     return set;
+}
+
+InheritedSignals inherited_signals(const sigset_t& mask) {
+    InheritedSignals in;
+    in.mask = mask;
+    sigemptyset(&in.ignored);
+    // The raw system call, because glibc's sigaction() refuses its two reserved real-time
+    // signals (32, 33), whose disposition is inherited like any other.
+    struct {
+        void (*handler)(int);
+        unsigned long flags;
+        void (*restorer)();
+        unsigned long mask;
+    } old{};
+    for (int sig = 1; sig < NSIG; ++sig) {
+        if (sig == SIGKILL || sig == SIGSTOP) continue;
+        if (::syscall(SYS_rt_sigaction, sig, nullptr, &old, sizeof old.mask) == 0 &&
+            old.handler == SIG_IGN)
+            sigaddset(&in.ignored, sig);
+    }
+    return in;
 }
 
 bool is_termination_signal(int sig) {

@@ -174,13 +174,17 @@ void write_decimal(char* out, long v) {
         void (*restorer)();
         unsigned long mask;
     } dfl{SIG_DFL, 0, nullptr, 0};
+    auto ign = dfl;
+    ign.handler = SIG_IGN;
+    const InheritedSignals* in = spec.inherited_signals;
     for (int sig = 1; sig < NSIG; ++sig) {
         if (sig == SIGKILL || sig == SIGSTOP) continue;
-        ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
+        bool ignored = in && sigismember(&in->ignored, sig) == 1;
+        ::syscall(SYS_rt_sigaction, sig, ignored ? &ign : &dfl, nullptr, sizeof dfl.mask);
     }
     sigset_t none;
     sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::sigprocmask(SIG_SETMASK, in ? &in->mask : &none, nullptr);
     // PR_SET_PDEATHSIG fires on the death of the parent *thread*; if lastcall died between fork
     // and prctl, the signal will never come, so check by hand (prctl(2)).
     // kill(getpid()), not raise(): after a raw clone3 glibc's cached thread id is the parent's.

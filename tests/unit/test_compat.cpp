@@ -88,7 +88,8 @@ TEST_CASE("tini flags map onto the options", "[compat][tini]") {
     CHECK(o.warn_on_reap);
     CHECK_FALSE(o.warn_implicit_subreaper);
     CHECK(o.log_level == "debug");
-    CHECK(o.pdeathsig == SIGKILL);
+    CHECK(o.pdeathsig == 0);  // -p is lastcall's own parent-death signal, not the child's
+    CHECK(o.self_pdeathsig == SIGKILL);
     CHECK(o.success_exits == std::set<int>{3, 143});
 }
 
@@ -122,7 +123,7 @@ TEST_CASE("tini verbosity levels", "[compat][tini]") {
     CHECK(tini_log_level(-3) == "error");
 }
 
-TEST_CASE("tini usage errors exit 1 with one line", "[compat][tini]") {
+TEST_CASE("tini usage errors exit 1 with tini's own text", "[compat][tini]") {
     auto args = GENERATE(std::vector<std::string>{"tini", "-x", "app"},
                          std::vector<std::string>{"tini", "-p"},
                          std::vector<std::string>{"tini", "-p", "TERM", "app"},
@@ -137,15 +138,18 @@ TEST_CASE("tini usage errors exit 1 with one line", "[compat][tini]") {
     CHECK_FALSE(p.options);
     CHECK(p.exit_code == 1);
     std::string err = c.stderr_text();
-    CHECK(err.rfind("tini: ", 0) == 0);
-    CHECK(err.find('\n') == err.size() - 1);
+    // getopt's line and the usage, the usage alone, or tini's FATAL line for -p and -e.
+    bool known = err.rfind("tini: ", 0) == 0 || err.rfind("tini (tini version 0.19.0)\n", 0) == 0 ||
+                 err.rfind("[FATAL tini (", 0) == 0;
+    CHECK(known);
+    CHECK(c.stdout_text().empty());
 }
 
 TEST_CASE("tini --version alone, -h and -l print on stdout and exit 0", "[compat][tini]") {
     Captured v;
     auto p = parse_tini({"docker-init", "--version"}, kNoEnv, v.io());
     CHECK((!p.options && p.exit_code == 0));
-    CHECK(v.stdout_text().rfind("tini version 0.19.0 - lastcall ", 0) == 0);
+    CHECK(v.stdout_text() == "tini version 0.19.0\n");
     Captured h;
     p = parse_tini({"tini", "-h"}, kNoEnv, h.io());
     CHECK((!p.options && p.exit_code == 0));
@@ -167,7 +171,10 @@ TEST_CASE("dumb-init defaults: setsid, whole group, exec failure exits 2", "[com
     CHECK(o.kill_scope == Scope::Group);
     CHECK(o.exec_failure_exit == 2);
     CHECK(o.log_level == "warn");
-    CHECK(o.rewrite.empty());
+    // setsid mode: the terminal stop signals become SIGSTOP for the (orphaned) child group.
+    CHECK(o.rewrite ==
+          std::map<int, int>{{SIGTSTP, SIGSTOP}, {SIGTTIN, SIGSTOP}, {SIGTTOU, SIGSTOP}});
+    CHECK(o.forward_termination);
 }
 
 TEST_CASE("dumb-init flags: single child, rewrites, verbose", "[compat][dumb-init]") {
@@ -199,7 +206,7 @@ TEST_CASE("dumb-init environment: DUMB_INIT_SETSID=0 and DUMB_INIT_DEBUG=1 only"
     CHECK(p.options->log_level == "warn");
 }
 
-TEST_CASE("dumb-init usage errors exit 1 with one line", "[compat][dumb-init]") {
+TEST_CASE("dumb-init usage errors exit 1 with dumb-init's own text", "[compat][dumb-init]") {
     auto args = GENERATE(std::vector<std::string>{"dumb-init", "-x", "app"},
                          std::vector<std::string>{"dumb-init", "--nope", "app"},
                          std::vector<std::string>{"dumb-init", "-r"},
@@ -214,8 +221,9 @@ TEST_CASE("dumb-init usage errors exit 1 with one line", "[compat][dumb-init]") 
     CHECK_FALSE(p.options);
     CHECK(p.exit_code == 1);
     std::string err = c.stderr_text();
-    CHECK(err.rfind("dumb-init: ", 0) == 0);
-    CHECK(err.find('\n') == err.size() - 1);
+    bool known = err.rfind("dumb-init: ", 0) == 0 || err.rfind("Usage: -r option takes", 0) == 0 ||
+                 err.rfind("Usage: dumb-init [option] program [args]\n", 0) == 0;
+    CHECK(known);
 }
 
 TEST_CASE("dumb-init --version and --help print on stderr and exit 0", "[compat][dumb-init]") {
@@ -232,4 +240,46 @@ TEST_CASE("dumb-init --version and --help print on stderr and exit 0", "[compat]
 TEST_CASE("the native command line is not a compat one", "[compat]") {
     CHECK_FALSE(parse_compat_command_line({"lastcall", "--grace", "1s", "--", "tini"}));
     CHECK_FALSE(parse_compat_command_line({"lastcall"}));
+}
+
+TEST_CASE("the invocation name and --compat work alone and together", "[compat]") {
+    for (auto args :
+         {std::vector<std::string>{"/sbin/tini", "-g", "app"},
+          std::vector<std::string>{"lastcall", "--compat", "tini", "-g", "app"},
+          std::vector<std::string>{"/sbin/tini", "--compat", "tini", "-g", "app"},
+          std::vector<std::string>{"docker-init", "--compat=tini", "-g", "app"},
+          std::vector<std::string>{"lastcall", "--compat", "docker-init", "-g", "app"}}) {
+        auto p = parse_compat_command_line(args);
+        REQUIRE(p);
+        REQUIRE(p->options);
+        CHECK(p->options->compat == CompatMode::Tini);
+        CHECK(p->options->forward_to == Scope::Group);
+        CHECK(p->options->command == std::vector<std::string>{"app"});
+    }
+    auto p = parse_compat_command_line({"dumb-init", "--compat", "dumb-init", "-c", "app"});
+    REQUIRE((p && p->options));
+    CHECK(p->options->compat == CompatMode::DumbInit);
+    CHECK(p->options->forward_to == Scope::Child);
+}
+
+TEST_CASE(
+    "compat modes forward termination signals, and lastcall's own drain flags before --compat "
+    "turn its shutdown back on",
+    "[compat]") {
+    auto p = parse_command_line({"lastcall", "--compat", "tini", "app"});
+    REQUIRE(p.options);
+    CHECK(p.options->forward_termination);
+    p = parse_command_line({"lastcall", "--report", "/tmp/r.json", "--compat", "tini", "app"});
+    REQUIRE(p.options);
+    CHECK(p.options->forward_termination);
+    CHECK(p.options->report_path == "/tmp/r.json");
+    p = parse_command_line({"lastcall", "--grace", "3s", "--compat=dumb-init", "-c", "app"});
+    REQUIRE(p.options);
+    CHECK_FALSE(p.options->forward_termination);
+    CHECK(p.options->grace == std::chrono::seconds(3));
+    CHECK(p.options->forward_to == Scope::Child);
+    p = parse_command_line({"tini", "--pre-stop", "true", "--compat", "tini", "app"});
+    REQUIRE(p.options);
+    CHECK_FALSE(p.options->forward_termination);
+    CHECK(p.options->grace == std::chrono::seconds(8));  // lastcall's own budget, not tini's 0
 }

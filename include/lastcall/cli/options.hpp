@@ -10,6 +10,7 @@
 
 #include "lastcall/process/process_tree.hpp"
 #include "lastcall/process/credentials.hpp"
+#include "lastcall/core/signals.hpp"
 
 namespace lastcall {
 
@@ -18,6 +19,9 @@ enum class LogFormat { Text, Json };
 enum class Scope { Child, Group, Tree };
 // When lastcall tells systemd READY=1: once the child is spawned, or when the child says so itself.
 enum class ReadyOn { Spawn, Notify };
+// Which program's contract a run keeps: lastcall's own, or that of tini (docker-init) or dumb-init
+// when invoked under their names or with --compat.
+enum class CompatMode { None, Tini, DumbInit };
 
 struct Options {
     std::vector<std::string> command;
@@ -50,6 +54,16 @@ struct Options {
     int pdeathsig = 0;
 
     // Asked for by the compat modes (compat.cpp); the native CLI leaves them at their defaults.
+    CompatMode compat = CompatMode::None;
+    // SIGTERM/SIGINT/SIGQUIT are forwarded like any other signal, every time, instead of starting
+    // lastcall's shutdown (the peers' contract). Only the main child's exit starts the teardown.
+    bool forward_termination = false;
+    // tini -p: PR_SET_PDEATHSIG on lastcall itself; the signal is then handled as a received one.
+    int self_pdeathsig = 0;
+    // tini: the child gets the signal mask and ignored dispositions lastcall inherited.
+    bool restore_inherited_signals = false;
+    // Captured by main before lastcall blocks anything (only when restore_inherited_signals).
+    std::optional<InheritedSignals> inherited_signals;
     bool warn_on_reap = false;  // tini -w: a warning for each reaped process but the main child
     // tini without -s: say that lastcall registers as a subreaper anyway (tini would not).
     bool warn_implicit_subreaper = false;

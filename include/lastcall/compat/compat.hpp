@@ -2,10 +2,11 @@
 // the way those programs parse them, into the same Options the native CLI produces.
 //
 // A mode is chosen by the name lastcall is invoked as (a symlink named tini, docker-init or
-// dumb-init) or by `lastcall --compat tini|dumb-init ...` as the first argument. Where the
-// programs' documented semantics differ from lastcall's own defaults (who is signalled, setsid,
-// log verbosity, exit codes of usage and exec errors), theirs win; lastcall's additions (the grace
-// budget, SIGKILL escalation, reaping the whole tree before exit) stay on.
+// dumb-init), by `--compat tini|docker-init|dumb-init` (after lastcall's own options, if any), or
+// both. The peer's contract wins: every signal is forwarded as the peer forwards it, and lastcall
+// never starts a shutdown or kills on its own while the child runs; its texts (usage, version,
+// errors) are the peer's. What stays lastcall's: subreaping, and stopping and reaping what the
+// child leaves behind (docs/migrating.md lists the differences).
 #pragma once
 
 #include <cstdio>
@@ -18,8 +19,6 @@
 #include "lastcall/cli/cli.hpp"
 
 namespace lastcall {
-
-enum class CompatMode { Tini, DumbInit };
 
 // The environment as the compat parsers see it; nullopt for an unset variable.
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
@@ -34,15 +33,16 @@ struct CompatOutput {
     std::FILE* err = stderr;
 };
 
-// args[0] is the program name used in messages. Usage errors are one line and exit 1, as in both
-// programs; --help, --version and -l print and exit 0.
+// args[0] is the program name used in messages. Usage errors print what the peer prints and
+// exit 1; --help, --version and -l print and exit 0.
 ParsedCommandLine parse_tini(const std::vector<std::string>& args, const EnvLookup& env,
                              CompatOutput io = {});
 ParsedCommandLine parse_dumb_init(const std::vector<std::string>& args, const EnvLookup& env,
                                   CompatOutput io = {});
 
 // The entry point for parse_command_line: a compat parse when argv[0] or a leading
-// `--compat NAME` asks for one, nullopt for the native command line.
+// `--compat NAME` asks for one (the flag wins when both name a mode), nullopt for the native
+// command line.
 std::optional<ParsedCommandLine> parse_compat_command_line(const std::vector<std::string>& args);
 
 // tini's -v count / TINI_VERBOSITY (0 fatal only, 1 warnings: the default, 2 info, 3 debug,

@@ -17,10 +17,18 @@ Result<int> parse_signal(std::string_view text, bool allow_zero = false);
 // "SIGTERM"; "SIGRTMIN+2"; "signal 99" for unknown numbers.
 std::string signal_name(int sig);
 
-// The set lastcall takes through its signalfd: every catchable signal except the synchronous
-// faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS), which must stay deliverable so that a
-// bug in lastcall crashes loudly instead of spinning on a blocked fault.
+// The set lastcall takes through its signalfd: every catchable signal, SIGSEGV, SIGBUS, SIGFPE,
+// SIGILL, SIGTRAP and SIGSYS included (sent with kill, they are forwarded like the others; a real
+// fault in lastcall is still delivered, the kernel unblocks it).
 sigset_t handled_signals();
+
+// What lastcall's own parent handed it: the signal mask and the ignored dispositions, as they
+// were before lastcall changed anything (tini passes them on to its child).
+struct InheritedSignals {
+    sigset_t mask;
+    sigset_t ignored;
+};
+InheritedSignals inherited_signals(const sigset_t& mask);
 
 // Termination requests start (or escalate) the shutdown; everything else is forwarded as is.
 bool is_termination_signal(int sig);

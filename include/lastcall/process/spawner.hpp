@@ -15,6 +15,7 @@
 #include "lastcall/core/error.hpp"
 #include "lastcall/core/fd.hpp"
 #include "lastcall/process/credentials.hpp"
+#include "lastcall/core/signals.hpp"
 
 namespace lastcall {
 
@@ -51,6 +52,9 @@ struct SpawnSpec {
     int keep_fds = 0;             // fds 3 .. 3+keep_fds-1 survive (socket activation)
     bool set_listen_pid = false;  // LISTEN_PID=<child pid> is written in the child before exec
     int stdout_fd = -1;           // dup2'ed onto 1 and 2 when >= 0 (hook output capture)
+    // null: every disposition default, nothing blocked. Otherwise the child gets this mask and
+    // these ignored dispositions (tini passes on what its own parent gave it).
+    const InheritedSignals* inherited_signals = nullptr;
 };
 
 struct SpawnFailure {

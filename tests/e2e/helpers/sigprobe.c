@@ -1,11 +1,13 @@
 // sigprobe: reports the signals it receives, one "ROLE SIGNUM" line each, to the FIFO named by
 // $EVENTS, so a test can see exactly who in a tree got which signal, and in which order.
 //
-//   sigprobe ROLE [--fork ROLE2] [--default] [--go PATH]
+//   sigprobe ROLE [--fork ROLE2] [--default] [--go PATH] [--stay]
 //
-// Each process first reports "ROLE ready PID". HUP, INT, QUIT, USR1, USR2, TERM, ALRM and WINCH
-// are taken with sigwaitinfo (lowest number first when several are pending); INT, QUIT and TERM
-// end the process with status 0 after their line.
+// Each process first reports "ROLE ready PID". HUP, INT, QUIT, USR1, USR2, TERM, ALRM, WINCH and
+// the fault signals a kill() can send (ILL, TRAP, BUS, FPE, SEGV, SYS) are taken with sigwaitinfo
+// (lowest number first when several are pending); INT, QUIT and TERM end the process with status
+// 0 after their line.
+//   --stay        INT, QUIT and TERM are reported and do not end the probe; ALRM does
 //   --fork ROLE2  fork a second probe in the same process group first (reports as ROLE2)
 //   --default     catch nothing: every signal takes its default action (for ^C and ^Z tests)
 //   --go PATH     (with --default) read one line from PATH, report "ROLE done" and exit 0
@@ -33,9 +35,12 @@ static void report(const char* line) {
     close(fd);
 }
 
+static int stay;
+
 static int run(const char* role, int catch_signals, const char* go) {
-    static const int kSignals[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGUSR1,
-                                   SIGUSR2, SIGTERM, SIGALRM, SIGWINCH};
+    static const int kSignals[] = {SIGHUP,  SIGINT,  SIGQUIT,  SIGUSR1, SIGUSR2, SIGTERM,
+                                   SIGALRM, SIGWINCH, SIGILL,  SIGTRAP, SIGBUS,  SIGFPE,
+                                   SIGSEGV, SIGSYS};
     sigset_t set;
     sigemptyset(&set);
     for (size_t i = 0; i < sizeof kSignals / sizeof kSignals[0]; ++i) sigaddset(&set, kSignals[i]);
@@ -70,7 +75,7 @@ static int run(const char* role, int catch_signals, const char* go) {
         }
         snprintf(line, sizeof line, "%s %d\n", role, sig);
         report(line);
-        if (sig == SIGINT || sig == SIGQUIT || sig == SIGTERM) return 0;
+        if (stay ? sig == SIGALRM : (sig == SIGINT || sig == SIGQUIT || sig == SIGTERM)) return 0;
     }
 }
 
@@ -87,6 +92,8 @@ int main(int argc, char** argv) {
     for (int i = 2; i < argc; ++i) {
         if (strcmp(argv[i], "--fork") == 0 && i + 1 < argc) {
             fork_role = argv[++i];
+        } else if (strcmp(argv[i], "--stay") == 0) {
+            stay = 1;
         } else if (strcmp(argv[i], "--default") == 0) {
             catch_signals = 0;
         } else if (strcmp(argv[i], "--go") == 0 && i + 1 < argc) {
