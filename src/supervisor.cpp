@@ -14,6 +14,7 @@
 
 #include "lastcall/duration.hpp"
 #include "lastcall/emergency.hpp"
+#include "lastcall/log.hpp"
 #include "lastcall/signals.hpp"
 
 extern char** environ;
@@ -638,6 +639,8 @@ int Supervisor::finish() {
     in.shutdown = &shutdown_;
     in.now = clock_.now();
     in.admission = admission_.stats();
+    in.log_lines_lost = log_lines_lost();
+    in.log_lines_waiting = log_lines_waiting();
     in.extra = [this](JsonWriter& j) {
         for (auto* c : components_) c->contribute_report(j);
     };
