@@ -472,3 +472,32 @@ class NonBlockingOutputTest(EndingsTestCase):
             manager.close()
         self.assertEqual(code, 128 + signal.SIGTERM, run.output())
         self.assertEqual(self.read_report()["verdict"], "clean")
+
+
+class SurvivingWriterTest(EndingsTestCase):
+    def test_a_writer_left_by_a_killed_lastcall_cannot_tear_the_retrys_artifact(self):
+        """Case 11: lastcall (not PID 1, /proc tracker) is SIGKILLed; the job's background
+        writer (setsid, so the leader's pdeathsig does not reach it) survives and keeps writing
+        to the $LASTCALL_OUTPUT it was given. The retry writes its own staging file, so its
+        promoted artifact is exactly what the retry wrote."""
+        again = os.path.join(self.dir, "again")
+        cfg = self.config(f"""
+[jobs.work]
+schedule = "@every 1s"
+output = "{self.out}/work.txt"
+command = \'\'\'if [ -e {again} ]; then echo first > $LASTCALL_OUTPUT; sleep 0.5; echo last >> $LASTCALL_OUTPUT; echo retried $LASTCALL_RUN_ID > $EVENTS; exit 0; fi; setsid sh -c 'while :; do echo junk >> "$0"; sleep 0.02; done' "$LASTCALL_OUTPUT" & echo run $LASTCALL_RUN_ID > $EVENTS; exec sleep 100\'\'\'
+""")
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--tracker", "proc"])
+        first = int(self.fifo.readline().split()[1])
+        wait_for_row(self.state, "id = ? AND state = 'started' AND pid > 0", (first,))
+        run.proc.kill()
+        run.wait()
+        open(again, "w").close()
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--tracker", "proc"])
+        retry = int(self.fifo.readline().split()[1])
+        row = wait_for_row(self.state, "id = ? AND state IN ('failed', 'completed')", (retry,))[0]
+        run.signal(signal.SIGTERM)
+        run.wait()
+        self.assertEqual(row["state"], "completed", row)
+        with open(f"{self.out}/work.txt") as f:
+            self.assertEqual(f.read(), "first\nlast\n", "the retry's artifact was torn")
