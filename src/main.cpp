@@ -160,6 +160,12 @@ int main(int argc, char** argv) {
     components->attach_to(supervisor);
     int code = supervisor.run();
 
+    // A stderr reader that stopped reading gets a short chance, then the count of what it lost.
+    flush_log_backlog(std::chrono::milliseconds(200));
+    if (auto lost = log_lines_lost()) {
+        spdlog::warn("lost {} log lines (stderr was not being read)", lost);
+        flush_log_backlog(std::chrono::milliseconds(50));
+    }
     spdlog::shutdown();  // logs are flushed last, after the report and the cgroup removal
     return code;
 }

@@ -18,6 +18,7 @@
 
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/instance.hpp"
+#include "lastcall/core/log.hpp"
 #include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/signals.hpp"
 #include "lastcall/process/environment.hpp"
@@ -704,6 +705,8 @@ int Supervisor::finish() {
     in.shutdown = &shutdown_;
     in.now = clock_.now();
     in.admission = admission_.stats();
+    in.log_lines_lost = log_lines_lost();
+    in.log_lines_waiting = log_lines_waiting();
     in.extra = [this](JsonWriter& j) {
         for (auto* c : components_) c->contribute_report(j);
     };

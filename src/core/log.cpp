@@ -2,12 +2,17 @@
 
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #ifndef LASTCALL_NO_LIBSYSTEMD
 #include <spdlog/sinks/systemd_sink.h>
 #endif
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -15,10 +20,111 @@
 
 #include "lastcall/core/json.hpp"
 #include "lastcall/core/timefmt.hpp"
+#include "lastcall/core/fd.hpp"
 
 namespace lastcall {
 
 namespace {
+
+// The non-blocking stderr writer (see log.hpp). Single-threaded, like the loop that logs.
+class StderrWriter {
+public:
+    void open() {
+        struct stat st {};
+        if (::fstat(STDERR_FILENO, &st) != 0) return;
+        if (S_ISSOCK(st.st_mode)) {
+            socket_ = true;
+            return;
+        }
+        // O_NONBLOCK on fd 2 itself would change the description the child shares: its own
+        // writes would fail with EAGAIN. A new description of the same pipe or tty does not.
+        // A regular file does not block (and a new description would lose O_APPEND's offset).
+        if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))
+            fd_.reset(::open("/proc/self/fd/2", O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+    }
+
+    void write_line(std::string_view line) {
+        flush_some();
+        if (!backlog_.empty()) return queue(line);
+        std::size_t n = put(line);
+        if (n < line.size()) queue(line.substr(n), true);
+    }
+
+    // Writes what it can of the backlog now.
+    void flush_some() {
+        while (!backlog_.empty()) {
+            std::size_t n = put(backlog_);
+            backlog_.erase(0, n);
+            if (n == 0) return;
+        }
+    }
+
+    void flush(std::chrono::milliseconds max_wait) {
+        auto deadline = std::chrono::steady_clock::now() + max_wait;
+        flush_some();
+        while (!backlog_.empty() && std::chrono::steady_clock::now() < deadline) {
+            pollfd p{fd(), POLLOUT, 0};
+            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                deadline - std::chrono::steady_clock::now());
+            if (::poll(&p, 1, static_cast<int>(std::max<long long>(left.count(), 0))) <= 0) break;
+            flush_some();
+        }
+        if (!backlog_.empty()) {
+            // Count what never made it out, whole lines and the tail of a partial one.
+            lost_ += static_cast<std::uint64_t>(std::count(backlog_.begin(), backlog_.end(), '\n'));
+            backlog_.clear();
+        }
+    }
+
+    std::uint64_t lost() const { return lost_; }
+    std::uint64_t waiting() const {
+        return static_cast<std::uint64_t>(std::count(backlog_.begin(), backlog_.end(), '\n'));
+    }
+
+private:
+    int fd() const { return fd_.get() >= 0 ? fd_.get() : STDERR_FILENO; }
+
+    // Bytes written (0 when it would block or failed).
+    std::size_t put(std::string_view data) {
+        ssize_t n;
+        do {
+            n = socket_ ? ::send(STDERR_FILENO, data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL)
+                        : ::write(fd(), data.data(), data.size());
+        } while (n < 0 && errno == EINTR);
+        return n > 0 ? static_cast<std::size_t>(n) : 0;
+    }
+
+    // `partial`: the rest of a line already begun, which must follow it whole (dropping it would
+    // glue two lines together), so it may overshoot the bound by one line.
+    void queue(std::string_view data, bool partial = false) {
+        if (!partial && backlog_.size() + data.size() > kLogBacklog) {
+            ++lost_;
+            return;
+        }
+        backlog_.append(data);
+    }
+
+    UniqueFd fd_;
+    bool socket_ = false;
+    std::string backlog_;
+    std::uint64_t lost_ = 0;
+};
+
+StderrWriter& writer() {
+    static StderrWriter w;
+    return w;
+}
+
+// Text lines through the writer (spdlog's own stderr sink writes with fwrite and blocks).
+class TextStderrSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
+protected:
+    void sink_it_(const spdlog::details::log_msg& msg) override {
+        spdlog::memory_buf_t formatted;
+        formatter_->format(msg, formatted);
+        writer().write_line(std::string_view(formatted.data(), formatted.size()));
+    }
+    void flush_() override { writer().flush_some(); }
+};
 
 // One JSON object per line, for log shippers. spdlog patterns cannot escape a message, so the
 // line is built here.
@@ -36,9 +142,9 @@ protected:
         line += ",\"pid\":" + std::to_string(::getpid()) + ",\"msg\":";
         json_quote(line, std::string_view(msg.payload.data(), msg.payload.size()));
         line += "}\n";
-        std::fwrite(line.data(), 1, line.size(), stderr);
+        writer().write_line(line);
     }
-    void flush_() override { std::fflush(stderr); }
+    void flush_() override { writer().flush_some(); }
 };
 
 // Under a peer's name, lines look like the peer's: "[WARN  tini (PID)] ..." (INFO, DEBUG and
@@ -100,7 +206,14 @@ bool journal_stream_matches(const char* journal_stream, int fd) {
            static_cast<unsigned long long>(st.st_ino) == ino;
 }
 
+std::uint64_t log_lines_lost() { return writer().lost(); }
+
+std::uint64_t log_lines_waiting() { return writer().waiting(); }
+
+void flush_log_backlog(std::chrono::milliseconds max_wait) { writer().flush(max_wait); }
+
 void setup_logging(const Options& options) {
+    writer().open();
     std::shared_ptr<spdlog::logger> logger;
     spdlog::sink_ptr journal;
 #ifndef LASTCALL_NO_LIBSYSTEMD
@@ -116,8 +229,7 @@ void setup_logging(const Options& options) {
     } else if (options.log_format == LogFormat::Json) {
         logger = std::make_shared<spdlog::logger>("lastcall", std::make_shared<JsonStderrSink>());
     } else {
-        logger = std::make_shared<spdlog::logger>(
-            "lastcall", std::make_shared<spdlog::sinks::stderr_sink_st>());
+        logger = std::make_shared<spdlog::logger>("lastcall", std::make_shared<TextStderrSink>());
         logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e lastcall[%P] %l: %v");
     }
     logger->set_level(spdlog::level::from_str(options.log_level));

@@ -93,6 +93,12 @@ int run_up(const std::vector<std::string>& args) {
     Supervisor supervisor(std::move(up.options), clock);
     supervisor.add_component(&services);
     int code = supervisor.run();
+    // A stderr reader that stopped reading gets a short chance, then the count of what it lost.
+    flush_log_backlog(std::chrono::milliseconds(200));
+    if (auto lost = log_lines_lost()) {
+        spdlog::warn("lost {} log lines (stderr was not being read)", lost);
+        flush_log_backlog(std::chrono::milliseconds(50));
+    }
     spdlog::shutdown();
     return code;
 }

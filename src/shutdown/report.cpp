@@ -213,6 +213,8 @@ std::string render_report(const ReportInput& in) {
                 .end_object();
     j.end_array();
     if (in.gave_up) j.field("abandoned", true);
+    j.field("log_lines_lost", static_cast<long long>(in.log_lines_lost));
+    j.field("log_lines_waiting", static_cast<long long>(in.log_lines_waiting));
     if (in.admission) {
         // Every unit of work by the way it entered: what the drain had to wait for.
         j.key("admission").begin_object();

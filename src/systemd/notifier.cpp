@@ -17,10 +17,6 @@
 #include "lastcall/systemd/notify_proxy.hpp"
 #include "lastcall/process/process_tree.hpp"
 
-#ifndef LASTCALL_NO_LIBSYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
-
 namespace lastcall {
 
 namespace {
@@ -84,18 +80,6 @@ class SocketChannel final : public NotifyChannel {
     NotifyAddress address_;
 };
 
-#ifndef LASTCALL_NO_LIBSYSTEMD
-class LibsystemdChannel final : public NotifyChannel {
-  public:
-    Status send(std::string_view message) override {
-        std::string m(message);
-        int r = ::sd_notify(0, m.c_str());
-        if (r < 0) return sys_error("sd_notify", -r);
-        if (r == 0) return Error{"sd_notify: NOTIFY_SOCKET is not set"};
-        return Ok{};
-    }
-};
-#endif
 
 }  // namespace
 
@@ -170,13 +154,9 @@ Result<std::unique_ptr<NotifyChannel>> open_socket_channel(std::string_view noti
 Result<std::unique_ptr<NotifyChannel>> channel_from_environment() {
     const char* value = std::getenv("NOTIFY_SOCKET");
     if (!value) return std::unique_ptr<NotifyChannel>();
-#ifdef LASTCALL_NO_LIBSYSTEMD
+    // lastcall's own datagram sender in every build, not libsystemd's sd_notify(): that one
+    // blocks in sendmsg() when the manager's socket buffer is full, and the loop must not.
     return open_socket_channel(value);
-#else
-    // The address is checked once here so that a bad one fails at start in both builds alike.
-    if (auto address = parse_notify_address(value); !address) return address.error();
-    return std::unique_ptr<NotifyChannel>(new LibsystemdChannel());
-#endif
 }
 
 std::optional<microseconds> watchdog_interval(const char* watchdog_usec, const char* watchdog_pid,

@@ -412,3 +412,92 @@ class EmergencyTest(EndingsTestCase):
         self.assertEqual(report["verdict"], "forced")
         self.assertEqual(report["exit_code"], code)
         self.assertNoLeftovers()
+
+
+class NonBlockingOutputTest(EndingsTestCase):
+    def test_a_stderr_reader_that_stopped_reading_does_not_block_the_shutdown(self):
+        """Case 8: lastcall's stderr is a pipe that is full and never read. Logging must not
+        block the loop: the stop, the escalation at grace end and the report all happen, and
+        the report counts the log lines that were lost."""
+        import fcntl
+        r, w = os.pipe()
+        fcntl.fcntl(w, fcntl.F_SETFL, fcntl.fcntl(w, fcntl.F_GETFL) | os.O_NONBLOCK)
+        try:
+            while True:
+                os.write(w, b"x" * 4096)
+        except BlockingIOError:
+            pass  # full: every further write to it would block
+        fcntl.fcntl(w, fcntl.F_SETFL, fcntl.fcntl(w, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        try:
+            run = self.start(["--grace", "1s", "--report", self.report, "--", "sh", "-c",
+                              "trap '' TERM; echo ready > $EVENTS; exec sleep 100"],
+                             stderr=w)
+            self.assertEqual(self.fifo.readline(), "ready")
+            run.signal(signal.SIGTERM)
+            code = run.wait(timeout=30)
+        finally:
+            os.close(w)
+            os.close(r)
+        self.assertEqual(code, 128 + signal.SIGKILL)
+        report = self.read_report()
+        self.assertEqual(report["verdict"], "forced")
+        # Lines that could not be written yet wait in the bounded backlog, beyond it they are
+        # dropped; at the report both are counted, and after it the waiting ones get 200 ms.
+        self.assertGreater(report["log_lines_lost"] + report["log_lines_waiting"], 0)
+        self.assertNoLeftovers()
+
+    def test_a_full_notify_socket_does_not_block_lastcall(self):
+        """Case 8: the manager's notify socket is full (it stopped reading): READY=1 and the
+        STATUS/STOPPING messages are dropped instead of blocking lastcall in sendmsg()."""
+        import socket
+        address = os.path.join(self.dir, "notify.sock")
+        manager = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        manager.bind(address)
+        filler = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        filler.setblocking(False)
+        try:
+            while True:
+                filler.sendto(b"X=1", address)
+        except BlockingIOError:
+            pass
+        try:
+            env = dict(self.env, NOTIFY_SOCKET=address)
+            run = self.start(["--report", self.report, "--", "sh", "-c",
+                              "echo ready > $EVENTS; exec sleep 100"], env=env)
+            self.assertEqual(self.fifo.readline(), "ready")
+            run.signal(signal.SIGTERM)
+            code = run.wait(timeout=30)
+        finally:
+            filler.close()
+            manager.close()
+        self.assertEqual(code, 128 + signal.SIGTERM, run.output())
+        self.assertEqual(self.read_report()["verdict"], "clean")
+
+
+class SurvivingWriterTest(EndingsTestCase):
+    def test_a_writer_left_by_a_killed_lastcall_cannot_tear_the_retrys_artifact(self):
+        """Case 11: lastcall (not PID 1, /proc tracker) is SIGKILLed; the job's background
+        writer (setsid, so the leader's pdeathsig does not reach it) survives and keeps writing
+        to the $LASTCALL_OUTPUT it was given. The retry writes its own staging file, so its
+        promoted artifact is exactly what the retry wrote."""
+        again = os.path.join(self.dir, "again")
+        cfg = self.config(f"""
+[jobs.work]
+schedule = "@every 1s"
+output = "{self.out}/work.txt"
+command = \'\'\'if [ -e {again} ]; then echo first > $LASTCALL_OUTPUT; sleep 0.5; echo last >> $LASTCALL_OUTPUT; echo retried $LASTCALL_RUN_ID > $EVENTS; exit 0; fi; setsid sh -c 'while :; do echo junk >> "$0"; sleep 0.02; done' "$LASTCALL_OUTPUT" & echo run $LASTCALL_RUN_ID > $EVENTS; exec sleep 100\'\'\'
+""")
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--tracker", "proc"])
+        first = int(self.fifo.readline().split()[1])
+        wait_for_row(self.state, "id = ? AND state = 'started' AND pid > 0", (first,))
+        run.proc.kill()
+        run.wait()
+        open(again, "w").close()
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--tracker", "proc"])
+        retry = int(self.fifo.readline().split()[1])
+        row = wait_for_row(self.state, "id = ? AND state IN ('failed', 'completed')", (retry,))[0]
+        run.signal(signal.SIGTERM)
+        run.wait()
+        self.assertEqual(row["state"], "completed", row)
+        with open(f"{self.out}/work.txt") as f:
+            self.assertEqual(f.read(), "first\nlast\n", "the retry's artifact was torn")

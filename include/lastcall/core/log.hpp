@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include "lastcall/cli/options.hpp"
+#include <chrono>
+#include <cstdint>
 
 namespace lastcall {
 
@@ -11,6 +13,18 @@ namespace lastcall {
 // lines go to the journal with their priority; otherwise text or JSON lines on stderr. The static
 // build has no journal sink and keeps the text format.
 void setup_logging(const Options& options);
+
+// Log lines to stderr never block the loop: they are written without blocking (a new open file
+// description of stderr's pipe or tty with O_NONBLOCK, or send(MSG_DONTWAIT) on a socket), what
+// does not fit waits in a buffer of at most kLogBacklog bytes, and whole lines beyond that are
+// dropped and counted. lastcall reports the count at exit ("lost N log lines").
+inline constexpr std::size_t kLogBacklog = 64 * 1024;
+std::uint64_t log_lines_lost();
+// Lines written into the backlog and not yet out (stderr's reader is behind).
+std::uint64_t log_lines_waiting();
+// At exit: tries to write the backlog for at most max_wait (a reader that stopped reading does not
+// hold the exit longer).
+void flush_log_backlog(std::chrono::milliseconds max_wait);
 
 // True when journal_stream ("DEV:INODE", as systemd sets JOURNAL_STREAM) names fd's open file.
 bool journal_stream_matches(const char* journal_stream, int fd);

@@ -92,6 +92,8 @@ struct ReportInput {
     bool gave_up = false;  // SIGKILL could not end everything within the force limit
     const std::vector<ForceFact>* force_facts = nullptr;
     std::optional<AdmissionStats> admission;
+    std::uint64_t log_lines_lost = 0;
+    std::uint64_t log_lines_waiting = 0;
     std::optional<MonoTime> trigger_arrival;  // when the trigger's signal was dequeued
     // Extra top-level keys (components: interrupted runs, services).
     std::function<void(JsonWriter&)> extra;
