@@ -63,6 +63,14 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
     // Invoked as tini, docker-init or dumb-init (or with a leading --compat): their flag sets.
     if (auto compat = parse_compat_command_line(args)) return std::move(*compat);
     Options o;
+    // The common case, `lastcall -- CMD...` or `lastcall CMD...` without a single option, has
+    // nothing to parse: building the CLI11 parser alone was most of lastcall's own start-up work
+    // (bench/results/2026-12-03.md). Options' defaults are the documented ones.
+    bool dashdash = args.size() >= 3 && args[1] == "--";
+    if (dashdash || (args.size() >= 2 && !args[1].empty() && args[1][0] != '-')) {
+        o.command.assign(args.begin() + (dashdash ? 2 : 1), args.end());
+        return {std::move(o), 0};
+    }
     CLI::App app{
         "lastcall: an init and process supervisor that shuts a whole process tree down within a "
         "budget and records how it ended.\nUsage: lastcall [OPTIONS] -- COMMAND [ARGS...]",

@@ -248,6 +248,7 @@ void Supervisor::on_signal(int received) {
         spdlog::debug("received {}: rewritten to {}", signal_name(received), signal_name(sig));
     }
     if (is_termination_signal(sig)) {
+        if (shutdown_.state() == State::Running) stop_main_child_first(sig);
         // Logged before the state machine runs, so the log reads cause first, then effects.
         if (shutdown_.state() == State::Running)
             spdlog::info("received {}: starting shutdown (grace {})", signal_name(sig),
@@ -276,6 +277,21 @@ void Supervisor::on_signal(int received) {
     spdlog::info("received {}: forwarding to the {}", signal_name(sig),
                  to_string(opts_.forward_to));
     forward(sig, opts_.forward_to);
+}
+
+void Supervisor::stop_main_child_first(int sig) {
+    // When the shutdown will signal the tree at once (no drain delay, readiness file, pre-stop
+    // hook or ordered stop of --config services before it), the main child gets the stop signal
+    // through the pidfd it already has, before any bookkeeping: the log lines, the state machine,
+    // the enumeration of the rest of the tree and its pidfds. signal_tree() then skips it: each
+    // process gets the stop signal once.
+    if (main_status_ || !main_pidfd_ || opts_.drain_delay.count() > 0 || !opts_.pre_stop.empty() ||
+        !opts_.ready_file.empty() || !opts_.config_path.empty())
+        return;
+    int stop = opts_.stop_signal ? opts_.stop_signal : sig;
+    if (!send_via_pidfd(main_pidfd_.get(), stop)) return;
+    main_stopped_first_ = true;
+    if (auto info = read_proc_stat(main_pid_)) book_.observe(*info).stop_signal = stop;
 }
 
 void Supervisor::forward(int sig, Scope scope) {
@@ -373,6 +389,11 @@ void Supervisor::check_tree_gone() {
     // notification is rate-limited by the kernel and would add milliseconds to every exit.
     if (!children_gone_) return;
     shutdown_.on_tree_empty();
+}
+
+bool Supervisor::has_children() const {
+    siginfo_t si{};
+    return !(::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD);
 }
 
 void Supervisor::on_timer() {
@@ -488,15 +509,18 @@ void Supervisor::signal_tree(int sig) {
     if (scope == Scope::Child && (main_status_ || main_pid_ < 0)) scope = Scope::Tree;
     stop_signal_ = sig;
     stop_scope_ = scope;
-    int n = 0;
+    int n = main_stopped_first_ ? 1 : 0;
     if (scope == Scope::Child) {
-        if (main_pidfd_ && send_via_pidfd(main_pidfd_.get(), sig)) {
+        if (!main_stopped_first_ && main_pidfd_ && send_via_pidfd(main_pidfd_.get(), sig)) {
             if (auto info = read_proc_stat(main_pid_)) book_.observe(*info).stop_signal = sig;
             n = 1;
         }
-    } else {
+    } else if (has_children()) {
+        // With no child left there is no descendant left either (lastcall is PID 1 or a
+        // subreaper): the common exit path of a command that left nothing behind skips the
+        // enumeration (a read of cgroup.procs, or of all of /proc for the /proc tracker).
         if (scope == Scope::Group && !main_status_) ::kill(-main_pid_, sig);
-        n = tracker_->signal_all(sig, [this](const ProcInfo& p) { return take_stop(p); });
+        n += tracker_->signal_all(sig, [this](const ProcInfo& p) { return take_stop(p); });
         if (scope == Scope::Tree) {
             rescan_period_ = kDrainRescan;
             next_rescan_ = clock_.now() + rescan_period_;

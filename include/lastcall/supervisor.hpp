@@ -84,8 +84,12 @@ private:
     void on_timer();
     void on_pre_stop_output();
     void forward(int sig, Scope scope);
+    // The first termination signal's fast path to the main child (see supervisor.cpp).
+    void stop_main_child_first(int sig);
     void suspend(int sig);
     void check_tree_gone();
+    // False once waitid says ECHILD: no child, hence no descendant, is left.
+    bool has_children() const;
     void rescan_drain();
     // Filter for the stop signal: true the first time a process (of the kill scope) is seen.
     bool take_stop(const ProcInfo& p);
@@ -120,6 +124,7 @@ private:
     UniqueFd pre_stop_out_;
     std::string pre_stop_partial_;
     bool children_gone_ = false;
+    bool main_stopped_first_ = false;  // the stop signal already reached the main child
     bool gave_up_ = false;
     std::optional<MonoTime> next_rescan_;
     std::chrono::milliseconds rescan_period_{50};
