@@ -84,20 +84,16 @@ fuzz: deps
 
 # Benchmarks against tini, dumb-init and catatonit (issue 8): bench/results/<date>.md + PNGs.
 # QUICK=1 for a smoke run. What is measured is what a user installs (issue 18): /usr/bin/lastcall
-# of the .deb that cpack makes from build-bench (unpacked into build-bench/root), and the
-# static binary of `make static`. The report names both files and the commit.
-bench: deps
-	$(call apt_install,$(BENCH_PKGS) $(PKG_PKGS) valgrind file)
-	cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLASTCALL_TESTS=OFF
-	cmake --build build-bench -j $(JOBS) --target lastcall
-	rm -rf build-bench/packages build-bench/root
-	cpack --config build-bench/CPackConfig.cmake -B build-bench/packages
-	dpkg -x build-bench/packages/lastcall_*.deb build-bench/root
-	$(MAKE) static
-	LASTCALL_STATIC_BIN=$(CURDIR)/build-static/lastcall \
-	  /usr/bin/python3 bench/run.py --lastcall build-bench/root/usr/bin/lastcall \
-	  --lastcall-origin "$$(cd build-bench/packages && ls lastcall_*.deb)" \
-	  $(if $(QUICK),--quick,) $(if $(PROFILE),--profile,)
+# of the .deb (`make package`, unpacked into $(BUILD)/bench-root) and the static binary of `make
+# static`. The report names both files, their sha256 and the commit.
+bench: package static
+	$(call apt_install,$(BENCH_PKGS) valgrind file)
+	rm -rf $(BUILD)/bench-root
+	dpkg -x $$(ls -t $(BUILD)/packages/lastcall_*.deb | head -1) $(BUILD)/bench-root
+	LASTCALL_STATIC_BIN=$(CURDIR)/build-static/lastcall /usr/bin/python3 bench/run.py \
+	  --lastcall $(BUILD)/bench-root/usr/bin/lastcall \
+	  --lastcall-origin "$$(ls -t $(BUILD)/packages/lastcall_*.deb | head -1)" \
+	  $(if $(QUICK),--quick,) $(if $(PROFILE),--profile,) $(BENCH_ARGS)
 
 # The Debian package, in $(BUILD)/packages: /usr/bin/lastcall, lastcall(1), docs and examples.
 package: build
@@ -115,4 +111,4 @@ format:
 	clang-format -i src/*.cpp include/lastcall/*.hpp tests/unit/*.cpp tests/e2e/helpers/*.c
 
 clean:
-	rm -rf $(BUILD) build-san build-tsan build-static build-fuzz build-bench
+	rm -rf $(BUILD) build-san build-tsan build-static build-fuzz

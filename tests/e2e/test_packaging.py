@@ -1,10 +1,10 @@
 """Packaging (issue 4): the man page, the Debian package, the static binary, the deployment examples.
 
 The package is made with cpack from the build under test ($LASTCALL_BUILD) into a temp dir, then
-inspected, unpacked and installed into a temporary root. The static binary is a second CMake build
-(-DLASTCALL_STATIC=ON) in $LASTCALL_BUILD/static-test, incremental on later runs, compiled at
-nice 19 so that the timing-sensitive tests running beside it keep their CPU; set
-LASTCALL_STATIC_BINARY to test a prebuilt one (e.g. build-static/lastcall from `make static`).
+inspected, unpacked and installed into a temporary root. The static binary is tested when
+LASTCALL_STATIC_BINARY names one (`make test-release` passes build-static/lastcall from `make
+static`); LASTCALL_BUILD_STATIC=1 builds one here instead, in $LASTCALL_BUILD/static-test.
+Otherwise those tests skip: `make test` does not compile every source a second time.
 """
 import gzip
 import os
