@@ -111,14 +111,9 @@ Status Supervisor::set_up() {
         return st;
     if (auto st = loop_->watch(timer_->fd(), EPOLLIN, [this](auto) { on_timer(); }); !st)
         return st;
-    if (int fd = tracker_->watch_fd(); fd >= 0) {
-        // EPOLLPRI only: kernfs files always poll readable, the change is signalled as PRI.
-        auto st = loop_->watch(fd, EPOLLPRI, [this](auto) {
-            tracker_->consume_watch();
-            check_tree_gone();
-        });
-        if (!st) return st;
-    }
+    // The tree's events (cgroup.events) are watched from the start of the shutdown only: while
+    // Running nothing acts on them, and the notification that the cgroup became populated woke
+    // the loop once on every start.
     for (auto* c : components_)
         if (auto st = c->attach(*this); !st) return st;
     // A few descriptors held back for the shutdown: signalling a member needs a pidfd and a /proc
@@ -391,6 +386,19 @@ void Supervisor::check_tree_gone() {
     shutdown_.on_tree_empty();
 }
 
+void Supervisor::watch_tree_events() {
+    int fd = tracker_->watch_fd();
+    if (fd < 0) return;
+    // EPOLLPRI only: kernfs files always poll readable, the change is signalled as PRI. A change
+    // since the file was opened is reported at once, so nothing is missed by watching late.
+    auto st = loop_->watch(fd, EPOLLPRI, [this](auto) {
+        tracker_->consume_watch();
+        check_tree_gone();
+    });
+    // Not fatal: the reaper's ECHILD decides when the tree is gone; this only wakes the loop.
+    if (!st) spdlog::warn("tree events will not wake the loop: {}", st.error().message);
+}
+
 bool Supervisor::has_children() const {
     siginfo_t si{};
     return !(::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD);
@@ -458,6 +466,7 @@ void Supervisor::state_changed(State from, State to, Event why) {
     if (from == State::Running) {
         admission_.close();
         for (auto& fd : reserved_fds_) fd.reset();
+        watch_tree_events();
     }
     for (auto* c : components_) c->state_changed(from, to);
     if (why == Event::GiveUp) {

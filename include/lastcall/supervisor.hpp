@@ -90,6 +90,8 @@ private:
     void check_tree_gone();
     // False once waitid says ECHILD: no child, hence no descendant, is left.
     bool has_children() const;
+    // Registers the tracker's watch fd (cgroup.events) on the loop; at the start of the shutdown.
+    void watch_tree_events();
     void rescan_drain();
     // Filter for the stop signal: true the first time a process (of the kill scope) is seen.
     bool take_stop(const ProcInfo& p);
