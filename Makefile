@@ -10,7 +10,7 @@ BENCH_PKGS := tini dumb-init catatonit hyperfine gnuplot-nox
 # cpack's DEB generator: dpkg-shlibdeps (dpkg-dev) computes Depends, file finds the ELF files.
 PKG_PKGS   := dpkg-dev file
 
-.PHONY: all deps build demo test test-sanitize test-tsan fuzz package static bench format clean
+.PHONY: all deps build demo test test-release test-sanitize test-tsan fuzz package static bench format clean
 
 all: build
 
@@ -36,6 +36,14 @@ demo: build
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# The release artifacts, built once each: the static binary (`make static`) and the .deb (cpack in
+# test_packaging), tested by test_packaging against the static binary too. Kept out of `make
+# test`, where a second full build of every source took most of the time; CI runs both.
+test-release: build static
+	$(call apt_install,$(PKG_PKGS))
+	LASTCALL_STATIC_BINARY=$(CURDIR)/build-static/lastcall \
+	  ctest --test-dir $(BUILD) --output-on-failure -R 'e2e: test_packaging'
 
 # The whole suite (unit and end to end) against an ASan+UBSan build, then the threaded unit tests
 # under TSan. Sanitizer reports go to files, not to stderr: an e2e test that expects lastcall to
@@ -75,19 +83,17 @@ fuzz: deps
 	./tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(JOBS)
 
 # Benchmarks against tini, dumb-init and catatonit (issue 8): bench/results/<date>.md + PNGs.
-# QUICK=1 for a smoke run. Builds lastcall in build-bench; uses build-static/lastcall if present,
-# else tries a static build in build-bench-static (reported as missing if it does not link).
-bench: deps
+# QUICK=1 for a smoke run. What is measured is what a user installs (issue 18): /usr/bin/lastcall
+# of the .deb (`make package`, unpacked into $(BUILD)/bench-root) and the static binary of `make
+# static`. The report names both files, their sha256 and the commit.
+bench: package static
 	$(call apt_install,$(BENCH_PKGS) valgrind file)
-	cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=RelWithDebInfo
-	cmake --build build-bench -j $(JOBS) --target lastcall
-	@if [ ! -x build-static/lastcall ]; then \
-	  mkdir -p build-bench-static; \
-	  (cmake -S . -B build-bench-static -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLASTCALL_STATIC=ON -DLASTCALL_TESTS=OFF && \
-	   cmake --build build-bench-static -j $(JOBS) --target lastcall) >build-bench-static/build.log 2>&1 || \
-	  echo "static build of lastcall failed (see build-bench-static/build.log): benchmarking the dynamic one only"; \
-	fi
-	/usr/bin/python3 bench/run.py $(if $(QUICK),--quick,) $(if $(PROFILE),--profile,)
+	rm -rf $(BUILD)/bench-root
+	dpkg -x $$(ls -t $(BUILD)/packages/lastcall_*.deb | head -1) $(BUILD)/bench-root
+	LASTCALL_STATIC_BIN=$(CURDIR)/build-static/lastcall /usr/bin/python3 bench/run.py \
+	  --lastcall $(BUILD)/bench-root/usr/bin/lastcall \
+	  --lastcall-origin "$$(ls -t $(BUILD)/packages/lastcall_*.deb | head -1)" \
+	  $(if $(QUICK),--quick,) $(if $(PROFILE),--profile,) $(BENCH_ARGS)
 
 # The Debian package, in $(BUILD)/packages: /usr/bin/lastcall, lastcall(1), docs and examples.
 package: build

@@ -2,7 +2,9 @@
 """lastcall against tini, dumb-init and catatonit, in one run, alternating them (issue 8).
 
 Usage: bench/run.py [--quick] [--out bench/results] [--lastcall PATH] [--lastcall-static PATH]
-                    [--only startup,sigfwd,reap,drain,escalate,idle] [--profile]
+                    [--lastcall-origin TEXT] [--extra NAME=PATH ...] [--reap-sizes 2000,16384]
+                    [--only startup,sigfwd,reap,drain,escalate,idle,scale] [--profile]
+--extra adds another lastcall binary (an earlier build: before/after in the same run).
 Environment: QUICK=1 is --quick. Writes <out>/<date>.md and <out>/<date>-*.png (gnuplot).
 
 The timing loops live in small C programs (bench/src/*.c) that this script compiles with cc, so
@@ -89,7 +91,7 @@ class Init:
         self.lastcall, self.binary = lastcall, binary or shutil.which(plain[0])
 
 
-def contenders(lc, lc_static):
+def contenders(lc, lc_static, extras=()):
     inits = [
         Init("tini", ["tini", "-s", "--"], ["tini", "-s", "-g", "--"], ["tini", "--"]),
         Init("dumb-init", ["dumb-init", "--"]),
@@ -103,6 +105,8 @@ def contenders(lc, lc_static):
             Init("lastcall-static-proc", [lc_static, "--tracker", "proc", "--"], lastcall=True,
                  binary=lc_static),
         ]
+    for name, path in extras:
+        inits.append(Init(name, [path, "--"], lastcall=True, binary=path))
     return inits
 
 
@@ -147,8 +151,9 @@ def case_reap(bins, inits, sizes, reps):
     res = {i.name: {} for i in inits}
     for n in sizes:
         samples = {i.name: [] for i in inits}
-        # Creating the big tree dominates (tens of seconds on a busy 2-core VM): one run each.
-        for r in range(reps if n <= 2000 else 1):
+        # Creating the big tree dominates (tens of seconds on a busy 2-core VM): above 16,384
+        # one run each.
+        for r in range(reps if n <= 16384 else 1):
             for k in range(len(inits)):
                 i = inits[(r + k) % len(inits)]
                 cmd = ["unshare", "--pid", "--fork", "--mount-proc"] + i.pid1_spec + [
@@ -201,6 +206,54 @@ def case_escalate(bins, inits, n, iters, tmp):
             "per_proc_bytes": (peak - before) * 1024 / n,
         }
     return res
+
+
+def case_scale(bins, lc, sizes, tmp):
+    """Memory and time against the number of tracked descendants (lastcall, default tracker):
+    the drain (every member exits 0-50 ms after its SIGTERM) and the escalation (every member
+    ignores SIGTERM, --grace 1s) of trees of each size, one run each."""
+    out = {}
+    for n in sizes:
+        d = run_driver(bins, ["drain", n, 1, bins["tree"], tmp], [[lc, "--"]])
+        e = run_driver(bins, ["escalate", n, 1, 1000, bins["tree"], tmp], [[lc, "--grace", "1s", "--"]])
+        row = {}
+        if d:
+            row.update(drain_total=int(d[0][2]) / 1e6, drain_overhead=int(d[0][4]) / 1e6)
+        if e:
+            r = e[0]
+            row.update(esc_after_grace=int(r[2]) / 1e6, rss_before=int(r[3]),
+                       rss_peak=max(int(r[4]), int(r[5])))
+        out[n] = row
+        log("scale", n, row)
+    return out
+
+
+def gnuplot_lines(path, title, xlabel, ylabel, points, series):
+    """points: [(x, [y per series])]."""
+    if not shutil.which("gnuplot"):
+        return False
+    dat = path + ".dat"
+    with open(dat, "w") as f:
+        for x, ys in points:
+            f.write("%g %s\n" % (x, " ".join("%g" % (y if y == y else 0) for y in ys)))
+    plots = ", ".join('"%s" using 1:%d with linespoints title "%s"' % (dat, k + 2, c)
+                      for k, c in enumerate(series))
+    script = f"""
+set terminal pngcairo size 900,480 font "sans,10"
+set output "{path}"
+set title "{title}"
+set xlabel "{xlabel}"
+set ylabel "{ylabel}"
+set grid
+set key top left
+set yrange [0:*]
+plot {plots}
+"""
+    r = subprocess.run(["gnuplot"], input=script, text=True, capture_output=True)
+    os.unlink(dat)
+    if r.returncode != 0:
+        log("gnuplot:", r.stderr[:500])
+    return r.returncode == 0
 
 
 def proc_status(pid):
@@ -351,6 +404,18 @@ def machine():
     return info
 
 
+def describe_binary(path):
+    """sha256 prefix, linkage, stripped or not, and the NEEDED libraries."""
+    import hashlib
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    ftext = sh(["file", "-L", path])
+    link = "static" if "statically linked" in ftext else "dynamic"
+    stripped = "stripped" if ", stripped" in ftext else "not stripped"
+    needed = re.findall(r"\(NEEDED\).*\[(.*)\]", sh(["readelf", "-d", path])) if link == "dynamic" else []
+    return f"sha256 {digest}…, {link}, {stripped}" + (f", NEEDED {' '.join(needed)}" if needed else "")
+
+
 def fmt(v, nd=2):
     if v is None or v != v:
         return "–"
@@ -368,7 +433,13 @@ def main():
     ap.add_argument("--lastcall", default=os.environ.get("LASTCALL",
                                                          os.path.join(ROOT, "build-bench", "lastcall")))
     ap.add_argument("--lastcall-static", default=os.environ.get("LASTCALL_STATIC_BIN"))
-    ap.add_argument("--only", default="startup,sigfwd,reap,drain,escalate,idle")
+    ap.add_argument("--only", default="startup,sigfwd,reap,drain,escalate,idle,scale")
+    ap.add_argument("--lastcall-origin", default=os.environ.get("LASTCALL_ORIGIN", ""),
+                    help="where the binary came from (the .deb), for the report")
+    ap.add_argument("--extra", action="append", default=[],
+                    help="NAME=PATH: one more lastcall binary to measure beside the others")
+    ap.add_argument("--reap-sizes", default="")
+    ap.add_argument("--scale-sizes", default="")
     ap.add_argument("--profile", action="store_true", default=os.environ.get("PROFILE") == "1")
     ap.add_argument("--note", default=os.environ.get("BENCH_NOTE", ""))
     a = ap.parse_args()
@@ -377,12 +448,17 @@ def main():
     P = {
         "startup_runs": 30 if q else 300,
         "sigfwd_runs": 30 if q else 300,
-        "reap_sizes": [500, 2000] if q else [2000, 20000],
+        "reap_sizes": [500, 2000] if q else [2000, 16384],
         "reap_reps": 1 if q else 3,
         "drain_n": 200 if q else 1000, "drain_iters": 2 if q else 10,
         "esc_n": 1000 if q else 10000, "esc_iters": 1 if q else 3,
         "idle_s": 5 if q else 30,
+        "scale_sizes": [250, 1000] if q else [1000, 2500, 5000, 10000],
     }
+    if a.reap_sizes:
+        P["reap_sizes"] = [int(x) for x in a.reap_sizes.split(",")]
+    if a.scale_sizes:
+        P["scale_sizes"] = [int(x) for x in a.scale_sizes.split(",")]
     # The machine must hold the escalation tree (plus everything else running on it).
     limits = {
         "pid_max": int(open("/proc/sys/kernel/pid_max").read()),
@@ -396,6 +472,7 @@ def main():
             notes.append(f"{key} scaled down from {P[key]} to {cap} (pid_max/threads-max/ulimit -u)")
             P[key] = cap
     P["reap_sizes"] = [min(s, cap) for s in P["reap_sizes"]]
+    P["scale_sizes"] = [min(s, cap) for s in P["scale_sizes"]]
 
     lc = os.path.abspath(a.lastcall)
     if not os.access(lc, os.X_OK):
@@ -405,7 +482,8 @@ def main():
         notes.append(static_note)
     tmp = tempfile.mkdtemp(prefix="lastcall-bench-")
     bins = build_helpers(os.path.join(tmp, "bin"))
-    inits = contenders(lc, lc_static)
+    extras = [tuple(e.split("=", 1)) for e in a.extra]
+    inits = contenders(lc, lc_static, [(n, os.path.abspath(p)) for n, p in extras])
     results = {"params": P, "limits": limits}
     t_start = time.time()
     if "startup" in only:
@@ -429,6 +507,9 @@ def main():
     if "idle" in only:
         log("idle:", P["idle_s"], "s")
         results["idle"] = case_idle(inits, P["idle_s"])
+    if "scale" in only:
+        log("scale:", P["scale_sizes"])
+        results["scale"] = case_scale(bins, lc, P["scale_sizes"], tmp)
     if a.profile:
         log("callgrind of lastcall -- /bin/true")
         results["profile"] = case_profile(lc, tmp)
@@ -449,8 +530,13 @@ def write_report(a, R, inits, notes, lc, lc_static):
     md += ["## Machine", "",
            f"- CPU: {M['cpu']} ({M['cores']} cores in /proc/cpuinfo), memory {M['mem']}",
            f"- `uname -a`: {M['uname']}",
-           f"- lastcall commit {M['commit']}; binary `{os.path.relpath(lc, ROOT)}`"
-           + (f", static `{os.path.relpath(lc_static, ROOT)}`" if lc_static else ""),
+           f"- lastcall commit {M['commit']}",
+           f"- `lastcall`: `{os.path.relpath(lc, ROOT)}`" + (f" from {a.lastcall_origin}" if a.lastcall_origin else "")
+           + f", {os.path.getsize(lc):,} bytes, {describe_binary(lc)}",
+           (f"- `lastcall-static`: `{os.path.relpath(lc_static, ROOT)}`, {os.path.getsize(lc_static):,} bytes, "
+            f"{describe_binary(lc_static)}" if lc_static else "- `lastcall-static`: none"),
+           ] + [f"- `{i.name}`: `{i.binary}`, {os.path.getsize(i.binary):,} bytes, {describe_binary(i.binary)}"
+                for i in inits if i.lastcall and i.binary not in (lc, lc_static)] + [
            f"- peers (Debian): {M['peers']}",
            f"- limits: pid_max {R['limits']['pid_max']}, threads-max {R['limits']['threads_max']}, "
            f"ulimit -u {R['limits']['ulimit_u']}",
@@ -468,14 +554,19 @@ def write_report(a, R, inits, notes, lc, lc_static):
         S = R["startup"]
         bare, tini = S["/bin/true (bare)"]["median"], S["tini"]["median"]
         md += [f"## 1. Start-up: `INIT -- /bin/true` ({P['startup_runs']} runs each)", "",
-               "Wall time from spawn to reaped exit, stdout/stderr to /dev/null.", "",
-               "| init | median ms | p95 ms | x tini | x bare /bin/true |", "|---|---:|---:|---:|---:|"]
+               "Wall time from spawn to reaped exit, stdout/stderr to /dev/null. Overhead = median "
+               "minus bare /bin/true's median.", "",
+               "| init | median ms | p95 ms | overhead ms | overhead x catatonit |",
+               "|---|---:|---:|---:|---:|"]
+        cat_over = S["catatonit"]["median"] - bare
         for name, s in S.items():
             md.append(f"| {name} | {fmt(s['median'], 3)} | {fmt(s['p95'], 3)} | "
-                      f"{fmt(s['median'] / tini)} | {fmt(s['median'] / bare)} |")
+                      f"{fmt(s['median'] - bare, 3)} | {fmt((s['median'] - bare) / cat_over)} |")
+        cat = S["catatonit"]["median"] - bare
         for name in [i.name for i in inits if i.lastcall]:
-            r = S[name]["median"] / tini
-            targets.append((f"start-up {name} <= 1.0x tini", f"{r:.2f}x", r <= 1.0))
+            over = S[name]["median"] - bare
+            targets.append((f"start-up overhead {name} <= catatonit's",
+                            f"{over:.3f} vs {cat:.3f} ms ({over / cat:.2f}x)", over <= cat))
         gnuplot_bars(base + "-startup.png", "Start-up: INIT -- /bin/true", "ms",
                      [(k, [v["median"], v["p95"]]) for k, v in S.items()], ["median", "p95"])
         md += ["", f"![start-up]({os.path.basename(base)}-startup.png)", ""]
@@ -495,8 +586,11 @@ def write_report(a, R, inits, notes, lc, lc_static):
                       f"{x['anon_kb']:,} | {x['pss_kb']:,} |")
         for i in inits:
             if i.lastcall:
-                d = (I[i.name]["hwm_kb"] - I["tini"]["hwm_kb"]) / 1024
-                targets.append((f"peak RSS {i.name} <= tini + 1 MiB", f"tini {d:+.2f} MiB", d <= 1.0))
+                static = "statically linked" in sh(["file", "-L", i.binary])
+                limit = 1024 if static else 1536
+                hwm = I[i.name]["hwm_kb"]
+                targets.append((f"peak RSS {i.name} <= {limit / 1024:.1f} MiB",
+                                f"{hwm / 1024:.2f} MiB", hwm <= limit))
         gnuplot_bars(base + "-memory.png", "Peak RSS of the idle init (VmHWM)", "KiB",
                      [(i.name, [I[i.name]["hwm_kb"], I[i.name]["pss_kb"]]) for i in inits],
                      ["VmHWM", "PSS"])
@@ -511,10 +605,11 @@ def write_report(a, R, inits, notes, lc, lc_static):
                "| init | median µs | p99 µs |", "|---|---:|---:|"]
         for name, s in S.items():
             md.append(f"| {name} | {fmt(s['median'], 1)} | {fmt(s['p99'], 1)} |")
+        best = min(S[p]["median"] for p in ("tini", "dumb-init", "catatonit"))
         for name in [i.name for i in inits if i.lastcall]:
-            ok = S[name]["median"] <= S["tini"]["median"]
-            targets.append((f"forward latency {name} median <= tini",
-                            f"{S[name]['median']:.0f} vs {S['tini']['median']:.0f} µs", ok))
+            ok = S[name]["median"] <= best
+            targets.append((f"forward latency {name} median <= best peer",
+                            f"{S[name]['median']:.0f} vs {best:.0f} µs", ok))
         gnuplot_bars(base + "-sigfwd.png", "SIGTERM forward latency", "µs",
                      [(k, [v["median"], v["p99"]]) for k, v in S.items()], ["median", "p99"])
         md += ["", f"![signal forward]({os.path.basename(base)}-sigfwd.png)", ""]
@@ -526,7 +621,7 @@ def write_report(a, R, inits, notes, lc, lc_static):
                "`unshare --pid --fork --mount-proc INIT -- orphans N`: N double-forked grandchildren "
                "block on a pipe; when it closes they all exit and become zombies of PID 1. Time from "
                "the close until /proc of the namespace shows only PID 1 and the orphan maker "
-               f"(polled every 0.5 ms); median of {P['reap_reps']} runs (1 run above 2,000).", "",
+               f"(polled every 0.5 ms); median of {P['reap_reps']} runs (1 run above 16,384).", "",
                "| init | " + " | ".join(f"{n:,} orphans: reaped/s" for n in sizes) + " |",
                "|---|" + "---:|" * len(sizes)]
         for name, by in Rp.items():
@@ -534,10 +629,10 @@ def write_report(a, R, inits, notes, lc, lc_static):
         for name in Rp:
             if name.startswith("lastcall"):
                 for n in sizes:
-                    ok = by_ok = Rp[name][n]["median"] >= Rp["tini"][n]["median"]
-                    del by_ok
-                    targets.append((f"reap throughput {name} at {n:,} >= tini",
-                                    f"{Rp[name][n]['median'] / Rp['tini'][n]['median']:.2f}x tini", ok))
+                    best = max(Rp[p][n]["median"] for p in ("tini", "dumb-init", "catatonit"))
+                    ok = Rp[name][n]["median"] >= best
+                    targets.append((f"reap throughput {name} at {n:,} >= best peer",
+                                    f"{Rp[name][n]['median'] / best:.2f}x best peer", ok))
         gnuplot_bars(base + "-reap.png", "Orphans reaped per second as PID 1", "orphans/s",
                      [(k, [v[n]["median"] for n in sizes]) for k, v in Rp.items()],
                      [f"{n} orphans" for n in sizes])
@@ -602,6 +697,38 @@ def write_report(a, R, inits, notes, lc, lc_static):
             if i.lastcall:
                 targets.append((f"zero wakeups while idle: {i.name}", str(x["vol"]), x["vol"] == 0))
         md.append("")
+
+    if "scale" in R:
+        Sc = R["scale"]
+        sizes = sorted(Sc)
+        md += ["## 8. Cost per tracked process (lastcall, default tracker, one run per size)", "",
+               "Drain: every member exits 0-50 ms after its SIGTERM; overhead = lastcall's exit minus "
+               "the slowest member's. Escalation: every member ignores SIGTERM, `--grace 1s`; time from "
+               "the grace expiry to lastcall's exit; RSS sampled every 20 ms.", "",
+               "| tracked processes | drain total ms | drain overhead ms | escalation after grace ms | "
+               "RSS before KiB | RSS peak KiB |", "|---:|---:|---:|---:|---:|---:|"]
+        for n in sizes:
+            x = Sc[n]
+            md.append(f"| {n:,} | {fmt(x.get('drain_total'))} | {fmt(x.get('drain_overhead'))} | "
+                      f"{fmt(x.get('esc_after_grace'))} | {x.get('rss_before', 0):,} | "
+                      f"{x.get('rss_peak', 0):,} |")
+        pts = [(n, Sc[n]) for n in sizes if "rss_peak" in Sc[n]]
+        if len(pts) >= 2:
+            (n0, a0), (n1, a1) = pts[0], pts[-1]
+            per = (a1["rss_peak"] - a0["rss_peak"]) * 1024 / (n1 - n0)
+            md += ["", f"Growth of the peak RSS between {n0:,} and {n1:,} processes: "
+                       f"**{per:,.0f} bytes per tracked process**."]
+        gnuplot_lines(base + "-scale-rss.png", "lastcall peak RSS against tracked processes",
+                      "tracked processes", "KiB",
+                      [(n, [Sc[n].get("rss_before", float("nan")), Sc[n].get("rss_peak", float("nan"))])
+                       for n in sizes], ["RSS before SIGTERM", "RSS peak during the teardown"])
+        gnuplot_lines(base + "-scale-time.png", "lastcall teardown time against tracked processes",
+                      "tracked processes", "ms",
+                      [(n, [Sc[n].get("drain_total", float("nan")),
+                            Sc[n].get("esc_after_grace", float("nan"))]) for n in sizes],
+                      ["drain: SIGTERM to exit", "escalation: grace expiry to exit"])
+        md += ["", f"![scale rss]({os.path.basename(base)}-scale-rss.png)",
+               f"![scale time]({os.path.basename(base)}-scale-time.png)", ""]
 
     if R.get("profile"):
         md += ["## Profile: `valgrind --tool=callgrind lastcall -- /bin/true` (inclusive Ir)", "",

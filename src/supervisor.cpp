@@ -131,14 +131,9 @@ Status Supervisor::set_up() {
         return st;
     if (auto st = loop_->watch(timer_->fd(), EPOLLIN, [this](auto) { on_timer(); }); !st)
         return st;
-    if (int fd = tracker_->watch_fd(); fd >= 0) {
-        // EPOLLPRI only: kernfs files always poll readable, the change is signalled as PRI.
-        auto st = loop_->watch(fd, EPOLLPRI, [this](auto) {
-            tracker_->consume_watch();
-            check_tree_gone();
-        });
-        if (!st) return st;
-    }
+    // The tree's events (cgroup.events) are watched from the start of the shutdown only: while
+    // Running nothing acts on them, and the notification that the cgroup became populated woke
+    // the loop once on every start.
     for (auto* c : components_)
         if (auto st = c->attach(*this); !st) return st;
     // A few descriptors held back for the shutdown: signalling a member needs a pidfd and a /proc
@@ -348,6 +343,7 @@ void Supervisor::log_forward(const SignalAction& a) {
 }
 
 void Supervisor::start_or_escalate(int sig, MonoTime arrival) {
+    if (shutdown_.state() == State::Running) stop_main_child_first(sig);
     // Logged before the state machine runs, so the log reads cause first, then effects.
     if (shutdown_.state() == State::Running)
         spdlog::info("received {}: starting shutdown (grace {})", signal_name(sig),
@@ -375,6 +371,22 @@ void Supervisor::start_or_escalate(int sig, MonoTime arrival) {
             spdlog::debug("received {}: already forcing", signal_name(sig));
             break;
     }
+}
+
+void Supervisor::stop_main_child_first(int sig) {
+    // When the shutdown will signal the tree at once (no drain delay, readiness file, pre-stop
+    // hook or ordered stop of --config services before it), the main child gets the stop signal
+    // through the pidfd it already has, before any bookkeeping: the log lines, the state machine,
+    // the enumeration of the rest of the tree and its pidfds. signal_tree() then skips it: each
+    // process gets the stop signal once.
+    if (main_status_ || !main_pidfd_ || opts_.drain_delay.count() > 0 || !opts_.pre_stop.empty() ||
+        !opts_.ready_file.empty() || !opts_.config_path.empty())
+        return;
+    int stop = opts_.stop_signal ? opts_.stop_signal : sig;
+    if (!send_via_pidfd(main_pidfd_.get(), stop)) return;
+    if (needs_sigcont(stop)) send_via_pidfd(main_pidfd_.get(), SIGCONT);
+    main_stopped_first_ = true;
+    if (auto info = read_proc_stat(main_pid_)) book_.observe(*info).stop_signal = stop;
 }
 
 void Supervisor::forward(int sig, Scope scope) {
@@ -474,6 +486,24 @@ void Supervisor::check_tree_gone() {
     shutdown_.on_tree_empty();
 }
 
+void Supervisor::watch_tree_events() {
+    int fd = tracker_->watch_fd();
+    if (fd < 0) return;
+    // EPOLLPRI only: kernfs files always poll readable, the change is signalled as PRI. A change
+    // since the file was opened is reported at once, so nothing is missed by watching late.
+    auto st = loop_->watch(fd, EPOLLPRI, [this](auto) {
+        tracker_->consume_watch();
+        check_tree_gone();
+    });
+    // Not fatal: the reaper's ECHILD decides when the tree is gone; this only wakes the loop.
+    if (!st) spdlog::warn("tree events will not wake the loop: {}", st.error().message);
+}
+
+bool Supervisor::has_children() const {
+    siginfo_t si{};
+    return !(::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD);
+}
+
 void Supervisor::on_timer() {
     timer_->consume();
     shutdown_.on_timer();
@@ -523,6 +553,7 @@ void Supervisor::state_changed(State from, State to, Event why) {
     if (from == State::Running) {
         admission_.close();
         for (auto& fd : reserved_fds_) fd.reset();
+        watch_tree_events();
     }
     for (auto* c : components_) c->state_changed(from, to);
     if (to == State::Forcing)
@@ -585,14 +616,17 @@ void Supervisor::signal_tree(int sig) {
     Scope scope = effective_scope();
     stop_signal_ = sig;
     stop_scope_ = scope;
-    int n = 0;
+    int n = main_stopped_first_ ? 1 : 0;
     if (scope == Scope::Child) {
-        if (main_pidfd_ && send_via_pidfd(main_pidfd_.get(), sig)) {
+        if (!main_stopped_first_ && main_pidfd_ && send_via_pidfd(main_pidfd_.get(), sig)) {
             if (needs_sigcont(sig)) send_via_pidfd(main_pidfd_.get(), SIGCONT);
             if (auto info = read_proc_stat(main_pid_)) book_.observe(*info).stop_signal = sig;
             n = 1;
         }
-    } else {
+    } else if (has_children()) {
+        // With no child left there is no descendant left either (lastcall is PID 1 or a
+        // subreaper): the common exit path of a command that left nothing behind skips the
+        // enumeration (a read of cgroup.procs, or of all of /proc for the /proc tracker).
         // The stop primitive: once to each member, SIGCONT after it, passes until nobody new.
         // No kill(-pgid) first: a process would get it twice. No rescans later: a process born
         // after this is a cleanup helper, and the kill at grace end covers it.
@@ -600,7 +634,7 @@ void Supervisor::signal_tree(int sig) {
         StopPassIo io{[this] { return tracker_->members(); }, signal_exact,
                       [&] { return clock_.now() >= budget_end; }};
         auto result = send_stop_signal(io, sig, [this](const ProcInfo& p) { return take_stop(p); });
-        n = result.signalled;
+        n += result.signalled;
         if (!result.settled)
             spdlog::warn("processes kept appearing while {} went out: the rest is killed at the "
                          "end of the grace",

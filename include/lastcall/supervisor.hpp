@@ -106,8 +106,14 @@ private:
     void on_timer();
     void on_pre_stop_output();
     void forward(int sig, Scope scope);
+    // The first termination signal's fast path to the main child (see supervisor.cpp).
+    void stop_main_child_first(int sig);
     void suspend(int sig);
     void check_tree_gone();
+    // False once waitid says ECHILD: no child, hence no descendant, is left.
+    bool has_children() const;
+    // Registers the tracker's watch fd (cgroup.events) on the loop; at the start of the shutdown.
+    void watch_tree_events();
     // Filter for the stop signal: true the first time a process (of the kill scope) is seen.
     bool take_stop(const ProcInfo& p);
     void rearm_timer();
@@ -145,6 +151,7 @@ private:
     UniqueFd pre_stop_out_;
     std::string pre_stop_partial_;
     bool children_gone_ = false;
+    bool main_stopped_first_ = false;  // the stop signal already reached the main child
     bool gave_up_ = false;
     std::set<pid_t> helper_sessions_;  // sessions of lastcall's own helpers
     struct Flood {

@@ -95,6 +95,16 @@ namespace {
 ParsedCommandLine parse_native(const std::vector<std::string>& args,
                                std::set<std::string>* prefix) {
     Options o;
+    // The common case, `lastcall -- CMD...` or `lastcall CMD...` without a single option, has
+    // nothing to parse: building the CLI11 parser alone was most of lastcall's own start-up work
+    // (bench/results/2026-12-03.md). Options' defaults are the documented ones.
+    // Not under a peer's name (`tini -- app` is tini's command line, not lastcall's).
+    bool dashdash = args.size() >= 3 && args[1] == "--";
+    if (!prefix && !compat_mode_for_program(args[0]) &&
+        (dashdash || (args.size() >= 2 && !args[1].empty() && args[1][0] != '-'))) {
+        o.command.assign(args.begin() + (dashdash ? 2 : 1), args.end());
+        return {std::move(o), 0};
+    }
     CLI::App app{
         "lastcall: an init and process supervisor that shuts a whole process tree down within a "
         "budget and records how it ended.\nUsage: lastcall [OPTIONS] -- COMMAND [ARGS...]",

@@ -6,13 +6,12 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
-#ifndef LASTCALL_NO_LIBSYSTEMD
-#include <spdlog/sinks/systemd_sink.h>
-#endif
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -193,7 +192,68 @@ class PeerSink final : public spdlog::sinks::base_sink<spdlog::details::null_mut
     CompatMode mode_;
 };
 
+// journald's native protocol, spoken directly: one datagram per line to its socket. Linking
+// libsystemd for sd_journal_send would load it and its six dependencies into every run, also the
+// ones that never log to the journal; this costs nothing until the first line.
+class JournalSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
+public:
+    explicit JournalSink(std::string socket_path) : path_(std::move(socket_path)) {}
+
+protected:
+    void sink_it_(const spdlog::details::log_msg& msg) override {
+        std::string entry = journal_entry(syslog_priority(msg.level),
+                                          std::string_view(msg.payload.data(), msg.payload.size()));
+        if (!fd_) fd_.reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        if (fd_ && path_.size() < sizeof addr.sun_path) {
+            path_.copy(addr.sun_path, path_.size());
+            if (::sendto(fd_.get(), entry.data(), entry.size(), MSG_NOSIGNAL,
+                         reinterpret_cast<const sockaddr*>(&addr), sizeof addr) >= 0)
+                return;
+        }
+        // journald gone or the line too long for one datagram: stderr still reaches it.
+        std::string line = "lastcall: " + std::string(msg.payload.data(), msg.payload.size()) + "\n";
+        std::fwrite(line.data(), 1, line.size(), stderr);
+    }
+    void flush_() override {}
+
+private:
+    static int syslog_priority(spdlog::level::level_enum l) {
+        switch (l) {
+            case spdlog::level::critical: return 2;
+            case spdlog::level::err: return 3;
+            case spdlog::level::warn: return 4;
+            case spdlog::level::info: return 6;
+            default: return 7;
+        }
+    }
+    std::string path_;
+    UniqueFd fd_;
+};
+
 }  // namespace
+
+std::string journal_entry(int priority, std::string_view message) {
+    std::string out = "PRIORITY=" + std::to_string(priority) + "\nSYSLOG_IDENTIFIER=lastcall\n";
+    if (message.find('\n') == std::string_view::npos) {
+        out += "MESSAGE=";
+        out += message;
+    } else {
+        // A value with a newline is sent as the name, a newline, its length as 64-bit little
+        // endian, then the bytes.
+        out += "MESSAGE\n";
+        std::uint64_t n = message.size();
+        for (int i = 0; i < 8; ++i) out += static_cast<char>((n >> (8 * i)) & 0xff);
+        out += message;
+    }
+    out += '\n';
+    return out;
+}
+
+spdlog::sink_ptr make_journal_sink(const std::string& socket_path) {
+    return std::make_shared<JournalSink>(socket_path);
+}
 
 bool journal_stream_matches(const char* journal_stream, int fd) {
     if (!journal_stream) return false;
@@ -216,11 +276,9 @@ void setup_logging(const Options& options) {
     writer().open();
     std::shared_ptr<spdlog::logger> logger;
     spdlog::sink_ptr journal;
-#ifndef LASTCALL_NO_LIBSYSTEMD
     // journald stores the priority and identifier as fields; a formatted line would bury them.
     if (journal_stream_matches(std::getenv("JOURNAL_STREAM"), STDERR_FILENO))
-        journal = std::make_shared<spdlog::sinks::systemd_sink_st>("lastcall");
-#endif
+        journal = make_journal_sink("/run/systemd/journal/socket");
     if (journal) {
         logger = std::make_shared<spdlog::logger>("lastcall", journal);
     } else if (options.compat != CompatMode::None && options.log_format == LogFormat::Text) {

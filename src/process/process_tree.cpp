@@ -18,6 +18,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -444,29 +445,51 @@ int Tracker::signal_all(int sig, const MemberFilter& filter, int max_passes) {
     return total;
 }
 
+namespace {
+
+// The next space-separated word of `line` from `pos` (mountinfo escapes spaces inside a field).
+std::string_view next_word(std::string_view line, std::size_t& pos) {
+    while (pos < line.size() && line[pos] == ' ') ++pos;
+    std::size_t end = line.find(' ', pos);
+    if (end == std::string_view::npos) end = line.size();
+    std::string_view word = line.substr(pos, end - pos);
+    pos = end;
+    return word;
+}
+
+}  // namespace
+
 Result<std::string> own_cgroup_dir() {
+    // Plain string_view scanning: this runs on every start, and string streams cost ~100,000
+    // instructions here (callgrind, bench/results/2026-12-03.md).
     // "0::/path" is the cgroup2 line of /proc/self/cgroup.
     std::string rel;
     {
-        std::istringstream in(read_small_file("/proc/self/cgroup"));
-        std::string line;
-        while (std::getline(in, line))
-            if (line.rfind("0::", 0) == 0) rel = line.substr(3);
+        std::string text = read_small_file("/proc/self/cgroup");
+        std::string_view rest(text);
+        while (!rest.empty()) {
+            std::size_t nl = rest.find('\n');
+            std::string_view line = rest.substr(0, nl);
+            rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+            if (line.starts_with("0::")) rel = std::string(line.substr(3));
+        }
     }
     if (rel.empty()) return Error{"no cgroup2 entry in /proc/self/cgroup"};
     // mountinfo: id parent major:minor root mountpoint options... - fstype source superopts
-    std::istringstream in(read_small_file("/proc/self/mountinfo"));
-    std::string line;
-    while (std::getline(in, line)) {
+    std::string text = read_small_file("/proc/self/mountinfo");
+    std::string_view rest(text);
+    while (!rest.empty()) {
+        std::size_t nl = rest.find('\n');
+        std::string_view line = rest.substr(0, nl);
+        rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
         auto dash = line.find(" - ");
-        if (dash == std::string::npos) continue;
-        std::istringstream tail(line.substr(dash + 3));
-        std::string fstype;
-        tail >> fstype;
-        if (fstype != "cgroup2") continue;
-        std::istringstream head(line.substr(0, dash));
-        std::string id, parent, dev, root, mountpoint;
-        head >> id >> parent >> dev >> root >> mountpoint;
+        if (dash == std::string_view::npos) continue;
+        std::size_t tail = dash + 3;
+        if (next_word(line, tail) != "cgroup2") continue;
+        std::size_t head = 0;
+        for (int i = 0; i < 3; ++i) next_word(line, head);  // id, parent, major:minor
+        std::string root(next_word(line, head));
+        std::string mountpoint(next_word(line, head));
         // The mount shows the hierarchy from `root` down; our path must be inside it.
         if (root != "/" && rel.rfind(root, 0) != 0) continue;
         std::string inside = root == "/" ? rel : rel.substr(root.size());

@@ -8,7 +8,15 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
     for (int pass = 0; pass < max_passes; ++pass) {
         if (pass > 0 && io.out_of_time && io.out_of_time()) break;
         int fresh = 0;
+        bool cut = false;
         for (const auto& p : io.members()) {
+            // Also inside a pass: under a fork bomb one pass over thousands of members, each
+            // a pidfd, a /proc read and two signals, can outlast the grace. Whoever is left is
+            // covered by the kill at grace end.
+            if (io.out_of_time && (result.signalled & 15) == 15 && io.out_of_time()) {
+                cut = true;
+                break;
+            }
             if (!take(p)) continue;
             ++fresh;
             if (!io.send(p, sig)) continue;  // gone meanwhile: nothing to stop
@@ -16,6 +24,7 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
             // The stop signal is pending on a stopped process until it runs again.
             if (needs_sigcont(sig)) io.send(p, SIGCONT);
         }
+        if (cut) break;
         if (fresh == 0) {
             result.settled = true;
             break;

@@ -406,7 +406,9 @@ class EmergencyTest(EndingsTestCase):
         code = run.wait()
         out = run.output()
         self.assertIn("emergency teardown: std::bad_alloc", out)
-        self.assertEqual(code, 128 + signal.SIGKILL, out)  # the main child's: it was SIGKILLed
+        # The main child's code: SIGTERM reaches it first, before any allocation (the hot path
+        # of the first stop signal), or the emergency's SIGKILL does.
+        self.assertIn(code, (128 + signal.SIGTERM, 128 + signal.SIGKILL), out)
         report = self.read_report()
         self.assertTrue(report["emergency"])
         self.assertEqual(report["verdict"], "forced")

@@ -201,3 +201,32 @@ TEST_CASE("JOURNAL_STREAM matches only the device and inode of the given fd", "[
     CHECK_FALSE(journal_stream_matches("", w.get()));
     CHECK_FALSE(journal_stream_matches(nullptr, w.get()));
 }
+
+TEST_CASE("journal lines reach the journal socket in the native protocol", "[notifier][log]") {
+    char base[] = "/tmp/lc-journal-XXXXXX";
+    REQUIRE(::mkdtemp(base));
+    std::string path = std::string(base) + "/socket";
+    UniqueFd sock(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    REQUIRE(sock);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    path.copy(addr.sun_path, path.size());
+    REQUIRE(::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+
+    spdlog::logger logger("journal-test", make_journal_sink(path));
+    logger.warn("tree of {} processes", 3);
+    logger.info("two\nlines");
+    char buf[512];
+    ssize_t n = ::recv(sock.get(), buf, sizeof buf, MSG_DONTWAIT);
+    REQUIRE(n > 0);
+    CHECK(std::string(buf, static_cast<size_t>(n)) ==
+          "PRIORITY=4\nSYSLOG_IDENTIFIER=lastcall\nMESSAGE=tree of 3 processes\n");
+    n = ::recv(sock.get(), buf, sizeof buf, MSG_DONTWAIT);
+    REQUIRE(n > 0);
+    std::string multi(buf, static_cast<size_t>(n));
+    CHECK(multi == journal_entry(6, "two\nlines"));
+    CHECK(multi == std::string("PRIORITY=6\nSYSLOG_IDENTIFIER=lastcall\nMESSAGE\n\x09\0\0\0\0\0\0\0two\nlines\n",
+                      64));
+    ::unlink(path.c_str());
+    ::rmdir(base);
+}

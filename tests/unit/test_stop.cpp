@@ -122,7 +122,7 @@ TEST_CASE("a refused member (lastcall's own helper) is never signalled") {
     CHECK(r.signalled >= 1);
 }
 
-TEST_CASE("no pass starts once the time budget is spent, but the first one always runs") {
+TEST_CASE("no pass starts once the time budget is spent, and a long pass is cut") {
     FakeTree tree;
     tree.live = {proc(10), proc(11)};
     tree.births = 100;
@@ -133,4 +133,18 @@ TEST_CASE("no pass starts once the time budget is spent, but the first one alway
                               [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
     CHECK_FALSE(r.settled);
     CHECK(r.signalled == 2);
+}
+
+TEST_CASE("a pass over thousands of members stops when the budget runs out") {
+    FakeTree tree;
+    for (pid_t p = 1; p <= 5000; ++p) tree.live.push_back(proc(p));
+    std::set<ProcKey> had;
+    StopPassIo io = tree.io();
+    int calls = 0;
+    io.out_of_time = [&] { return ++calls > 2; };
+    auto r = send_stop_signal(io, SIGTERM,
+                              [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
+    CHECK_FALSE(r.settled);
+    CHECK(r.signalled < 5000);
+    CHECK(r.signalled >= 16);
 }

@@ -6,12 +6,13 @@
 #include "lastcall/cli/options.hpp"
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace lastcall {
 
 // Under systemd with stderr connected to journald (JOURNAL_STREAM names stderr's device and inode),
-// lines go to the journal with their priority; otherwise text or JSON lines on stderr. The static
-// build has no journal sink and keeps the text format.
+// lines go to the journal with their priority; otherwise text or JSON lines on stderr.
 void setup_logging(const Options& options);
 
 // Log lines to stderr never block the loop: they are written without blocking (a new open file
@@ -25,6 +26,12 @@ std::uint64_t log_lines_waiting();
 // At exit: tries to write the backlog for at most max_wait (a reader that stopped reading does not
 // hold the exit longer).
 void flush_log_backlog(std::chrono::milliseconds max_wait);
+// One journald native-protocol datagram: PRIORITY, SYSLOG_IDENTIFIER=lastcall and MESSAGE (in the
+// length-prefixed form when it holds a newline).
+std::string journal_entry(int priority, std::string_view message);
+// A sink that sends each line as such a datagram to socket_path (journald's is
+// /run/systemd/journal/socket); lines it cannot send go to stderr.
+spdlog::sink_ptr make_journal_sink(const std::string& socket_path);
 
 // True when journal_stream ("DEV:INODE", as systemd sets JOURNAL_STREAM) names fd's open file.
 bool journal_stream_matches(const char* journal_stream, int fd);

@@ -42,9 +42,10 @@ struct StopPassResult {
 struct StopPassIo {
     std::function<std::vector<ProcInfo>()> members;     // the unit's live members
     std::function<bool(const ProcInfo&, int)> send;      // signal_exact in production
-    // True once no further pass may start (a time budget: each pass over a 10,000-process
-    // tree takes tens of milliseconds, and the loop must get back to its grace timer). The
-    // first pass always runs to its end. Null: only max_passes bounds the passes.
+    // True once the passes must end (a time budget: each pass over a 10,000-process tree takes
+    // tens of milliseconds, more under a fork bomb, and the loop must get back to its grace
+    // timer). Checked before each pass after the first and every 16 signalled members within a
+    // pass. Null: only max_passes bounds the passes.
     std::function<bool()> out_of_time;
 };
 

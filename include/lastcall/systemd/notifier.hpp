@@ -3,9 +3,9 @@
 // With --ready-on notify it also relays the child's own messages through a proxy socket
 // (notify_proxy.hpp): systemd only trusts its main pid, and MAINPID stays lastcall's.
 //
-// The datagram goes out through one small interface, NotifyChannel: libsystemd's sd_notify() in
-// the ordinary build, a direct sendto() in the static build (LASTCALL_NO_LIBSYSTEMD). Both behave
-// the same, so the same end-to-end tests cover both binaries.
+// The datagram goes out through one small interface, NotifyChannel: a direct sendto()
+// (LASTCALL_NO_LIBSYSTEMD, the default and the static build), or libsystemd's sd_notify() in a
+// -DLASTCALL_SHARED_DEPS=ON build. Both behave the same, so the same end-to-end tests cover both.
 #pragma once
 
 #include <sys/types.h>

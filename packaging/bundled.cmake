@@ -1,0 +1,31 @@
+# spdlog, fmt, toml++ and SQLite compiled into lastcall instead of loaded as shared libraries (the
+# default, and the static build): included from the top CMakeLists.txt before lastcall_core is
+# defined; it replaces entries of LASTCALL_DEPS.
+# - spdlog and fmt are used header-only (spdlog without SPDLOG_COMPILED_LIB, FMT_HEADER_ONLY);
+# - toml++ is header-only unless TOML_HEADER_ONLY=0, which is what its pkg-config file adds, so
+#   only its include directory is taken;
+# - SQLite comes from libsqlite3.a (libsqlite3-dev): Debian's libsqlite3.so is linked with
+#   BIND_NOW, so loading it cost ~1,600 symbol lookups on every start, whether or not a job ledger
+#   is ever opened. The archive references dlopen (the linker warns in static links) for loadable
+#   extensions only, which lastcall never enables.
+find_package(fmt REQUIRED)
+find_package(Threads REQUIRED)
+
+add_library(lastcall_bundled_spdlog INTERFACE)
+target_compile_definitions(lastcall_bundled_spdlog INTERFACE SPDLOG_FMT_EXTERNAL)
+get_target_property(_spdlog_includes spdlog::spdlog_header_only INTERFACE_INCLUDE_DIRECTORIES)
+target_include_directories(lastcall_bundled_spdlog INTERFACE ${_spdlog_includes})
+target_link_libraries(lastcall_bundled_spdlog INTERFACE fmt::fmt-header-only Threads::Threads)
+
+add_library(lastcall_bundled_tomlpp INTERFACE)
+target_include_directories(lastcall_bundled_tomlpp INTERFACE ${TOMLPP_INCLUDE_DIRS})
+
+find_library(LASTCALL_SQLITE3_ARCHIVE NAMES libsqlite3.a REQUIRED)
+add_library(lastcall_bundled_sqlite3 INTERFACE)
+target_include_directories(lastcall_bundled_sqlite3 INTERFACE ${SQLite3_INCLUDE_DIRS})
+target_link_libraries(lastcall_bundled_sqlite3 INTERFACE ${LASTCALL_SQLITE3_ARCHIVE} m
+                      Threads::Threads ${CMAKE_DL_LIBS})
+
+list(TRANSFORM LASTCALL_DEPS REPLACE "^spdlog::spdlog$" lastcall_bundled_spdlog)
+list(TRANSFORM LASTCALL_DEPS REPLACE "^SQLite::SQLite3$" lastcall_bundled_sqlite3)
+list(TRANSFORM LASTCALL_DEPS REPLACE "^PkgConfig::TOMLPP$" lastcall_bundled_tomlpp)

@@ -1,0 +1,65 @@
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "lastcall/cli/cli.hpp"
+
+using namespace lastcall;
+
+namespace {
+
+Options parse(std::vector<std::string> args) {
+    auto parsed = parse_command_line(args);
+    REQUIRE(parsed.options);
+    return *parsed.options;
+}
+
+void check_same(const Options& a, const Options& b) {
+    CHECK(a.command == b.command);
+    CHECK(a.grace == b.grace);
+    CHECK(a.drain_delay == b.drain_delay);
+    CHECK(a.coalesce == b.coalesce);
+    CHECK(a.stop_signal == b.stop_signal);
+    CHECK(a.pdeathsig == b.pdeathsig);
+    CHECK(a.kill_scope == b.kill_scope);
+    CHECK(a.forward_to == b.forward_to);
+    CHECK(a.tracker == b.tracker);
+    CHECK(a.log_level == b.log_level);
+    CHECK(a.log_format == b.log_format);
+    CHECK(a.ready_on == b.ready_on);
+    CHECK(a.rewrite == b.rewrite);
+    CHECK(a.success_exits == b.success_exits);
+    CHECK(a.new_session == b.new_session);
+    CHECK(a.config_path == b.config_path);
+    CHECK(a.ready_file == b.ready_file);
+    CHECK(a.pre_stop == b.pre_stop);
+    CHECK(a.user == b.user);
+}
+
+}  // namespace
+
+TEST_CASE("a command line without options gives the same options as CLI11's defaults", "[cli]") {
+    // --log-format text is the default: passing it forces the CLI11 parser, which must agree
+    // with the shortcut taken when there is no option at all.
+    Options full = parse({"lastcall", "--log-format", "text", "--", "sleep", "-x", "--", "60"});
+    check_same(parse({"lastcall", "--", "sleep", "-x", "--", "60"}), full);
+    check_same(parse({"lastcall", "sleep", "-x", "--", "60"}), full);
+    CHECK(full.command == std::vector<std::string>{"sleep", "-x", "--", "60"});
+}
+
+TEST_CASE("a bare -- without a command is still a usage error", "[cli]") {
+    std::FILE* saved = stderr;
+    char* buf = nullptr;
+    std::size_t len = 0;
+    stderr = ::open_memstream(&buf, &len);
+    auto parsed = parse_command_line({"lastcall", "--"});
+    std::fclose(stderr);
+    stderr = saved;
+    std::string err(buf, len);
+    std::free(buf);
+    CHECK_FALSE(parsed.options);
+    CHECK(parsed.exit_code == 2);
+    CHECK(err.find("no command given") != std::string::npos);
+}
