@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """lastcall against tini, dumb-init and catatonit, in one run, alternating them (issue 8).
 
 Usage: bench/run.py [--quick] [--out bench/results] [--lastcall PATH] [--lastcall-static PATH]

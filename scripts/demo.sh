@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # make demo: lastcall supervises a shell with a background grandchild and a setsid escapee, gets
 # SIGTERM, drains the whole tree, and writes its report.
 set -eu

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Rewrites #include "lastcall/NAME.hpp" to its subsystem folder (scripts/layout.map), so a branch
 # written against the flat layout builds after a merge. Idempotent.
 set -eu

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Resolves merge-conflict hunks made only of #include lines (a branch written against the flat
 layout meeting the subsystem folders): keeps the union of both sides, in order, without
 duplicates. Other hunks are left for a person. Run scripts/fix-includes.sh afterwards."""

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // lastcall: run one command as PID 1 or as a subreaper, forward signals to its tree, drain and
 // reap the whole tree within a budget, and record how it ended.
 //
@@ -13,21 +14,21 @@
 #include <string_view>
 #include <vector>
 
-#include "lastcall/core/instance.hpp"
 #include "lastcall/cli/cli.hpp"
-#include "lastcall/core/clock.hpp"
-#include "lastcall/compat/compat.hpp"
-#include "lastcall/jobs/config.hpp"
 #include "lastcall/cli/jobs_cli.hpp"
+#include "lastcall/compat/compat.hpp"
+#include "lastcall/core/clock.hpp"
+#include "lastcall/core/instance.hpp"
 #include "lastcall/core/log.hpp"
-#include "lastcall/systemd/notifier.hpp"
+#include "lastcall/core/signals.hpp"
+#include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/scheduler.hpp"
 #include "lastcall/services/service_manager.hpp"
 #include "lastcall/services/service_status.hpp"
-#include "lastcall/systemd/socket_activation.hpp"
-#include "lastcall/core/signals.hpp"
-#include "lastcall/supervisor.hpp"
 #include "lastcall/services/up.hpp"
+#include "lastcall/supervisor.hpp"
+#include "lastcall/systemd/notifier.hpp"
+#include "lastcall/systemd/socket_activation.hpp"
 
 namespace {
 

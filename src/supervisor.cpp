@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/supervisor.hpp"
 
 #include <fcntl.h>
@@ -11,10 +12,10 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
 #include <cerrno>
 #include <map>
 #include <set>
-#include <spdlog/spdlog.h>
 
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/instance.hpp"
@@ -52,7 +53,9 @@ ShutdownConfig shutdown_config(const Options& o) {
     return c;
 }
 
-bool send_via_pidfd(int pidfd, int sig) { return pidfd_signal(pidfd, sig); }
+bool send_via_pidfd(int pidfd, int sig) {
+    return pidfd_signal(pidfd, sig);
+}
 
 }  // namespace
 
@@ -103,8 +106,9 @@ Status Supervisor::set_up() {
         return st;
     } else if (opts_.warn_implicit_subreaper) {
         // tini without -s would not reap orphans here; lastcall does, and says so once.
-        spdlog::warn("not running as PID 1: registered as a child subreaper (tini needs -s or "
-                     "TINI_SUBREAPER for that; pass either to silence this warning)");
+        spdlog::warn(
+            "not running as PID 1: registered as a child subreaper (tini needs -s or "
+            "TINI_SUBREAPER for that; pass either to silence this warning)");
     }
     // tini -p: lastcall itself learns of its parent's death, as a signal it then handles like
     // any other it receives (forwarded in tini mode).
@@ -129,8 +133,7 @@ Status Supervisor::set_up() {
 
     if (auto st = loop_->watch(signal_fd_.get(), EPOLLIN, [this](auto) { on_signals(); }); !st)
         return st;
-    if (auto st = loop_->watch(timer_->fd(), EPOLLIN, [this](auto) { on_timer(); }); !st)
-        return st;
+    if (auto st = loop_->watch(timer_->fd(), EPOLLIN, [this](auto) { on_timer(); }); !st) return st;
     // The tree's events (cgroup.events) are watched from the start of the shutdown only: while
     // Running nothing acts on them, and the notification that the cgroup became populated woke
     // the loop once on every start.
@@ -356,9 +359,10 @@ void Supervisor::start_or_escalate(int sig, MonoTime arrival) {
                          signal_name(sig));
             break;
         case SignalOutcome::Joined:
-            spdlog::info("received {}: the shutdown already runs (the command exited by "
-                         "itself); not escalating",
-                         signal_name(sig));
+            spdlog::info(
+                "received {}: the shutdown already runs (the command exited by "
+                "itself); not escalating",
+                signal_name(sig));
             break;
         case SignalOutcome::Coalesced:
             spdlog::debug("received {} within {} of the previous one: same burst", signal_name(sig),
@@ -415,8 +419,9 @@ void Supervisor::forward(int sig, Scope scope) {
             break;
         case Scope::Tree: {
             std::set<std::pair<pid_t, unsigned long long>> seen;
-            tracker_->signal_all(
-                sig, [&](const ProcInfo& p) { return seen.insert({p.pid, p.start}).second; });
+            tracker_->signal_all(sig, [&](const ProcInfo& p) {
+                return seen.insert({p.pid, p.start}).second;
+            });
             break;
         }
     }
@@ -451,7 +456,8 @@ void Supervisor::on_sigchld() {
             main_pidfd_.reset();
             main_ticket_->release();
             main_exited = true;
-            if (!peer_logged) spdlog::info("child pid {} {}", r.pid, describe_wait_status(r.status));
+            if (!peer_logged)
+                spdlog::info("child pid {} {}", r.pid, describe_wait_status(r.status));
         } else if (r.pid == pre_stop_pid_) {
             remove_helper_session(pre_stop_pid_);
             pre_stop_pid_ = -1;
@@ -477,7 +483,8 @@ void Supervisor::check_tree_gone() {
         // and a component may have spawned since the last reap saw none (a scheduled job): ask
         // the kernel directly, without reaping, whether any child is left.
         siginfo_t si{};
-        children_gone_ = ::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD;
+        children_gone_ =
+            ::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD;
     }
     // lastcall is PID 1 or a subreaper, so every descendant is reparented to it before it dies:
     // no child left means no descendant left. cgroup.events is not waited for: its
@@ -600,8 +607,8 @@ void Supervisor::start_pre_stop() {
     for (auto* c : components_) c->prepare_spawn(spec, false);
     auto result = spawn(spec);
     if (!result.child) {
-        spdlog::error("pre-stop hook: {}", result.error ? result.error->message
-                                                        : result.failure->message());
+        spdlog::error("pre-stop hook: {}",
+                      result.error ? result.error->message : result.failure->message());
         return shutdown_.on_pre_stop_done();
     }
     pre_stop_pid_ = result.child->pid;
@@ -636,9 +643,10 @@ void Supervisor::signal_tree(int sig) {
         auto result = send_stop_signal(io, sig, [this](const ProcInfo& p) { return take_stop(p); });
         n += result.signalled;
         if (!result.settled)
-            spdlog::warn("processes kept appearing while {} went out: the rest is killed at the "
-                         "end of the grace",
-                         signal_name(sig));
+            spdlog::warn(
+                "processes kept appearing while {} went out: the rest is killed at the "
+                "end of the grace",
+                signal_name(sig));
     }
     spdlog::info("sent {} to {} process(es) (kill scope {})", signal_name(sig), n,
                  to_string(scope));
@@ -701,7 +709,9 @@ void Supervisor::request_shutdown(int exit_code) {
     rearm_timer();
 }
 
-void Supervisor::hold_drain() { shutdown_.hold_drain(); }
+void Supervisor::hold_drain() {
+    shutdown_.hold_drain();
+}
 
 void Supervisor::release_drain() {
     shutdown_.release_drain();
@@ -716,10 +726,10 @@ int Supervisor::finish() {
     in.book = &book_;
     in.gave_up = gave_up_;
     in.force_facts = &force_facts_;
-    int code = requested_exit_  ? *requested_exit_
-               : main_status_   ? exit_code_of(*main_status_)
-               : main_pid_ < 0  ? exit_code_without_main(verdict_of(in))
-                                : 128 + SIGKILL;
+    int code = requested_exit_ ? *requested_exit_
+               : main_status_  ? exit_code_of(*main_status_)
+               : main_pid_ < 0 ? exit_code_without_main(verdict_of(in))
+                               : 128 + SIGKILL;
     if (opts_.success_exits.count(code)) {
         spdlog::info("child exit code {} counts as success (--success-exit)", code);
         code = 0;

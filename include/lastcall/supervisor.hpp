@@ -1,24 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
 // The supervisor wires the event loop to the shutdown state machine, the spawner and the tree
 // tracker. It is the only part that knows all the others.
 #pragma once
 
 #include <signal.h>
 
-#include <optional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
-#include "lastcall/shutdown/admission.hpp"
+#include "lastcall/cli/options.hpp"
+#include "lastcall/compat/forwarding.hpp"
 #include "lastcall/core/clock.hpp"
 #include "lastcall/core/event_loop.hpp"
-#include "lastcall/cli/options.hpp"
 #include "lastcall/process/environment.hpp"
 #include "lastcall/process/process_tree.hpp"
+#include "lastcall/process/spawner.hpp"
+#include "lastcall/shutdown/admission.hpp"
 #include "lastcall/shutdown/report.hpp"
 #include "lastcall/shutdown/shutdown.hpp"
-#include "lastcall/process/spawner.hpp"
-#include "lastcall/compat/forwarding.hpp"
 
 namespace lastcall {
 
@@ -28,7 +29,7 @@ class Supervisor;
 // A part that lives beside the main child (notify protocol, scheduler, services). The supervisor
 // calls these hooks from its single-threaded loop; a component registers its own fds on loop().
 class SupervisorComponent {
-public:
+  public:
     virtual ~SupervisorComponent() = default;
     // Once the loop exists, before anything is spawned.
     virtual Status attach(Supervisor&) { return Ok{}; }
@@ -54,7 +55,7 @@ public:
 Status block_handled_signals();
 
 class Supervisor final : private ShutdownActions {
-public:
+  public:
     Supervisor(Options options, const Clock& clock);
     // Runs the command to the end of its whole tree; returns lastcall's exit code.
     int run();
@@ -89,7 +90,7 @@ public:
     // shutdown's doing and is not recorded.
     void record_force(ForceKind kind, std::string source, int count);
 
-private:
+  private:
     int run_guarded();
     Status set_up();
     std::optional<int> start_child();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/cli/cli.hpp"
 
 #include <CLI/CLI.hpp>
@@ -15,9 +16,12 @@ namespace lastcall {
 
 std::string_view to_string(Scope s) {
     switch (s) {
-        case Scope::Child: return "child";
-        case Scope::Group: return "group";
-        case Scope::Tree: return "tree";
+        case Scope::Child:
+            return "child";
+        case Scope::Group:
+            return "group";
+        case Scope::Tree:
+            return "tree";
     }
     return "?";
 }
@@ -122,8 +126,9 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
                    "Wait this long after readiness goes off before signalling (default 0)");
     app.add_option("--coalesce", coalesce,
                    "Termination signals closer than this are one burst (default 100ms)");
-    app.add_option("--stop-signal", stop_signal,
-                   "Signal the tree receives at shutdown (default: the one received, TERM on exit)");
+    app.add_option(
+        "--stop-signal", stop_signal,
+        "Signal the tree receives at shutdown (default: the one received, TERM on exit)");
     app.add_option("--ready-file", o.ready_file,
                    "Created when the child started, removed first thing at shutdown");
     app.add_option("--ready-on", ready_on,
@@ -212,10 +217,9 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
         !dur(coalesce, "--coalesce", o.coalesce))
         return {std::nullopt, 2};
     if (o.drain_delay > o.grace)
-        return {std::nullopt,
-                usage_error("--drain-delay " + format_duration(o.drain_delay) +
-                            " is longer than --grace " + format_duration(o.grace) +
-                            ": the drain delay is spent inside the grace budget")};
+        return {std::nullopt, usage_error("--drain-delay " + format_duration(o.drain_delay) +
+                                          " is longer than --grace " + format_duration(o.grace) +
+                                          ": the drain delay is spent inside the grace budget")};
     if (!stop_signal.empty()) {
         auto s = parse_signal(stop_signal);
         if (!s) return {std::nullopt, usage_error("--stop-signal: " + s.error().message)};
@@ -313,8 +317,7 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
     std::string grace = "8s", coalesce = "100ms", tracker = "auto";
     app.add_option("-f,--procfile", up.procfile, "The Procfile (default ./Procfile)");
     app.add_option("-e,--env", up.env_file, "Environment file (default ./.env, if present)");
-    app.add_option("--only", up.only, "Run only these processes (comma-separated)")
-        ->delimiter(',');
+    app.add_option("--only", up.only, "Run only these processes (comma-separated)")->delimiter(',');
     app.add_option("--except", up.except, "Run every process but these (comma-separated)")
         ->delimiter(',');
     app.add_option("--grace", grace, "Budget from Ctrl-C to SIGKILL (default 8s)");

@@ -1,13 +1,14 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `runs` and `jobs` subcommands. CLI11 parses them here, as cli.cpp does for the main line.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
 
-#include "lastcall/jobs/config.hpp"
 #include "lastcall/cli/jobs_cli.hpp"
-#include "lastcall/core/timefmt.hpp"
 #include "lastcall/core/json.hpp"
+#include "lastcall/core/timefmt.hpp"
+#include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/ledger.hpp"
 
 namespace lastcall {
@@ -89,12 +90,13 @@ void print_table(const std::vector<RunRecord>& runs) {
                            : r.signal  ? "sig" + std::to_string(*r.signal)
                                        : "-";
         std::string reason = r.reason;
-        if (!r.recovery.empty()) reason += (reason.empty() ? "" : "; ") + ("recovery: " + r.recovery);
-        if (r.retry_of) reason += (reason.empty() ? "" : "; ") + ("retry of " + std::to_string(*r.retry_of));
+        if (!r.recovery.empty())
+            reason += (reason.empty() ? "" : "; ") + ("recovery: " + r.recovery);
+        if (r.retry_of)
+            reason += (reason.empty() ? "" : "; ") + ("retry of " + std::to_string(*r.retry_of));
         std::printf("%-6lld %-20s %-12s %-20s %-8s %-24s %-5s %s\n", static_cast<long long>(r.id),
                     r.job.c_str(), std::string(to_string(r.state)).c_str(),
-                    iso_utc(r.scheduled_at).c_str(),
-                    r.pid ? std::to_string(*r.pid).c_str() : "-",
+                    iso_utc(r.scheduled_at).c_str(), r.pid ? std::to_string(*r.pid).c_str() : "-",
                     r.ended_ms ? iso_utc_ms(*r.ended_ms).c_str() : "-", exit.c_str(),
                     reason.c_str());
     }
@@ -118,18 +120,20 @@ int runs_release(long long id, const std::string& state_dir) {
                      id);
         return 1;
     }
-    std::printf("run %lld released: its job runs again (a running lastcall retries it at the "
-                "job's next fire time, a new one at its start)\n",
-                id);
+    std::printf(
+        "run %lld released: its job runs again (a running lastcall retries it at the "
+        "job's next fire time, a new one at its start)\n",
+        id);
     return 0;
 }
 
 }  // namespace
 
 int run_runs(const std::vector<std::string>& args) {
-    CLI::App app{"lastcall runs: print the run ledger.\nUsage: lastcall runs [OPTIONS] | lastcall "
-                 "runs release RUN_ID [OPTIONS]",
-                 "lastcall runs"};
+    CLI::App app{
+        "lastcall runs: print the run ledger.\nUsage: lastcall runs [OPTIONS] | lastcall "
+        "runs release RUN_ID [OPTIONS]",
+        "lastcall runs"};
     std::string job, state, state_dir, config;
     bool json = false;
     long long release_id = 0;
@@ -140,8 +144,8 @@ int run_runs(const std::vector<std::string>& args) {
     app.add_flag("--json", json, "A JSON array instead of a table");
     app.add_option("--state-dir", state_dir, "Directory of the run ledger");
     app.add_option("--config", config, "Take the state dir from this config");
-    CLI::App* release = app.add_subcommand(
-        "release", "Let a held job run again: its interrupted run is retried");
+    CLI::App* release =
+        app.add_subcommand("release", "Let a held job run again: its interrupted run is retried");
     release->add_option("run_id", release_id, "The interrupted run")->required();
     release->fallthrough();  // --state-dir/--config may come after the run id too
     if (auto code = parse(app, args, 2, "runs")) return *code;
@@ -169,9 +173,10 @@ int run_runs(const std::vector<std::string>& args) {
 }
 
 int run_jobs(const std::vector<std::string>& args) {
-    CLI::App app{"lastcall jobs: print each job's next fire times.\nUsage: lastcall jobs "
-                 "--config FILE [--crontab FILE] [--count N]",
-                 "lastcall jobs"};
+    CLI::App app{
+        "lastcall jobs: print each job's next fire times.\nUsage: lastcall jobs "
+        "--config FILE [--crontab FILE] [--count N]",
+        "lastcall jobs"};
     Options o;
     int count = 3;
     app.add_option("--config", o.config_path, "TOML config with [jobs.*]");

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/compat/compat.hpp"
 
 #include <getopt.h>

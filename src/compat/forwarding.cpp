@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/compat/forwarding.hpp"
 
 #include <signal.h>
@@ -7,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "lastcall/process/process_tree.hpp"
 #include "lastcall/core/signals.hpp"
+#include "lastcall/process/process_tree.hpp"
 
 namespace lastcall {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/core/duration.hpp"
 
 #include <cstdint>
@@ -36,8 +37,7 @@ Result<Millis> parse_duration(std::string_view text) {
         }
         if (digits == 0) return bad(text, "expected a number");
         std::size_t unit_start = i;
-        while (i < text.size() && ((text[i] >= 'a' && text[i] <= 'z') || text[i] == 'u'))
-            ++i;
+        while (i < text.size() && ((text[i] >= 'a' && text[i] <= 'z') || text[i] == 'u')) ++i;
         std::string_view unit = text.substr(unit_start, i - unit_start);
         std::int64_t unit_us;
         if (unit == "ms")

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/core/event_loop.hpp"
 
 #include <sys/epoll.h>
@@ -57,8 +58,7 @@ Status DeadlineTimer::arm(std::optional<MonoTime> deadline) {
     itimerspec spec{};
     if (deadline) {
         // steady_clock is CLOCK_MONOTONIC on Linux, so its epoch is the timerfd's.
-        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      deadline->time_since_epoch())
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch())
                       .count();
         if (ns <= 0) ns = 1;  // an all-zero it_value would disarm instead of firing now
         spec.it_value.tv_sec = ns / 1000000000;

@@ -1,9 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/core/log.hpp"
 
-#include <spdlog/sinks/base_sink.h>
-#include <spdlog/sinks/stdout_sinks.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -17,9 +18,9 @@
 #include <ctime>
 #include <mutex>
 
+#include "lastcall/core/fd.hpp"
 #include "lastcall/core/json.hpp"
 #include "lastcall/core/timefmt.hpp"
-#include "lastcall/core/fd.hpp"
 
 namespace lastcall {
 
@@ -27,7 +28,7 @@ namespace {
 
 // The non-blocking stderr writer (see log.hpp). Single-threaded, like the loop that logs.
 class StderrWriter {
-public:
+  public:
     void open() {
         struct stat st {};
         if (::fstat(STDERR_FILENO, &st) != 0) return;
@@ -80,15 +81,16 @@ public:
         return static_cast<std::uint64_t>(std::count(backlog_.begin(), backlog_.end(), '\n'));
     }
 
-private:
+  private:
     int fd() const { return fd_.get() >= 0 ? fd_.get() : STDERR_FILENO; }
 
     // Bytes written (0 when it would block or failed).
     std::size_t put(std::string_view data) {
         ssize_t n;
         do {
-            n = socket_ ? ::send(STDERR_FILENO, data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL)
-                        : ::write(fd(), data.data(), data.size());
+            n = socket_
+                    ? ::send(STDERR_FILENO, data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL)
+                    : ::write(fd(), data.data(), data.size());
         } while (n < 0 && errno == EINTR);
         return n > 0 ? static_cast<std::size_t>(n) : 0;
     }
@@ -116,7 +118,7 @@ StderrWriter& writer() {
 
 // Text lines through the writer (spdlog's own stderr sink writes with fwrite and blocks).
 class TextStderrSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
-protected:
+  protected:
     void sink_it_(const spdlog::details::log_msg& msg) override {
         spdlog::memory_buf_t formatted;
         formatter_->format(msg, formatted);
@@ -128,11 +130,11 @@ protected:
 // One JSON object per line, for log shippers. spdlog patterns cannot escape a message, so the
 // line is built here.
 class JsonStderrSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
-protected:
+  protected:
     void sink_it_(const spdlog::details::log_msg& msg) override {
-        std::string ts = iso_utc_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                        msg.time.time_since_epoch())
-                                        .count());
+        std::string ts = iso_utc_ms(
+            std::chrono::duration_cast<std::chrono::milliseconds>(msg.time.time_since_epoch())
+                .count());
         std::string line = "{\"time\":\"";
         line += ts;
         line += "\",\"level\":";
@@ -196,10 +198,10 @@ class PeerSink final : public spdlog::sinks::base_sink<spdlog::details::null_mut
 // libsystemd for sd_journal_send would load it and its six dependencies into every run, also the
 // ones that never log to the journal; this costs nothing until the first line.
 class JournalSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
-public:
+  public:
     explicit JournalSink(std::string socket_path) : path_(std::move(socket_path)) {}
 
-protected:
+  protected:
     void sink_it_(const spdlog::details::log_msg& msg) override {
         std::string entry = journal_entry(syslog_priority(msg.level),
                                           std::string_view(msg.payload.data(), msg.payload.size()));
@@ -213,19 +215,25 @@ protected:
                 return;
         }
         // journald gone or the line too long for one datagram: stderr still reaches it.
-        std::string line = "lastcall: " + std::string(msg.payload.data(), msg.payload.size()) + "\n";
+        std::string line =
+            "lastcall: " + std::string(msg.payload.data(), msg.payload.size()) + "\n";
         std::fwrite(line.data(), 1, line.size(), stderr);
     }
     void flush_() override {}
 
-private:
+  private:
     static int syslog_priority(spdlog::level::level_enum l) {
         switch (l) {
-            case spdlog::level::critical: return 2;
-            case spdlog::level::err: return 3;
-            case spdlog::level::warn: return 4;
-            case spdlog::level::info: return 6;
-            default: return 7;
+            case spdlog::level::critical:
+                return 2;
+            case spdlog::level::err:
+                return 3;
+            case spdlog::level::warn:
+                return 4;
+            case spdlog::level::info:
+                return 6;
+            default:
+                return 7;
         }
     }
     std::string path_;
@@ -266,11 +274,17 @@ bool journal_stream_matches(const char* journal_stream, int fd) {
            static_cast<unsigned long long>(st.st_ino) == ino;
 }
 
-std::uint64_t log_lines_lost() { return writer().lost(); }
+std::uint64_t log_lines_lost() {
+    return writer().lost();
+}
 
-std::uint64_t log_lines_waiting() { return writer().waiting(); }
+std::uint64_t log_lines_waiting() {
+    return writer().waiting();
+}
 
-void flush_log_backlog(std::chrono::milliseconds max_wait) { writer().flush(max_wait); }
+void flush_log_backlog(std::chrono::milliseconds max_wait) {
+    writer().flush(max_wait);
+}
 
 void setup_logging(const Options& options) {
     writer().open();

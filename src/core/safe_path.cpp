@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/core/safe_path.hpp"
 
 #include <fcntl.h>

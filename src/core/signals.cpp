@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/core/signals.hpp"
 
 #include <sys/syscall.h>
@@ -17,17 +18,17 @@ struct Named {
 };
 
 constexpr std::array kNames{
-    Named{"HUP", SIGHUP},       Named{"INT", SIGINT},       Named{"QUIT", SIGQUIT},
-    Named{"ILL", SIGILL},       Named{"TRAP", SIGTRAP},     Named{"ABRT", SIGABRT},
-    Named{"IOT", SIGIOT},       Named{"BUS", SIGBUS},       Named{"FPE", SIGFPE},
-    Named{"KILL", SIGKILL},     Named{"USR1", SIGUSR1},     Named{"SEGV", SIGSEGV},
-    Named{"USR2", SIGUSR2},     Named{"PIPE", SIGPIPE},     Named{"ALRM", SIGALRM},
-    Named{"TERM", SIGTERM},     Named{"STKFLT", SIGSTKFLT}, Named{"CHLD", SIGCHLD},
-    Named{"CONT", SIGCONT},     Named{"STOP", SIGSTOP},     Named{"TSTP", SIGTSTP},
-    Named{"TTIN", SIGTTIN},     Named{"TTOU", SIGTTOU},     Named{"URG", SIGURG},
-    Named{"XCPU", SIGXCPU},     Named{"XFSZ", SIGXFSZ},     Named{"VTALRM", SIGVTALRM},
-    Named{"PROF", SIGPROF},     Named{"WINCH", SIGWINCH},   Named{"IO", SIGIO},
-    Named{"POLL", SIGPOLL},     Named{"PWR", SIGPWR},       Named{"SYS", SIGSYS},
+    Named{"HUP", SIGHUP},   Named{"INT", SIGINT},       Named{"QUIT", SIGQUIT},
+    Named{"ILL", SIGILL},   Named{"TRAP", SIGTRAP},     Named{"ABRT", SIGABRT},
+    Named{"IOT", SIGIOT},   Named{"BUS", SIGBUS},       Named{"FPE", SIGFPE},
+    Named{"KILL", SIGKILL}, Named{"USR1", SIGUSR1},     Named{"SEGV", SIGSEGV},
+    Named{"USR2", SIGUSR2}, Named{"PIPE", SIGPIPE},     Named{"ALRM", SIGALRM},
+    Named{"TERM", SIGTERM}, Named{"STKFLT", SIGSTKFLT}, Named{"CHLD", SIGCHLD},
+    Named{"CONT", SIGCONT}, Named{"STOP", SIGSTOP},     Named{"TSTP", SIGTSTP},
+    Named{"TTIN", SIGTTIN}, Named{"TTOU", SIGTTOU},     Named{"URG", SIGURG},
+    Named{"XCPU", SIGXCPU}, Named{"XFSZ", SIGXFSZ},     Named{"VTALRM", SIGVTALRM},
+    Named{"PROF", SIGPROF}, Named{"WINCH", SIGWINCH},   Named{"IO", SIGIO},
+    Named{"POLL", SIGPOLL}, Named{"PWR", SIGPWR},       Named{"SYS", SIGSYS},
 };
 
 bool parse_int(std::string_view s, int& out) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/core/timefmt.hpp"
 
 #include <cstdio>
@@ -8,7 +9,9 @@ namespace lastcall {
 namespace {
 
 // Floor division: a time before 1970 still gets a millisecond part in [0, 999].
-std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - (a % b != 0 && a < 0); }
+std::int64_t floor_div(std::int64_t a, std::int64_t b) {
+    return a / b - (a % b != 0 && a < 0);
+}
 
 std::size_t format_seconds(std::int64_t unix_seconds, char* buf, std::size_t size) {
     std::time_t t = static_cast<std::time_t>(unix_seconds);

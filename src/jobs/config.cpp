@@ -1,33 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
 // [jobs.*] and top-level keys of the TOML config; plain crontab files.
-#include "lastcall/core/atomic_file.hpp"
 #include "lastcall/jobs/config.hpp"
+#include "lastcall/core/atomic_file.hpp"
 
 #include <unistd.h>
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-#include <toml++/toml.h>
 
 namespace lastcall {
 
 std::string_view to_string(Overlap o) {
     switch (o) {
-        case Overlap::Skip: return "skip";
-        case Overlap::Queue: return "queue";
-        case Overlap::Allow: return "allow";
+        case Overlap::Skip:
+            return "skip";
+        case Overlap::Queue:
+            return "queue";
+        case Overlap::Allow:
+            return "allow";
     }
     return "?";
 }
 
 std::string_view to_string(OnInterrupted o) {
     switch (o) {
-        case OnInterrupted::Retry: return "retry";
-        case OnInterrupted::CleanupRetry: return "cleanup-retry";
-        case OnInterrupted::Hold: return "hold";
+        case OnInterrupted::Retry:
+            return "retry";
+        case OnInterrupted::CleanupRetry:
+            return "cleanup-retry";
+        case OnInterrupted::Hold:
+            return "hold";
     }
     return "?";
 }
@@ -195,7 +202,6 @@ Result<JobSpec> parse_job(const std::string& path, const std::string& name, cons
     return job;
 }
 
-
 }  // namespace
 
 Result<JobsConfig> parse_jobs_toml(std::string_view text, const std::string& path) {
@@ -270,7 +276,8 @@ Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::str
     std::size_t pos = 0;
     while (pos <= text.size()) {
         std::size_t nl = text.find('\n', pos);
-        std::string_view raw = text.substr(pos, nl == std::string_view::npos ? text.npos : nl - pos);
+        std::string_view raw =
+            text.substr(pos, nl == std::string_view::npos ? text.npos : nl - pos);
         pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
         ++line_no;
         std::string line(raw);
@@ -303,9 +310,7 @@ Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::str
                 env.push_back(name + "=" + value);
             continue;
         }
-        auto expr_of = [&](std::size_t n) {
-            return line.substr(0, words[n - 1].second);
-        };
+        auto expr_of = [&](std::size_t n) { return line.substr(0, words[n - 1].second); };
         std::optional<cron::Schedule> schedule;
         std::size_t used = 0;
         std::string last_error;
@@ -316,8 +321,7 @@ Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::str
             candidates = {6, 5};  // seconds first (supercronic's 6-field form), then classic
         for (std::size_t n : candidates) {
             if (words.size() <= n) {
-                if (last_error.empty())
-                    last_error = "expected a schedule and a command";
+                if (last_error.empty()) last_error = "expected a schedule and a command";
                 continue;
             }
             std::string expr = expr_of(n);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/jobs/ledger.hpp"
 
 #include <fcntl.h>
@@ -57,7 +58,7 @@ constexpr const char* kColumns =
 
 // A prepared statement, finalized on every path.
 class Stmt {
-public:
+  public:
     Stmt(sqlite3* db, const std::string& sql) : db_(db) {
         rc_ = sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr);
     }
@@ -82,7 +83,7 @@ public:
     // SQLITE_ROW, SQLITE_DONE or an error code.
     int step() { return sqlite3_step(stmt_); }
 
-private:
+  private:
     sqlite3* db_;
     sqlite3_stmt* stmt_ = nullptr;
     int rc_;
@@ -137,12 +138,18 @@ std::int64_t unix_ms_now() {
 
 std::string_view to_string(RunState s) {
     switch (s) {
-        case RunState::Scheduled: return "scheduled";
-        case RunState::Started: return "started";
-        case RunState::Completed: return "completed";
-        case RunState::Failed: return "failed";
-        case RunState::Interrupted: return "interrupted";
-        case RunState::Skipped: return "skipped";
+        case RunState::Scheduled:
+            return "scheduled";
+        case RunState::Started:
+            return "started";
+        case RunState::Completed:
+            return "completed";
+        case RunState::Failed:
+            return "failed";
+        case RunState::Interrupted:
+            return "interrupted";
+        case RunState::Skipped:
+            return "skipped";
     }
     return "?";
 }
@@ -153,15 +160,17 @@ std::optional<RunState> parse_run_state(std::string_view s) {
     return std::nullopt;
 }
 
-bool is_terminal(RunState s) { return s != RunState::Scheduled && s != RunState::Started; }
+bool is_terminal(RunState s) {
+    return s != RunState::Scheduled && s != RunState::Started;
+}
 
 bool run_transition(RunState from, RunState to) {
     switch (from) {
         case RunState::Scheduled:
             // Skipped: refused before it started (shutting down, held). Failed: the spawn
             // failed. Interrupted: the owner died or stopped while it was queued.
-            return to == RunState::Started || to == RunState::Skipped ||
-                   to == RunState::Failed || to == RunState::Interrupted;
+            return to == RunState::Started || to == RunState::Skipped || to == RunState::Failed ||
+                   to == RunState::Interrupted;
         case RunState::Started:
             return to == RunState::Completed || to == RunState::Failed ||
                    to == RunState::Interrupted;
@@ -174,7 +183,9 @@ bool run_transition(RunState from, RunState to) {
     return false;
 }
 
-std::string Ledger::path_in(const std::string& state_dir) { return state_dir + "/ledger.sqlite"; }
+std::string Ledger::path_in(const std::string& state_dir) {
+    return state_dir + "/ledger.sqlite";
+}
 
 Result<Ledger> Ledger::open(const std::string& state_dir, bool exclusive) {
     std::string path = path_in(state_dir);
@@ -189,8 +200,8 @@ Result<Ledger> Ledger::open(const std::string& state_dir, bool exclusive) {
         if (!lock) return sys_error("state dir " + state_dir + ": open " + lock_path, errno);
         if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
             if (errno == EWOULDBLOCK)
-                return Error{"state dir " + state_dir +
-                             " is in use by another lastcall (flock " + lock_path + ")"};
+                return Error{"state dir " + state_dir + " is in use by another lastcall (flock " +
+                             lock_path + ")"};
             return sys_error("state dir " + state_dir + ": flock " + lock_path, errno);
         }
     } else if (::access(path.c_str(), F_OK) != 0) {
@@ -263,8 +274,8 @@ Result<std::int64_t> Ledger::add(std::string_view job, std::int64_t scheduled_at
 
 Result<bool> Ledger::transition(std::int64_t id, RunState to, const std::string& set_clause,
                                 const std::function<Status(sqlite3_stmt*, int)>& bind) {
-    std::string sql = "UPDATE runs SET state = ?1" + set_clause + " WHERE id = ?2 AND state IN " +
-                      sources_of(to);
+    std::string sql =
+        "UPDATE runs SET state = ?1" + set_clause + " WHERE id = ?2 AND state IN " + sources_of(to);
     Stmt s(db_.get(), sql);
     if (!s.ok()) return sql_error("prepare update run");
     s.bind(1, to_string(to));
@@ -296,22 +307,21 @@ Status Ledger::set_pid(std::int64_t id, std::int64_t pid) {
 Result<bool> Ledger::finish(std::int64_t id, RunState to, RunOutcome outcome,
                             std::string_view reason) {
     if (!is_terminal(to)) return Error{"finish run " + std::to_string(id) + ": not terminal"};
-    return transition(
-        id, to, ", ended_ms = ?3, exit_code = ?4, signal = ?5, reason = ?6",
-        [&](sqlite3_stmt* s, int) {
-            sqlite3_bind_int64(s, 3, unix_ms_now());
-            if (outcome.exit_code)
-                sqlite3_bind_int(s, 4, *outcome.exit_code);
-            else
-                sqlite3_bind_null(s, 4);
-            if (outcome.signal)
-                sqlite3_bind_int(s, 5, *outcome.signal);
-            else
-                sqlite3_bind_null(s, 5);
-            sqlite3_bind_text(s, 6, reason.data(), static_cast<int>(reason.size()),
-                              SQLITE_TRANSIENT);
-            return Status(Ok{});
-        });
+    return transition(id, to, ", ended_ms = ?3, exit_code = ?4, signal = ?5, reason = ?6",
+                      [&](sqlite3_stmt* s, int) {
+                          sqlite3_bind_int64(s, 3, unix_ms_now());
+                          if (outcome.exit_code)
+                              sqlite3_bind_int(s, 4, *outcome.exit_code);
+                          else
+                              sqlite3_bind_null(s, 4);
+                          if (outcome.signal)
+                              sqlite3_bind_int(s, 5, *outcome.signal);
+                          else
+                              sqlite3_bind_null(s, 5);
+                          sqlite3_bind_text(s, 6, reason.data(), static_cast<int>(reason.size()),
+                                            SQLITE_TRANSIENT);
+                          return Status(Ok{});
+                      });
 }
 
 Result<bool> Ledger::complete(std::int64_t id, RunOutcome outcome) {

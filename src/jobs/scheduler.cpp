@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/jobs/scheduler.hpp"
 
 #include <fcntl.h>
@@ -10,27 +11,27 @@
 
 #include <dirent.h>
 
+#include <spdlog/spdlog.h>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <spdlog/spdlog.h>
 
-#include "lastcall/core/timefmt.hpp"
 #include "lastcall/core/atomic_file.hpp"
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/json.hpp"
+#include "lastcall/core/safe_path.hpp"
+#include "lastcall/core/signals.hpp"
+#include "lastcall/core/timefmt.hpp"
 #include "lastcall/process/environment.hpp"
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/stop.hpp"
-#include "lastcall/core/signals.hpp"
-#include "lastcall/core/safe_path.hpp"
-
 
 namespace lastcall {
 
 namespace {
 
-// After a job's timeout its scope gets SIGTERM; if anything of it is still there this much later, SIGKILL.
+// After a job's timeout its scope gets SIGTERM; if anything of it is still there this much later,
+// SIGKILL.
 constexpr std::chrono::seconds kTimeoutKillAfter{5};
 constexpr const char* kShuttingDown = "shutting down";
 
@@ -103,8 +104,8 @@ Status JobScheduler::attach(Supervisor& s) {
     if (auto st = s.loop().watch(fire_timer_.get(), EPOLLIN, [this](auto) { on_fire_timer(); });
         !st)
         return st;
-    if (auto st = s.loop().watch(timeout_timer_->fd(), EPOLLIN,
-                                 [this](auto) { on_timeout_timer(); });
+    if (auto st =
+            s.loop().watch(timeout_timer_->fd(), EPOLLIN, [this](auto) { on_timeout_timer(); });
         !st)
         return st;
     recover();
@@ -126,17 +127,17 @@ Status JobScheduler::attach(Supervisor& s) {
 // The previous owner's unfinished runs become interrupted; then each job's interrupted runs are
 // retried, cleaned up and retried, or held, as the job says.
 void JobScheduler::recover() {
-    auto fixed = ledger_->interrupt_unfinished(
-        "lastcall stopped before the run ended (killed or crashed)");
+    auto fixed =
+        ledger_->interrupt_unfinished("lastcall stopped before the run ended (killed or crashed)");
     if (!fixed) {
         spdlog::error("run ledger recovery: {}", fixed.error().message);
         return;
     }
     for (const auto& r : *fixed)
-        spdlog::warn("run {} of job {} (scheduled {}) was left {} by a previous lastcall: now "
-                     "interrupted",
-                     r.id, r.job, iso_utc(r.scheduled_at),
-                     r.started_ms ? "started" : "scheduled");
+        spdlog::warn(
+            "run {} of job {} (scheduled {}) was left {} by a previous lastcall: now "
+            "interrupted",
+            r.id, r.job, iso_utc(r.scheduled_at), r.started_ms ? "started" : "scheduled");
     auto pending = ledger_->awaiting_recovery();
     if (!pending) {
         spdlog::error("run ledger recovery: {}", pending.error().message);
@@ -154,16 +155,16 @@ void JobScheduler::recover() {
             released = released || r.recovery == kRecoveryReleased;
         }
         if (ids.empty()) continue;
-        std::string staging =
-            spec.output.empty() ? "" : staging_path_for(spec.output, ids.back());
+        std::string staging = spec.output.empty() ? "" : staging_path_for(spec.output, ids.back());
         if (spec.on_interrupted == OnInterrupted::Hold && !released) {
             for (auto id : ids) {
                 if (auto st = ledger_->set_recovery(id, kRecoveryHeld); !st)
                     spdlog::error("hold run {}: {}", id, st.error().message);
-                spdlog::warn("job {} is held: run {} was interrupted; `lastcall runs release {}` "
-                             "lets it run again{}",
-                             spec.name, id, id,
-                             staging.empty() ? "" : " (staging file " + staging + " kept)");
+                spdlog::warn(
+                    "job {} is held: run {} was interrupted; `lastcall runs release {}` "
+                    "lets it run again{}",
+                    spec.name, id, id,
+                    staging.empty() ? "" : " (staging file " + staging + " kept)");
             }
             continue;
         }
@@ -291,8 +292,7 @@ void JobScheduler::fire(std::size_t j, std::int64_t scheduled_at) {
               job.spec.on_interrupted == OnInterrupted::Retry, key_at);
 }
 
-std::vector<std::string> JobScheduler::environment(const Run& run,
-                                                   const std::string& staging) {
+std::vector<std::string> JobScheduler::environment(const Run& run, const std::string& staging) {
     const JobSpec& spec = jobs_[run.job].spec;
     // Each variable once: the job's own settings override lastcall's, and the LASTCALL_* that
     // describe this run override everything (Environment::inherited already dropped any
@@ -304,7 +304,8 @@ std::vector<std::string> JobScheduler::environment(const Run& run,
     env.set("LASTCALL_SCHEDULED_TIME", iso_utc(run.scheduled_at));
     // One key for a fire time and all its retries (also after `runs release`): what a job uses
     // to make its side effects idempotent.
-    env.set("LASTCALL_RUN_KEY", spec.name + "@" + iso_utc(run.key_at ? run.key_at : run.scheduled_at));
+    env.set("LASTCALL_RUN_KEY",
+            spec.name + "@" + iso_utc(run.key_at ? run.key_at : run.scheduled_at));
     if (run.retry_of) env.set("LASTCALL_RETRY_OF", std::to_string(*run.retry_of));
     if (!run.resume_from.empty()) env.set("LASTCALL_RESUME_FROM", run.resume_from);
     std::string watermark;
@@ -388,8 +389,7 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
         note_unwritten(run, "started", why);
         auto done = ledger_->finish(run.id, RunState::Skipped, {},
                                     "not started: `started` could not be recorded: " + why);
-        if (!done)
-            spdlog::error("job {}: run {}: {}", spec.name, run.id, done.error().message);
+        if (!done) spdlog::error("job {}: run {}: {}", spec.name, run.id, done.error().message);
         spdlog::error("job {}: run {} not started: its `started` record could not be written: {}",
                       spec.name, run.id, why);
         return;
@@ -402,7 +402,7 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
     sp.env = environment(run, run.staging);
     sp.session = SpawnSpec::Session::NewSession;
     sp.cgroup_procs_fd = run.scope->spawn_cgroup_fd();
-    sp.pdeathsig = SIGKILL;  // a job must not outlive a lastcall that was killed
+    sp.pdeathsig = SIGKILL;      // a job must not outlive a lastcall that was killed
     sp.credentials = spec.user;  // its `user`/`group`, else --user (main.cpp)
     sp.no_new_privs = sup_->options().no_new_privs;
     auto result = spawn(sp);
@@ -445,16 +445,18 @@ void JobScheduler::reaped(const Reaped& r) {
 
 void JobScheduler::on_leader_exit(Run& run, int status) {
     const JobSpec& spec = jobs_[run.job].spec;
-    spdlog::info("job {}: run {} pid {} {}", spec.name, run.id, run.pid, describe_wait_status(status));
+    spdlog::info("job {}: run {} pid {} {}", spec.name, run.id, run.pid,
+                 describe_wait_status(status));
     if (run.recorded) {
         // Interrupted before the SIGKILL: whatever it did after that is not a result, and it is
         // never completed. An `interrupted` that could not be written is tried again.
         if (run.interrupt_pending)
             interrupt(run, outcome_of(status), run.interrupt_reason);
         else
-            spdlog::warn("job {}: run {} {} after it was recorded interrupted: refused, the "
-                         "record stays interrupted",
-                         spec.name, run.id, describe_wait_status(status));
+            spdlog::warn(
+                "job {}: run {} {} after it was recorded interrupted: refused, the "
+                "record stays interrupted",
+                spec.name, run.id, describe_wait_status(status));
         return after_exit(run);
     }
     auto decision =
@@ -525,9 +527,10 @@ void JobScheduler::on_verify_exit(Run& run, int status) {
     sup_->remove_helper_session(run.verify_pid);
     run.phase = Phase::Running;  // after_exit() moves it on
     if (run.recorded) {
-        spdlog::warn("job {}: run {}: verify {} after the run was recorded interrupted; the "
-                     "output is not promoted",
-                     spec.name, run.id, describe_wait_status(status));
+        spdlog::warn(
+            "job {}: run {}: verify {} after the run was recorded interrupted; the "
+            "output is not promoted",
+            spec.name, run.id, describe_wait_status(status));
         return after_exit(run);
     }
     if (run.first == Intervention::Timeout) {
@@ -607,8 +610,7 @@ void JobScheduler::complete(Run& run) {
         note_unwritten(run, "completed", done.error().message);
         spdlog::error("job {}: run {} completed but not recorded: {}", spec.name, run.id,
                       done.error().message);
-    }
-    else if (!*done)
+    } else if (!*done)
         spdlog::warn("job {}: run {}: `completed` refused, the run already has a final state",
                      spec.name, run.id);
     else
@@ -622,10 +624,9 @@ void JobScheduler::fail(Run& run, RunOutcome outcome, const std::string& reason)
     run.recorded = true;
     if (!done) {
         note_unwritten(run, "failed", done.error().message);
-        spdlog::error("job {}: run {} failed ({}) but not recorded: {}", spec.name, run.id,
-                      reason, done.error().message);
-    }
-    else if (!*done)
+        spdlog::error("job {}: run {} failed ({}) but not recorded: {}", spec.name, run.id, reason,
+                      done.error().message);
+    } else if (!*done)
         spdlog::warn("job {}: run {}: `failed` ({}) refused, the run already has a final state",
                      spec.name, run.id, reason);
     else
@@ -662,7 +663,8 @@ void JobScheduler::release_finished_runs() {
         }
         run.ticket->release();
         if (auto st = run.scope->remove(); !st)
-            spdlog::debug("job {}: run {}: {}", jobs_[run.job].spec.name, run.id, st.error().message);
+            spdlog::debug("job {}: run {}: {}", jobs_[run.job].spec.name, run.id,
+                          st.error().message);
         it = runs_.erase(it);
     }
 }
@@ -699,8 +701,8 @@ void JobScheduler::on_timeout_timer() {
             int n = run.scope->kill([](const ProcInfo&) { return true; });
             sup_->record_force(ForceKind::Sigkill, "job " + spec.name + ": timeout", n);
         }
-        run.deadline = run.timed_out ? std::nullopt
-                                     : std::optional<MonoTime>(now + kTimeoutKillAfter);
+        run.deadline =
+            run.timed_out ? std::nullopt : std::optional<MonoTime>(now + kTimeoutKillAfter);
         run.timed_out = true;
         run.first = first_of(run.first, Intervention::Timeout);
     }
@@ -742,9 +744,10 @@ void JobScheduler::interrupt(Run& run, RunOutcome outcome, const std::string& re
         if (!run.interrupt_pending) note_unwritten(run, "interrupted", done.error().message);
         run.interrupt_pending = true;
         run.interrupt_reason = reason;
-        spdlog::error("job {}: run {} interrupted ({}) but not recorded: {}; it will never be "
-                      "recorded completed",
-                      spec.name, run.id, reason, done.error().message);
+        spdlog::error(
+            "job {}: run {} interrupted ({}) but not recorded: {}; it will never be "
+            "recorded completed",
+            spec.name, run.id, reason, done.error().message);
         return;
     }
     run.interrupt_pending = false;

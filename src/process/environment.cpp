@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/process/environment.hpp"
 
 #include <algorithm>
@@ -37,7 +38,8 @@ Environment Environment::from(const std::vector<std::string>& entries) {
 }
 
 void Environment::set(std::string_view key, std::string_view value) {
-    auto it = std::find_if(vars_.begin(), vars_.end(), [&](const auto& v) { return v.first == key; });
+    auto it =
+        std::find_if(vars_.begin(), vars_.end(), [&](const auto& v) { return v.first == key; });
     if (it != vars_.end())
         it->second = value;
     else

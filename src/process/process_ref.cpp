@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/process/process_ref.hpp"
 
 #include <signal.h>
@@ -10,7 +11,9 @@
 
 namespace lastcall {
 
-int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+int pidfd_open(pid_t pid) {
+    return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
 
 bool pidfd_signal(int pidfd, int sig) {
     return ::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0) == 0;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/process/process_tree.hpp"
 #include "lastcall/core/signals.hpp"
 
@@ -79,7 +80,8 @@ void cgroup_members(const std::string& dir, std::vector<ProcInfo>& out, std::set
 // Leaves first: a cgroup with children cannot be removed.
 Status remove_cgroup_tree(const std::string& dir) {
     for_each_entry(dir, [&](const dirent& e) {
-        if (e.d_type == DT_DIR && e.d_name[0] != '.') (void)remove_cgroup_tree(dir + "/" + e.d_name);
+        if (e.d_type == DT_DIR && e.d_name[0] != '.')
+            (void)remove_cgroup_tree(dir + "/" + e.d_name);
     });
     if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) return sys_error("rmdir " + dir, errno);
     return Ok{};
@@ -114,7 +116,7 @@ int kill_each(const std::vector<ProcInfo>& members, const MemberFilter& record) 
 // descendants. A process that both left the session and lost its parent before it was ever seen
 // is not attributed to the unit; the whole-tree stop still reaches it.
 class ProcScope final : public UnitScope {
-public:
+  public:
     std::string_view kind() const override { return "proc"; }
     void started(pid_t leader) override { leader_ = sid_ = leader; }
 
@@ -154,14 +156,14 @@ public:
 
     int kill(const MemberFilter& record) override { return kill_each(members(), record); }
 
-private:
+  private:
     pid_t leader_ = -1;
     pid_t sid_ = -1;
     std::set<std::pair<pid_t, unsigned long long>> known_;
 };
 
 class CgroupScope final : public UnitScope {
-public:
+  public:
     CgroupScope(std::string dir, UniqueFd procs) : dir_(std::move(dir)), procs_(std::move(procs)) {}
     ~CgroupScope() override { (void)remove(); }
 
@@ -197,14 +199,14 @@ public:
         return Ok{};
     }
 
-private:
+  private:
     std::string dir_;
     UniqueFd procs_;
     bool removed_ = false;
 };
 
 class ProcTracker final : public Tracker {
-public:
+  public:
     std::string_view name() const override { return "proc"; }
     std::vector<ProcInfo> members() override { return descendants_of(::getpid()); }
     Result<std::unique_ptr<UnitScope>> make_scope(const std::string&) override {
@@ -229,7 +231,7 @@ Result<UniqueFd> make_cgroup(const std::string& dir) {
 // plus every descendant of lastcall found by the /proc walk (a process that moved itself out of
 // lastcall's cgroup is still lastcall's to stop and reap).
 class CgroupTracker final : public Tracker {
-public:
+  public:
     CgroupTracker(std::string dir, std::unique_ptr<CgroupScope> main, UniqueFd events)
         : dir_(std::move(dir)), main_(std::move(main)), events_(std::move(events)) {}
     ~CgroupTracker() override { (void)remove(); }
@@ -294,7 +296,7 @@ public:
         return Ok{};
     }
 
-private:
+  private:
     // Descendants of lastcall that are not in the instance's cgroups (they moved themselves out,
     // or were never in: a unit spawned where the cgroup could not be created).
     static std::vector<ProcInfo> outside(const std::set<pid_t>& in_cgroups) {
@@ -349,7 +351,8 @@ std::optional<ProcInfo> read_proc_stat(pid_t pid) {
     std::string s = read_small_file("/proc/" + std::to_string(pid) + "/stat");
     // comm may contain spaces and parentheses: it ends at the *last* ')'.
     auto open = s.find('('), close = s.rfind(')');
-    if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
+    if (open == std::string::npos || close == std::string::npos || close < open)
+        return std::nullopt;
     ProcInfo info;
     info.pid = pid;
     info.comm = s.substr(open + 1, close - open - 1);
@@ -407,7 +410,8 @@ std::vector<ProcInfo> descendants_of(pid_t root) {
                 pid_t c;
                 while (in >> c) {
                     if (!seen.insert(c).second) continue;
-                    if (auto info = read_proc_stat(c); info && is_alive(*info)) out.push_back(*info);
+                    if (auto info = read_proc_stat(c); info && is_alive(*info))
+                        out.push_back(*info);
                     stack.push_back(c);
                 }
             }

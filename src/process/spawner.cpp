@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/process/spawner.hpp"
 
 #include <fcntl.h>
@@ -22,20 +23,34 @@ namespace lastcall {
 
 const char* to_string(SpawnStage stage) {
     switch (stage) {
-        case SpawnStage::Setsid: return "setsid";
-        case SpawnStage::Setpgid: return "setpgid";
-        case SpawnStage::Cgroup: return "cgroup placement";
-        case SpawnStage::Chdir: return "chdir";
-        case SpawnStage::Pdeathsig: return "prctl(PR_SET_PDEATHSIG)";
-        case SpawnStage::Setgroups: return "setgroups";
-        case SpawnStage::Setgid: return "setgid";
-        case SpawnStage::Setuid: return "setuid";
-        case SpawnStage::VerifyIds: return "credential check";
-        case SpawnStage::Capabilities: return "capability drop";
-        case SpawnStage::NoNewPrivs: return "prctl(PR_SET_NO_NEW_PRIVS)";
-        case SpawnStage::Dup: return "dup2";
-        case SpawnStage::CloseFds: return "close_range";
-        case SpawnStage::Exec: return "exec";
+        case SpawnStage::Setsid:
+            return "setsid";
+        case SpawnStage::Setpgid:
+            return "setpgid";
+        case SpawnStage::Cgroup:
+            return "cgroup placement";
+        case SpawnStage::Chdir:
+            return "chdir";
+        case SpawnStage::Pdeathsig:
+            return "prctl(PR_SET_PDEATHSIG)";
+        case SpawnStage::Setgroups:
+            return "setgroups";
+        case SpawnStage::Setgid:
+            return "setgid";
+        case SpawnStage::Setuid:
+            return "setuid";
+        case SpawnStage::VerifyIds:
+            return "credential check";
+        case SpawnStage::Capabilities:
+            return "capability drop";
+        case SpawnStage::NoNewPrivs:
+            return "prctl(PR_SET_NO_NEW_PRIVS)";
+        case SpawnStage::Dup:
+            return "dup2";
+        case SpawnStage::CloseFds:
+            return "close_range";
+        case SpawnStage::Exec:
+            return "exec";
     }
     return "?";
 }
@@ -47,7 +62,9 @@ int SpawnFailure::exit_code() const {
 }
 
 std::string SpawnFailure::message() const {
-    std::string m = stage == SpawnStage::Exec ? "cannot execute " + path : std::string(to_string(stage)) + " failed for " + path;
+    std::string m = stage == SpawnStage::Exec
+                        ? "cannot execute " + path
+                        : std::string(to_string(stage)) + " failed for " + path;
     return m + ": " + std::strerror(err);
 }
 
@@ -208,8 +225,8 @@ UniqueFd cgroup_dir_of(int procs_fd) {
 
 // struct clone_args of <linux/sched.h>, spelled out: that header collides with glibc's <sched.h>.
 struct CloneArgs {
-    std::uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
-        set_tid, set_tid_size, cgroup;
+    std::uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size, cgroup;
 };
 constexpr std::uint64_t kCloneIntoCgroup = 0x200000000ULL;
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Procfile and .env parsing for `lastcall up` (the foreman/honcho formats).
 #include <string>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `[services.*]` from the TOML config into ServiceSpecs, the dependency order, and the pure parts
 // of the service model (state table, backoff, restart decision).
 #include <sys/wait.h>
@@ -11,8 +12,8 @@
 #include <sstream>
 
 #include "lastcall/core/atomic_file.hpp"
-#include "lastcall/services/services.hpp"
 #include "lastcall/core/signals.hpp"
+#include "lastcall/services/services.hpp"
 
 namespace lastcall {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/services/service_manager.hpp"
 
 #include <arpa/inet.h>
@@ -17,12 +18,12 @@
 #include <ctime>
 
 #include "lastcall/core/json.hpp"
-#include "lastcall/services/service_status.hpp"
+#include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/signals.hpp"
 #include "lastcall/process/environment.hpp"
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/stop.hpp"
-#include "lastcall/core/safe_path.hpp"
+#include "lastcall/services/service_status.hpp"
 
 namespace lastcall {
 
@@ -145,8 +146,8 @@ void ServiceManager::start_eligible() {
 void ServiceManager::start(Service& s) {
     // A start (first or restart) is a unit of work like any other: once the shutdown has begun,
     // admission refuses it, and nothing new appears while the tree is being drained.
-    auto ticket = sup_->admission().try_admit(s.starts > 0 ? EntryPath::Restart
-                                                           : EntryPath::ServiceStart);
+    auto ticket =
+        sup_->admission().try_admit(s.starts > 0 ? EntryPath::Restart : EntryPath::ServiceStart);
     if (!ticket) {
         ++refused_;
         spdlog::info("service {}: not started, the shutdown has begun", s.spec.name);
@@ -154,7 +155,8 @@ void ServiceManager::start(Service& s) {
         return;
     }
     if (s.scope) s.retired.push_back(std::move(s.scope));
-    s.scope = make_unit_scope(sup_->tracker(), "svc-" + s.spec.name + "." + std::to_string(s.starts + 1));
+    s.scope =
+        make_unit_scope(sup_->tracker(), "svc-" + s.spec.name + "." + std::to_string(s.starts + 1));
     SpawnSpec spec;
     spec.argv = s.spec.argv;
     spec.env = service_environment(opts_.extra_env, s.spec.env);
@@ -521,9 +523,9 @@ int ServiceManager::send_stop(Service& s) {
     MonoTime budget_end = clock_.now() + std::chrono::milliseconds(250);
     StopPassIo io{[&] { return members_of(s); }, signal_exact,
                   [&] { return clock_.now() >= budget_end; }};
-    return send_stop_signal(io, s.spec.stop_signal, [&](const ProcInfo& p) {
-               return s.signalled.insert(key_of(p)).second;
-           }).signalled;
+    return send_stop_signal(io, s.spec.stop_signal,
+                            [&](const ProcInfo& p) { return s.signalled.insert(key_of(p)).second; })
+        .signalled;
 }
 
 void ServiceManager::check_stop(Service& s) {
@@ -605,7 +607,8 @@ void ServiceManager::retire_scopes(Service& s) {
 
 void ServiceManager::watch_output(std::size_t service, UniqueFd fd) {
     int raw = fd.get();
-    auto st = sup_->loop().watch(raw, EPOLLIN, [this, raw](auto) { on_output(raw, kOutputPerTurn); });
+    auto st =
+        sup_->loop().watch(raw, EPOLLIN, [this, raw](auto) { on_output(raw, kOutputPerTurn); });
     if (!st) {
         spdlog::warn("service {}: output not captured: {}", services_[service].spec.name,
                      st.error().message);

@@ -1,6 +1,7 @@
-#include "lastcall/core/instance.hpp"
-#include "lastcall/core/atomic_file.hpp"
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/services/up.hpp"
+#include "lastcall/core/atomic_file.hpp"
+#include "lastcall/core/instance.hpp"
 
 #include <unistd.h>
 
@@ -20,10 +21,7 @@
 
 namespace lastcall {
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 Result<std::vector<ServiceSpec>> procfile_services(const std::vector<ProcfileEntry>& entries,
                                                    const std::string& procfile,

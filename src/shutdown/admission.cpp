@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/shutdown/admission.hpp"
 
 #include <utility>
@@ -6,10 +7,14 @@ namespace lastcall {
 
 std::string_view to_string(EntryPath p) {
     switch (p) {
-        case EntryPath::Main: return "main";
-        case EntryPath::ServiceStart: return "service_starts";
-        case EntryPath::Restart: return "restarts";
-        case EntryPath::JobFire: return "job_fires";
+        case EntryPath::Main:
+            return "main";
+        case EntryPath::ServiceStart:
+            return "service_starts";
+        case EntryPath::Restart:
+            return "restarts";
+        case EntryPath::JobFire:
+            return "job_fires";
     }
     return "?";
 }
@@ -31,7 +36,9 @@ Ticket& Ticket::operator=(Ticket&& other) noexcept {
     return *this;
 }
 
-Ticket::~Ticket() { finish(); }
+Ticket::~Ticket() {
+    finish();
+}
 
 void Ticket::started() {
     if (owner_ && state_ == Admitted) {
@@ -40,7 +47,9 @@ void Ticket::started() {
     }
 }
 
-void Ticket::release() { finish(); }
+void Ticket::release() {
+    finish();
+}
 
 void Ticket::rollback() {
     // Only a unit that never started can be rolled back; a started one is released.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/shutdown/emergency.hpp"
 
 #include <dirent.h>
@@ -102,8 +103,7 @@ void terminate_handler() {
 void emergency_prepare(const char* report_path, const char* cgroup_dir) {
     if (report_path && *report_path) {
         std::snprintf(g_plan.report, sizeof g_plan.report, "%s", report_path);
-        std::snprintf(g_plan.report_tmp, sizeof g_plan.report_tmp, "%s.emergency.tmp",
-                      report_path);
+        std::snprintf(g_plan.report_tmp, sizeof g_plan.report_tmp, "%s.emergency.tmp", report_path);
     }
     // The instance's cgroup (all its units below it): cgroup.kill there ends every one of them.
     if (cgroup_dir && *cgroup_dir) {
@@ -115,7 +115,9 @@ void emergency_prepare(const char* report_path, const char* cgroup_dir) {
     }
 }
 
-void emergency_main_started(pid_t pid) { g_plan.main_pid = pid; }
+void emergency_main_started(pid_t pid) {
+    g_plan.main_pid = pid;
+}
 
 void emergency_main_reaped(int wait_status) {
     g_plan.main_reaped = true;
@@ -172,9 +174,8 @@ int emergency_teardown(const char* what) noexcept {
         char reason[256];
         std::size_t r = 0;
         for (const char* p = what ? what : ""; *p && r + 1 < sizeof reason; ++p)
-            reason[r++] = (*p == '"' || *p == '\\' || static_cast<unsigned char>(*p) < 0x20)
-                              ? '?'
-                              : *p;
+            reason[r++] =
+                (*p == '"' || *p == '\\' || static_cast<unsigned char>(*p) < 0x20) ? '?' : *p;
         reason[r] = '\0';
         int n = std::snprintf(g_plan.json, sizeof g_plan.json,
                               "{\"schema\":1,\"lastcall_pid\":%d,\"emergency\":true,"
@@ -184,8 +185,8 @@ int emergency_teardown(const char* what) noexcept {
                               g_plan.main_reaped ? "true" : "false", reaped, code);
         int fd = ::open(g_plan.report_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd >= 0 && n > 0) {
-            bool ok = ::write(fd, g_plan.json, static_cast<std::size_t>(n)) == n &&
-                      ::fsync(fd) == 0;
+            bool ok =
+                ::write(fd, g_plan.json, static_cast<std::size_t>(n)) == n && ::fsync(fd) == 0;
             ::close(fd);
             if (ok) ok = ::rename(g_plan.report_tmp, g_plan.report) == 0;
             if (!ok) say("lastcall: emergency teardown: the report was not written\n");
@@ -197,6 +198,8 @@ int emergency_teardown(const char* what) noexcept {
     return code;
 }
 
-void emergency_install_terminate_handler() { std::set_terminate(terminate_handler); }
+void emergency_install_terminate_handler() {
+    std::set_terminate(terminate_handler);
+}
 
 }  // namespace lastcall

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/shutdown/report.hpp"
 
 #include <signal.h>
@@ -6,10 +7,10 @@
 #include <chrono>
 #include <ctime>
 
-#include "lastcall/core/timefmt.hpp"
 #include "lastcall/core/atomic_file.hpp"
 #include "lastcall/core/json.hpp"
 #include "lastcall/core/signals.hpp"
+#include "lastcall/core/timefmt.hpp"
 
 namespace lastcall {
 
@@ -76,7 +77,8 @@ namespace {
 std::string iso_time(MonoTime t, MonoTime mono_now) {
     auto wall = std::chrono::system_clock::now() -
                 std::chrono::duration_cast<std::chrono::system_clock::duration>(mono_now - t);
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(wall.time_since_epoch()).count();
+    auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(wall.time_since_epoch()).count();
     return iso_utc_ms(ms);
 }
 
@@ -105,15 +107,21 @@ void write_ending(JsonWriter& j, const ProcessRecord& r) {
 
 std::string_view to_string(ForceKind k) {
     switch (k) {
-        case ForceKind::Sigkill: return "sigkill";
-        case ForceKind::CgroupKill: return "cgroup.kill";
-        case ForceKind::EnteredForcing: return "entered-forcing";
-        case ForceKind::Abandoned: return "abandoned";
+        case ForceKind::Sigkill:
+            return "sigkill";
+        case ForceKind::CgroupKill:
+            return "cgroup.kill";
+        case ForceKind::EnteredForcing:
+            return "entered-forcing";
+        case ForceKind::Abandoned:
+            return "abandoned";
     }
     return "?";
 }
 
-std::string_view to_string(Verdict v) { return v == Verdict::Clean ? "clean" : "forced"; }
+std::string_view to_string(Verdict v) {
+    return v == Verdict::Clean ? "clean" : "forced";
+}
 
 Verdict verdict_from(const std::vector<ForceFact>& facts) {
     // Any recorded fact counts, even a kill that found nobody left to kill: lastcall had
@@ -121,7 +129,9 @@ Verdict verdict_from(const std::vector<ForceFact>& facts) {
     return facts.empty() ? Verdict::Clean : Verdict::Forced;
 }
 
-int exit_code_without_main(Verdict v) { return v == Verdict::Forced ? 128 + SIGKILL : 0; }
+int exit_code_without_main(Verdict v) {
+    return v == Verdict::Forced ? 128 + SIGKILL : 0;
+}
 
 Verdict verdict_of(const ReportInput& in) {
     // The book's SIGKILL deaths and the give-up are facts too (recorded by the reaper); the
@@ -156,7 +166,8 @@ std::string render_report(const ReportInput& in) {
     j.end_object();
 
     j.key("transitions").begin_array();
-    for (State s : {State::Running, State::Draining, State::Stopping, State::Forcing, State::Stopped}) {
+    for (State s :
+         {State::Running, State::Draining, State::Stopping, State::Forcing, State::Stopped}) {
         if (!sd.entered(s)) continue;
         j.begin_object().field("state", to_string(s)).field("at", iso_time(*sd.entered(s), in.now));
         j.end_object();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/shutdown/shutdown.hpp"
 
 #include <signal.h>
@@ -6,23 +7,34 @@ namespace lastcall {
 
 std::string_view to_string(State s) {
     switch (s) {
-        case State::Running: return "running";
-        case State::Draining: return "draining";
-        case State::Stopping: return "stopping";
-        case State::Forcing: return "forcing";
-        case State::Stopped: return "stopped";
+        case State::Running:
+            return "running";
+        case State::Draining:
+            return "draining";
+        case State::Stopping:
+            return "stopping";
+        case State::Forcing:
+            return "forcing";
+        case State::Stopped:
+            return "stopped";
     }
     return "?";
 }
 
 std::string_view to_string(Event e) {
     switch (e) {
-        case Event::Trigger: return "trigger";
-        case Event::DrainDone: return "drain done";
-        case Event::Escalate: return "escalate";
-        case Event::GraceExpired: return "grace expired";
-        case Event::TreeEmpty: return "tree empty";
-        case Event::GiveUp: return "give up";
+        case Event::Trigger:
+            return "trigger";
+        case Event::DrainDone:
+            return "drain done";
+        case Event::Escalate:
+            return "escalate";
+        case Event::GraceExpired:
+            return "grace expired";
+        case Event::TreeEmpty:
+            return "tree empty";
+        case Event::GiveUp:
+            return "give up";
     }
     return "?";
 }
@@ -155,7 +167,9 @@ void Shutdown::on_timer() {
     }
 }
 
-void Shutdown::on_tree_empty() { apply(Event::TreeEmpty); }
+void Shutdown::on_tree_empty() {
+    apply(Event::TreeEmpty);
+}
 
 std::optional<MonoTime> Shutdown::next_deadline() const {
     switch (state_) {

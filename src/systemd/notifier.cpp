@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "lastcall/systemd/notifier.hpp"
 
 #include <sys/epoll.h>
@@ -14,8 +15,8 @@
 #include <cstring>
 
 #include "lastcall/core/duration.hpp"
-#include "lastcall/systemd/notify_proxy.hpp"
 #include "lastcall/process/process_tree.hpp"
+#include "lastcall/systemd/notify_proxy.hpp"
 
 namespace lastcall {
 
@@ -79,7 +80,6 @@ class SocketChannel final : public NotifyChannel {
     UniqueFd fd_;
     NotifyAddress address_;
 };
-
 
 }  // namespace
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared utilities for lastcall's end-to-end tests.
 
 Tests run the real binary ($LASTCALL) against real process trees. Synchronisation is by events:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """lastcall as a drop-in for tini, docker-init and dumb-init (issues 5 and 17).
 
 Every behaviour runs under every spelling of the mode (a symlink named like the peer, `lastcall

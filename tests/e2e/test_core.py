@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Issue 2: the core: exit codes, signal forwarding, reaping, escalation, a clean child environment."""
 import json
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Differential test of lastcall's cron module against python3-croniter.
 
 Thousands of random valid expressions (seeded) are run through tests/tools/cron_next in one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Honest endings (issue 15): the report's verdict and the run ledger say exactly what happened.
 
 Each test is one numbered case of the issue, named by the behaviour. Synchronisation: lines on

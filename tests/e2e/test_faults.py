@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fault injection, end to end (issue 9): lastcall under resource exhaustion, broken outputs,
 signal floods and its own sudden death. Each scenario ends with a clear error or a complete
 teardown, and no process of the test's tree left (checked by the marker in /proc/*/environ).

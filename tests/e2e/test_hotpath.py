@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The init hot path (issue 18): what happens between a stop request and the main child."""
 import os
 import re

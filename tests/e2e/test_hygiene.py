@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The test suite itself: a run leaves nothing behind in the temporary directory."""
 import os
 import subprocess

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Scheduled jobs: admission at shutdown, the run ledger, interrupted runs, atomic promotion,
 recovery at the next start, crash consistency and state-dir errors.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Packaging (issue 4): the man page, the Debian package, the static binary, the deployment examples.
 
 The package is made with cpack from the build under test ($LASTCALL_BUILD) into a temp dir, then

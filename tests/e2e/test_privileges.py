@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Privilege drop and descriptor hygiene (issue 9): --user, --no-new-privs, and no descriptor of
 lastcall's reaching the child. The child is faultkit's `self` mode, which prints its open fds and
 the Uid/Gid/Groups/NoNewPrivs/Cap* lines of /proc/self/status to stdout.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Issue 7: several services in one lastcall (--config with [services.*]): restart policies and
 backoff, no restart once the shutdown began, dependency order both ways, the main service's exit
 code, `lastcall status`, and config errors."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """lastcall under systemd, with the test playing systemd.
 
 systemd is a real AF_UNIX datagram socket bound by the test and named in NOTIFY_SOCKET; the test

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Issue 3: the whole tree (escapees included) with both trackers, the drain sequence, the report."""
 import json
 import os

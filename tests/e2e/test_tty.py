@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TTY job control on a real pty (issues 5 and 17).
 
 The test forks a child with pty.fork(): it leads a new session with the pty's slave as its

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One process model: every guarantee of the main tree holds for each service and each job run.
 
 Each test here names a behaviour that the three process models of the first version (the main

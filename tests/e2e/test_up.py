@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Issue 7: `lastcall up`, the Procfile dev runner: prefixed output, .env, --only/--except,
 Procfile errors, and one Ctrl-C on a real terminal stopping every process tree."""
 import os

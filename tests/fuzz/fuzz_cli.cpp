@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The whole command line, the compat modes included: the input is argv split at NUL bytes, and
 // its first byte picks the name lastcall is invoked as (lastcall, tini, docker-init, dumb-init),
 // since that name selects the compat parser. Properties: no crash, no exception escapes, and a

@@ -1,6 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // The TOML config (--config): [services.*] and [jobs.*] tables, and plain crontabs (--crontab).
 // Properties: no crash and no escaping exception (toml++ throws on syntax errors unless caught)
-// on any bytes; accepted services can be ordered or refused cleanly; accepted jobs carry a schedule.
+// on any bytes; accepted services can be ordered or refused cleanly; accepted jobs carry a
+// schedule.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // parse_credentials reads --user and the `user`/`group` keys of services and jobs, as root,
 // from values a less trusted party may have written. Properties: it never crashes; whatever it
 // accepts is a real id (at most 4294967294, so never wrapped to 0 and never setresuid's

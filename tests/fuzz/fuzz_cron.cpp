@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cron expressions come from the TOML config ([jobs.*] schedule), written by people. Properties:
 // parse() never crashes on any bytes; for an accepted schedule, next_after() from a few instants
 // (taken from the input, clamped to years 1..9999 and beyond) returns a time strictly later and,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // parse_duration reads --grace, --drain-delay, --coalesce and durations in config files.
 // Properties: it never crashes or overflows (UBSan aborts on signed overflow), what it accepts
 // lies within 0..30 days, and format_duration's output parses back to the same value (the report

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The notify proxy reads datagrams from any process of the supervised tree, i.e. untrusted bytes;
 // NOTIFY_SOCKET and WATCHDOG_USEC come from the environment. Properties: no crash on any bytes;
 // an accepted datagram has no NUL and only [A-Za-z0-9_]+ keys; MAINPID is never forwardable.

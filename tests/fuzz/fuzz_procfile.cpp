@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Procfile and .env files of `lastcall up`, written by people. Properties: no crash or exception
 // on any bytes; accepted Procfile entries have a valid service name, a command and a line number
 // within the file; accepted .env entries are "K=V".

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --rewrite FROM:TO, through the real command-line parser (the map is built there). Properties:
 // no crash; when accepted, the map holds one entry whose source is a real signal and whose target
 // is a real signal or 0 (drop).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // parse_signal reads --stop-signal, --pdeathsig, both sides of --rewrite and the compat modes'
 // signal options. Properties: no crash; an accepted signal is a real signal number (0 only when
 // allowed); a named signal's signal_name() parses back to the same number.

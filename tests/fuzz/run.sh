@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs every libFuzzer target of a fuzz build for SECONDS each, JOBS at a time.
 #   tests/fuzz/run.sh BUILD_DIR SECONDS [JOBS]
 # Seeds come from tests/fuzz/corpus/<target>/ and are only read: new inputs go to

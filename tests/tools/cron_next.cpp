@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Batch driver for the differential test: each stdin line "EXPR<TAB>EPOCH<TAB>TZNAME[<TAB>ANCHOR]"
 // prints one line with the next N fire times (epoch seconds, each after the previous one), or
 // "error: <message>". An empty TZNAME means the default zone ($TZ / local time). When the

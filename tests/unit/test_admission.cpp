@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -34,8 +35,7 @@ TEST_CASE("a ticket dropped before it started is rolled back, not released", "[a
     CHECK(a.active() == 0);
 }
 
-TEST_CASE("once intake is closed nothing is admitted and the count only goes down",
-          "[admission]") {
+TEST_CASE("once intake is closed nothing is admitted and the count only goes down", "[admission]") {
     Admission a;
     auto t = a.try_admit();
     t->started();

@@ -1,6 +1,7 @@
-#include <catch2/catch.hpp>
+// SPDX-License-Identifier: Apache-2.0
 #include <sys/stat.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <fstream>

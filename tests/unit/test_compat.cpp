@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -78,9 +79,9 @@ TEST_CASE("tini defaults: child only, no setsid, warnings only", "[compat][tini]
 
 TEST_CASE("tini flags map onto the options", "[compat][tini]") {
     Captured c;
-    auto p = parse_tini({"tini", "-s", "-g", "-w", "-vv", "-p", "SIGKILL", "-e", "143", "-e", "3",
-                         "--", "app"},
-                        kNoEnv, c.io());
+    auto p = parse_tini(
+        {"tini", "-s", "-g", "-w", "-vv", "-p", "SIGKILL", "-e", "143", "-e", "3", "--", "app"},
+        kNoEnv, c.io());
     REQUIRE(p.options);
     const Options& o = *p.options;
     CHECK(o.forward_to == Scope::Group);
@@ -124,15 +125,14 @@ TEST_CASE("tini verbosity levels", "[compat][tini]") {
 }
 
 TEST_CASE("tini usage errors exit 1 with tini's own text", "[compat][tini]") {
-    auto args = GENERATE(std::vector<std::string>{"tini", "-x", "app"},
-                         std::vector<std::string>{"tini", "-p"},
-                         std::vector<std::string>{"tini", "-p", "TERM", "app"},
-                         std::vector<std::string>{"tini", "-p", "SIGRTMIN", "app"},
-                         std::vector<std::string>{"tini", "-e", "256", "app"},
-                         std::vector<std::string>{"tini", "-e", "-1", "app"},
-                         std::vector<std::string>{"tini", "-e", "4x", "app"},
-                         std::vector<std::string>{"tini", "-s"},
-                         std::vector<std::string>{"tini", "--version", "app"});
+    auto args = GENERATE(
+        std::vector<std::string>{"tini", "-x", "app"}, std::vector<std::string>{"tini", "-p"},
+        std::vector<std::string>{"tini", "-p", "TERM", "app"},
+        std::vector<std::string>{"tini", "-p", "SIGRTMIN", "app"},
+        std::vector<std::string>{"tini", "-e", "256", "app"},
+        std::vector<std::string>{"tini", "-e", "-1", "app"},
+        std::vector<std::string>{"tini", "-e", "4x", "app"}, std::vector<std::string>{"tini", "-s"},
+        std::vector<std::string>{"tini", "--version", "app"});
     Captured c;
     auto p = parse_tini(args, kNoEnv, c.io());
     CHECK_FALSE(p.options);

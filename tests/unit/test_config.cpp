@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <catch2/catch.hpp>
 
 #include "lastcall/jobs/config.hpp"
@@ -75,15 +76,15 @@ TEST_CASE("job config errors name the file, the line and the key", "[config]") {
 
 TEST_CASE("crontab lines: 5 or 6 fields or a macro, then the command with its spacing",
           "[config]") {
-    auto c = parse_crontab("# comment\n\nMAILTO=ops\n*/5 * * * * echo  two   spaces\n"
-                           "30 0 3 * * * /usr/bin/nightly --full\n@every 90s  tick\n"
-                           "@daily daily-job\n",
-                           "crontab");
+    auto c = parse_crontab(
+        "# comment\n\nMAILTO=ops\n*/5 * * * * echo  two   spaces\n"
+        "30 0 3 * * * /usr/bin/nightly --full\n@every 90s  tick\n"
+        "@daily daily-job\n",
+        "crontab");
     REQUIRE(c);
     REQUIRE(c->size() == 4);
     CHECK((*c)[0].name == "crontab-4");
-    CHECK((*c)[0].command ==
-          std::vector<std::string>{"/bin/sh", "-c", "echo  two   spaces"});
+    CHECK((*c)[0].command == std::vector<std::string>{"/bin/sh", "-c", "echo  two   spaces"});
     CHECK((*c)[0].env == std::vector<std::string>{"MAILTO=ops"});
     CHECK((*c)[0].schedule->expression().find("*/5 * * * *") != std::string::npos);
     CHECK((*c)[1].command.back() == "/usr/bin/nightly --full");

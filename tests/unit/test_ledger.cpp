@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <catch2/catch.hpp>
 
 #include <sqlite3.h>
@@ -108,8 +109,7 @@ TEST_CASE("the watermark never moves backwards", "[ledger]") {
     CHECK(*l.watermark("j") == 500);
 }
 
-TEST_CASE("runs a previous owner left unfinished become interrupted at the next open",
-          "[ledger]") {
+TEST_CASE("runs a previous owner left unfinished become interrupted at the next open", "[ledger]") {
     TempDir dir;
     {
         Ledger l = open_ledger(dir.path);

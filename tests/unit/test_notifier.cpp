@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The systemd integration's pure parts (datagram parsing, addresses, watchdog and LISTEN_* rules,
 // JOURNAL_STREAM) and its sockets against real AF_UNIX datagram sockets.
 #include <fcntl.h>
@@ -225,8 +226,10 @@ TEST_CASE("journal lines reach the journal socket in the native protocol", "[not
     REQUIRE(n > 0);
     std::string multi(buf, static_cast<size_t>(n));
     CHECK(multi == journal_entry(6, "two\nlines"));
-    CHECK(multi == std::string("PRIORITY=6\nSYSLOG_IDENTIFIER=lastcall\nMESSAGE\n\x09\0\0\0\0\0\0\0two\nlines\n",
-                      64));
+    CHECK(
+        multi ==
+        std::string(
+            "PRIORITY=6\nSYSLOG_IDENTIFIER=lastcall\nMESSAGE\n\x09\0\0\0\0\0\0\0two\nlines\n", 64));
     ::unlink(path.c_str());
     ::rmdir(base);
 }

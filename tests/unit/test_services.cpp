@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
@@ -5,8 +6,8 @@
 
 #include "lastcall/services/service_status.hpp"
 #include "lastcall/services/services.hpp"
-#include "lastcall/shutdown/shutdown.hpp"
 #include "lastcall/services/up.hpp"
+#include "lastcall/shutdown/shutdown.hpp"
 
 using namespace lastcall;
 using namespace std::chrono_literals;

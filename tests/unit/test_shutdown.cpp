@@ -1,5 +1,6 @@
-#include <catch2/catch.hpp>
+// SPDX-License-Identifier: Apache-2.0
 #include <signal.h>
+#include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>
@@ -77,8 +78,7 @@ TEST_CASE("the first SIGTERM closes readiness before it signals the tree", "[shu
     CHECK(sd.state() == State::Stopping);
 }
 
-TEST_CASE("the stop signal is the received one unless --stop-signal says otherwise",
-          "[shutdown]") {
+TEST_CASE("the stop signal is the received one unless --stop-signal says otherwise", "[shutdown]") {
     Fixture f;
     SECTION("SIGINT is forwarded as SIGINT") {
         auto sd = f.make();
@@ -173,8 +173,7 @@ TEST_CASE("after the main command exited by itself the first SIGTERM does not es
     CHECK(f.actions.count("kill") == 1);
 }
 
-TEST_CASE("the trigger time is the signal's dequeue time, not the handling time",
-          "[shutdown]") {
+TEST_CASE("the trigger time is the signal's dequeue time, not the handling time", "[shutdown]") {
     Fixture f;
     auto sd = f.make();
     MonoTime dequeued = f.clock.now();
@@ -259,8 +258,7 @@ TEST_CASE("the pre-stop hook runs once, before the stop signal, under repeated t
     sd.on_pre_stop_done();
     CHECK(sd.state() == State::Stopping);
     CHECK(f.actions.log == std::vector<std::string>{"running->draining", "readiness_off",
-                                                    "pre_stop", "draining->stopping",
-                                                    "signal 15"});
+                                                    "pre_stop", "draining->stopping", "signal 15"});
 }
 
 TEST_CASE("a pre-stop hook that outlives the grace is cut off by the escalation", "[shutdown]") {

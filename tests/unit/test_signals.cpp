@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <catch2/catch.hpp>
 
 #include "lastcall/core/signals.hpp"
@@ -12,8 +13,7 @@ TEST_CASE("signals parse by name, SIG-prefixed name, lower case and number", "[s
     CHECK(parse_signal("RTMIN+2").value() == SIGRTMIN + 2);
 }
 
-TEST_CASE("unknown or out-of-range signals are refused, 0 only where it means drop",
-          "[signals]") {
+TEST_CASE("unknown or out-of-range signals are refused, 0 only where it means drop", "[signals]") {
     CHECK_FALSE(parse_signal("TERMINATE").ok());
     CHECK_FALSE(parse_signal("0").ok());
     CHECK(parse_signal("0", true).value() == 0);

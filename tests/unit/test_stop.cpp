@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stop primitive's first two steps (process/stop.hpp) against a fake tree: who gets the stop
 // signal, how often, and what follows it. No process is started.
 #include <catch2/catch.hpp>
@@ -96,8 +97,8 @@ TEST_CASE("a fork storm ends the passes unsettled instead of holding the loop") 
     tree.live = {proc(10)};
     tree.births = 1'000'000;
     std::set<ProcKey> had;
-    auto r = send_stop_signal(tree.io(), SIGTERM,
-                              [&](const ProcInfo& p) { return had.insert(key_of(p)).second; }, 5);
+    auto r = send_stop_signal(
+        tree.io(), SIGTERM, [&](const ProcInfo& p) { return had.insert(key_of(p)).second; }, 5);
     CHECK_FALSE(r.settled);
     CHECK(r.signalled == 5);
 }

@@ -1,5 +1,6 @@
-#include <catch2/catch.hpp>
+// SPDX-License-Identifier: Apache-2.0
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <fstream>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Command line -> Options. CLI11 lives only in cli.cpp.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `lastcall runs ...` (the run ledger) and `lastcall jobs ...` (the schedule), dispatched from
 // main() before the supervisor's own command line is parsed. args is main's whole argv.
 #pragma once

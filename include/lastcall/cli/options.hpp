@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Everything the command line (native or a compat mode) decides, as plain data.
 #pragma once
 
@@ -8,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "lastcall/process/process_tree.hpp"
-#include "lastcall/process/credentials.hpp"
 #include "lastcall/core/signals.hpp"
+#include "lastcall/process/credentials.hpp"
+#include "lastcall/process/process_tree.hpp"
 
 namespace lastcall {
 
@@ -49,7 +50,7 @@ struct Options {
     bool new_session = true;  // false: the child stays in lastcall's session, in its own group
 
     // Signal and exit mapping.
-    std::map<int, int> rewrite;  // received -> forwarded; 0 drops
+    std::map<int, int> rewrite;   // received -> forwarded; 0 drops
     std::set<int> success_exits;  // exit codes reported as 0
     int pdeathsig = 0;
 

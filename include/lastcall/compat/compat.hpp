@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Drop-in modes: the command lines and environments of tini (docker-init) and dumb-init, parsed
 // the way those programs parse them, into the same Options the native CLI produces.
 //

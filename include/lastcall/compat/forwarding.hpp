@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a received signal means, and the lines a peer (tini, dumb-init) prints about it.
 //
 // The supervisor asks ForwardingPolicy::decide() for every signal it reads (SIGCHLD aside) and

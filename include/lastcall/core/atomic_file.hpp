@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A file that appears at its final path complete or not at all.
 //
 // Writes go to a temporary file in the same directory (rename(2) is atomic only within one
@@ -20,7 +21,7 @@
 namespace lastcall {
 
 class AtomicFile {
-public:
+  public:
     static Result<AtomicFile> create(std::string final_path, int mode = 0644);
     AtomicFile(AtomicFile&&) = default;
     AtomicFile& operator=(AtomicFile&&) = default;
@@ -30,7 +31,7 @@ public:
     Status commit();
     const std::string& temp_path() const { return temp_; }
 
-private:
+  private:
     AtomicFile(std::string final_path, std::string temp, UniqueFd dir, std::string final_name,
                std::string temp_name, UniqueFd fd)
         : final_(std::move(final_path)),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The clock behind every deadline. Escalation tests drive a FakeClock instead of sleeping.
 #pragma once
 
@@ -8,22 +9,22 @@ namespace lastcall {
 using MonoTime = std::chrono::steady_clock::time_point;
 
 class Clock {
-public:
+  public:
     virtual ~Clock() = default;
     virtual MonoTime now() const = 0;
 };
 
 class SteadyClock final : public Clock {
-public:
+  public:
     MonoTime now() const override { return std::chrono::steady_clock::now(); }
 };
 
 class FakeClock final : public Clock {
-public:
+  public:
     MonoTime now() const override { return now_; }
     void advance(std::chrono::steady_clock::duration d) { now_ += d; }
 
-private:
+  private:
     MonoTime now_{std::chrono::hours(1)};
 };
 

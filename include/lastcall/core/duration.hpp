@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Human durations on the command line: "250ms", "10s", "2m", "1h30m", "1.5s", plain "0".
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Errors carry their context: the syscall or step, the object (pid, path) and the errno text.
 #pragma once
 
@@ -17,7 +18,7 @@ Error sys_error(std::string_view what, int err);
 // A value or an Error. C++20 has no std::expected; this is the small subset we use.
 template <typename T>
 class Result {
-public:
+  public:
     Result(T value) : v_(std::move(value)) {}
     Result(Error error) : v_(std::move(error)) {}
     bool ok() const { return std::holds_alternative<T>(v_); }
@@ -29,7 +30,7 @@ public:
     T& operator*() { return value(); }
     const Error& error() const { return std::get<Error>(v_); }
 
-private:
+  private:
     std::variant<T, Error> v_;
 };
 

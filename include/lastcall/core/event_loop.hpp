@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A single-threaded epoll loop over descriptors (signalfd, timerfd, inotify, pipes, sockets).
 // There is no tick: when nothing happens, lastcall sleeps in epoll_wait(-1).
 #pragma once
@@ -13,7 +14,7 @@
 namespace lastcall {
 
 class EventLoop {
-public:
+  public:
     using Handler = std::function<void(std::uint32_t events)>;
 
     static Result<EventLoop> create();
@@ -23,7 +24,7 @@ public:
     // Waits for one batch of events and dispatches them. Returns false on a fatal epoll error.
     Status run_once();
 
-private:
+  private:
     explicit EventLoop(UniqueFd epfd) : epfd_(std::move(epfd)) {}
     UniqueFd epfd_;
     std::map<int, Handler> handlers_;
@@ -31,14 +32,14 @@ private:
 
 // One timerfd holding the nearest deadline (CLOCK_MONOTONIC, absolute), disarmed when none.
 class DeadlineTimer {
-public:
+  public:
     static Result<DeadlineTimer> create();
     Status arm(std::optional<MonoTime> deadline);
     // Reads the expiration count so the fd stops being readable.
     void consume();
     int fd() const { return fd_.get(); }
 
-private:
+  private:
     explicit DeadlineTimer(UniqueFd fd) : fd_(std::move(fd)) {}
     UniqueFd fd_;
 };

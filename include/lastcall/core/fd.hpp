@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RAII for kernel descriptors: every fd lastcall opens (signalfd, timerfd, epoll, pidfd, inotify,
 // pipes, sockets, files) lives in a UniqueFd, so no early return can leak one into a child.
 #pragma once
@@ -9,7 +10,7 @@
 namespace lastcall {
 
 class UniqueFd {
-public:
+  public:
     UniqueFd() = default;
     explicit UniqueFd(int fd) noexcept : fd_(fd) {}
     UniqueFd(const UniqueFd&) = delete;
@@ -31,7 +32,7 @@ public:
         fd_ = fd;
     }
 
-private:
+  private:
     int fd_ = -1;
 };
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The identity of this lastcall instance on the host.
 //
 // Not the pid: every container's init is PID 1, so two containers that share a cgroup parent or a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Just enough JSON writing for the report and the json log format. No parsing here.
 #pragma once
 
@@ -10,7 +11,7 @@ namespace lastcall {
 void json_quote(std::string& out, std::string_view s);
 
 class JsonWriter {
-public:
+  public:
     JsonWriter& begin_object();
     JsonWriter& end_object();
     JsonWriter& begin_array();
@@ -29,7 +30,7 @@ public:
     }
     const std::string& str() const { return out_; }
 
-private:
+  private:
     void separate();
     std::string out_;
     bool need_comma_ = false;

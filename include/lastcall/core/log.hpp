@@ -1,13 +1,14 @@
+// SPDX-License-Identifier: Apache-2.0
 // spdlog is configured once, here: text or JSON lines on stderr, or the journal.
 #pragma once
 
 #include <spdlog/spdlog.h>
 
-#include "lastcall/cli/options.hpp"
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include "lastcall/cli/options.hpp"
 
 namespace lastcall {
 

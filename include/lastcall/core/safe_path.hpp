@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Opening paths for writing as root when an unprivileged process shares the filesystem.
 //
 // The attacker is an app in the same container (docs/security.md): it can plant a symbolic

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Signal names and numbers, and the signal sets lastcall handles.
 #pragma once
 

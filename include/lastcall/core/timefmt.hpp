@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Wall-clock timestamps as lastcall writes them everywhere (logs, report, ledger listings, job
 // environment): ISO 8601 in UTC, "2026-12-03T09:25:48Z" or with milliseconds ".123Z". One
 // formatter, so every file and line lastcall writes sorts and parses the same way.

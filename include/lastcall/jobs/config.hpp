@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scheduled jobs from the TOML config (`[jobs.NAME]` and the top-level keys) or from a plain
 // crontab (supercronic's format). `[services.*]` belongs to the services loader and is skipped.
 // Every error is one line "FILE:LINE: KEY: message"; main() prints it and exits 2 before
@@ -10,10 +11,10 @@
 #include <string_view>
 #include <vector>
 
-#include "lastcall/jobs/cron.hpp"
+#include "lastcall/cli/options.hpp"
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/error.hpp"
-#include "lastcall/cli/options.hpp"
+#include "lastcall/jobs/cron.hpp"
 #include "lastcall/process/credentials.hpp"
 
 namespace lastcall {

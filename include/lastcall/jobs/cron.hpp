@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cron expressions -> fire times. Pure: no clock, no globals; the only I/O is reading a zoneinfo
 // file when a time zone is loaded by name. See docs/cron.md for the syntax and the DST rules.
 #pragma once

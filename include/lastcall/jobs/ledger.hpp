@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The run ledger: every scheduled run, what became of it, and each job's watermark, in SQLite.
 //
 //   scheduled --> started --> completed | failed | interrupted
@@ -32,8 +33,8 @@
 namespace lastcall {
 
 enum class RunState { Scheduled, Started, Completed, Failed, Interrupted, Skipped };
-inline constexpr RunState kAllRunStates[] = {RunState::Scheduled, RunState::Started,
-                                             RunState::Completed, RunState::Failed,
+inline constexpr RunState kAllRunStates[] = {RunState::Scheduled,   RunState::Started,
+                                             RunState::Completed,   RunState::Failed,
                                              RunState::Interrupted, RunState::Skipped};
 
 std::string_view to_string(RunState s);
@@ -67,8 +68,8 @@ struct RunOutcome {
 };
 
 struct RunFilter {
-    std::string job;                  // empty: all jobs
-    std::optional<RunState> state;    // nullopt: all states
+    std::string job;                // empty: all jobs
+    std::optional<RunState> state;  // nullopt: all states
 };
 
 struct SqliteClose {
@@ -79,7 +80,7 @@ using SqliteHandle = std::unique_ptr<sqlite3, SqliteClose>;
 std::int64_t unix_ms_now();
 
 class Ledger {
-public:
+  public:
     // The state dir's ledger. `exclusive`: take the owner's lock (the supervisor); the `runs`
     // command reads and releases without it. The directory is created when missing. A write
     // happens here (the start is recorded), so a read-only or full filesystem fails now, at
@@ -124,7 +125,7 @@ public:
 
     const std::string& path() const { return path_; }
 
-private:
+  private:
     Ledger(SqliteHandle db, std::string path, UniqueFd lock)
         : db_(std::move(db)), path_(std::move(path)), lock_(std::move(lock)) {}
     Status exec(const char* sql);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How a job run ends, as pure functions: the rules docs/jobs.md states, in one place.
 //
 //   interrupted  lastcall's stop request reached the run before it ended by itself, whatever

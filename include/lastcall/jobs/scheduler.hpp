@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The scheduler: turns each job's fire times into admitted, recorded runs, and runs into
 // promoted artifacts and terminal ledger records.
 //
@@ -15,23 +16,23 @@
 
 #include <map>
 #include <memory>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
-#include "lastcall/process/stop.hpp"
-#include "lastcall/shutdown/admission.hpp"
-#include "lastcall/jobs/config.hpp"
 #include "lastcall/core/event_loop.hpp"
+#include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/ledger.hpp"
 #include "lastcall/jobs/run_ending.hpp"
+#include "lastcall/process/stop.hpp"
+#include "lastcall/shutdown/admission.hpp"
 #include "lastcall/supervisor.hpp"
 
 namespace lastcall {
 
 class JobScheduler final : public SupervisorComponent {
-public:
+  public:
     JobScheduler(std::vector<JobSpec> jobs, Ledger ledger);
 
     Status attach(Supervisor& s) override;
@@ -41,21 +42,21 @@ public:
     void contribute_report(JsonWriter& j) override;
     void finished(int exit_code) override;
 
-private:
+  private:
     enum class Phase { Running, Verifying, Lingering };
     struct Run {
         std::int64_t id = 0;
         std::size_t job = 0;
         std::int64_t scheduled_at = 0;
-        pid_t pid = -1;          // the job's leader
-        pid_t verify_pid = -1;   // the verify command while Phase::Verifying
+        pid_t pid = -1;         // the job's leader
+        pid_t verify_pid = -1;  // the verify command while Phase::Verifying
         Phase phase = Phase::Running;
         std::optional<Ticket> ticket;
         bool recorded = false;  // a terminal state is in the ledger (or interrupted is due)
         std::optional<MonoTime> deadline;  // the timeout, then the SIGKILL after it
         bool timed_out = false;
-        std::unique_ptr<UnitScope> scope;  // every process of the run, verify included
-        std::set<ProcKey> stopped;         // got the timeout's SIGTERM: never a second time
+        std::unique_ptr<UnitScope> scope;         // every process of the run, verify included
+        std::set<ProcKey> stopped;                // got the timeout's SIGTERM: never a second time
         Intervention first = Intervention::None;  // lastcall's first intervention
         // `interrupted` could not be written: it is tried again at the leader's exit, and the
         // run is never completed.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Who a unit runs as, and the one path by which a child gives up lastcall's rights.
 //
 // Parsing (parent, before fork): USER[:GROUP] where each part is a name or a decimal id. Ids are

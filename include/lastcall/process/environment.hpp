@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Environment: the variables a unit of work starts with. One type and one place that decides
 // what each kind of unit inherits from lastcall's own environment, so no unit gets a variable
 // twice (getenv would see the first, a shell the last) or one meant for someone else.
@@ -18,7 +19,7 @@ enum class UnitKind {
 };
 
 class Environment {
-public:
+  public:
     // lastcall's environment as `kind` inherits it:
     //  - NOTIFY_SOCKET never: only lastcall talks to systemd, which knows lastcall as the main
     //    pid (the notify proxy adds its own socket where it is meant);
@@ -41,7 +42,7 @@ public:
     // "KEY=VALUE" each key once, for execve.
     std::vector<std::string> entries() const;
 
-private:
+  private:
     std::vector<std::pair<std::string, std::string>> vars_;
 };
 

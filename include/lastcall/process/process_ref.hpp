@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ProcessRef: one process named so that a signal can never reach a successor on a reused pid.
 //
 // A pid alone is not a name: between reading it (from /proc, cgroup.procs, a file) and kill(),
@@ -18,7 +19,7 @@ namespace lastcall {
 struct ProcInfo;
 
 class ProcessRef {
-public:
+  public:
     // The process seen during enumeration, if it is still that process. nullopt: it is gone (or
     // its pid now names another process).
     static std::optional<ProcessRef> open(const ProcInfo& seen);
@@ -31,7 +32,7 @@ public:
     // pidfd_send_signal; false with errno set (ESRCH: it has exited).
     bool signal(int sig) const;
 
-private:
+  private:
     ProcessRef(pid_t pid, unsigned long long start, UniqueFd pidfd)
         : pid_(pid), start_(start), pidfd_(std::move(pidfd)) {}
     pid_t pid_;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The supervised process tree: who belongs to it, how to signal all of it, how to reap it.
 //
 // A process group is not a tree: shells, npm and daemons call setsid or double-fork. Two trackers
@@ -51,7 +52,7 @@ using MemberFilter = std::function<bool(const ProcInfo&)>;
 // setsid) and memory (a member seen once stays one while it lives, so an orphan reparented to
 // lastcall is still found).
 class UnitScope {
-public:
+  public:
     virtual ~UnitScope() = default;
     virtual std::string_view kind() const = 0;
     // Live members (zombies excluded, but a zombie leader whose threads still run is a member).
@@ -69,7 +70,7 @@ public:
 };
 
 class Tracker {
-public:
+  public:
     virtual ~Tracker() = default;
     virtual std::string_view name() const = 0;
     // Live members of the whole tree (lastcall itself and zombies excluded): every unit's, and
@@ -98,7 +99,7 @@ public:
     // returned, not logged.
     virtual Status remove() { return Ok{}; }
 
-protected:
+  protected:
     static constexpr int SIGKILL_ = 9;
 };
 
@@ -130,8 +131,8 @@ std::vector<ProcInfo> descendants_of(pid_t root);
 // One reaped process.
 struct Reaped {
     pid_t pid;
-    int status;                     // waitpid status
-    std::optional<ProcInfo> info;   // read from the zombie before the reap, when asked for
+    int status;                    // waitpid status
+    std::optional<ProcInfo> info;  // read from the zombie before the reap, when asked for
 };
 
 // Reaps every child that has exited, until waitpid says there is nothing more (ECHILD or 0).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // spawn(): fork + exec with everything a supervised child needs set up in between.
 //
 // Everything that allocates, formats or can take a lock (PATH search, env building, user lookup)
@@ -14,8 +15,8 @@
 
 #include "lastcall/core/error.hpp"
 #include "lastcall/core/fd.hpp"
-#include "lastcall/process/credentials.hpp"
 #include "lastcall/core/signals.hpp"
+#include "lastcall/process/credentials.hpp"
 
 namespace lastcall {
 
@@ -41,11 +42,11 @@ struct SpawnSpec {
     // argv[0] is looked up in PATH unless it contains a '/'. The lookup happens in the child,
     // after the privilege drop: a unit finds and executes only what its own user could.
     std::vector<std::string> argv;
-    std::vector<std::string> env;   // "K=V"; the complete environment of the child
+    std::vector<std::string> env;  // "K=V"; the complete environment of the child
     enum class Session { NewSession, NewGroup, Inherit } session = Session::NewSession;
-    bool take_tty = false;        // stdin is a terminal: make it the child's controlling tty
-    int cgroup_procs_fd = -1;     // write "0" here so the child is in the cgroup before exec
-    int pdeathsig = 0;            // PR_SET_PDEATHSIG, with the getppid() recheck
+    bool take_tty = false;     // stdin is a terminal: make it the child's controlling tty
+    int cgroup_procs_fd = -1;  // write "0" here so the child is in the cgroup before exec
+    int pdeathsig = 0;         // PR_SET_PDEATHSIG, with the getppid() recheck
     std::optional<Credentials> credentials;  // drop_privileges() in the child when set
     bool no_new_privs = false;
     std::string workdir;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one stop primitive, for every unit of work (the main command, a service instance, a job
 // run) and for the whole tree:
 //
@@ -32,16 +33,18 @@ namespace lastcall {
 
 // (pid, start time): one process, whatever happens to its pid later.
 using ProcKey = std::pair<pid_t, unsigned long long>;
-inline ProcKey key_of(const ProcInfo& p) { return {p.pid, p.start}; }
+inline ProcKey key_of(const ProcInfo& p) {
+    return {p.pid, p.start};
+}
 
 struct StopPassResult {
-    int signalled = 0;      // processes that got the stop signal in this call
-    bool settled = false;   // the last pass found nobody new (false: passes ran out, fork storm)
+    int signalled = 0;     // processes that got the stop signal in this call
+    bool settled = false;  // the last pass found nobody new (false: passes ran out, fork storm)
 };
 
 struct StopPassIo {
-    std::function<std::vector<ProcInfo>()> members;     // the unit's live members
-    std::function<bool(const ProcInfo&, int)> send;      // signal_exact in production
+    std::function<std::vector<ProcInfo>()> members;  // the unit's live members
+    std::function<bool(const ProcInfo&, int)> send;  // signal_exact in production
     // True once the passes must end (a time budget: each pass over a 10,000-process tree takes
     // tens of milliseconds, more under a fork bomb, and the loop must get back to its grace
     // timer). Checked before each pass after the first and every 16 signalled members within a
@@ -60,6 +63,8 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
 
 // Does signal `sig` end a stopped process's sleep by itself? SIGKILL does; SIGCONT is the
 // wake-up itself. Any other stop signal needs a SIGCONT after it.
-constexpr bool needs_sigcont(int sig) { return sig != SIGKILL && sig != SIGCONT; }
+constexpr bool needs_sigcont(int sig) {
+    return sig != SIGKILL && sig != SIGCONT;
+}
 
 }  // namespace lastcall

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // User and group lookups for --user.
 //
 // The dynamic build asks NSS (getpwnam, getgrouplist, getgrnam), so LDAP, sssd or systemd-userdb

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs the services of a config or Procfile beside (or instead of) the main command, as one
 // SupervisorComponent on the supervisor's single-threaded loop.
 //
@@ -29,10 +30,10 @@
 #include <string>
 #include <vector>
 
-#include "lastcall/shutdown/admission.hpp"
 #include "lastcall/core/clock.hpp"
 #include "lastcall/core/event_loop.hpp"
 #include "lastcall/services/services.hpp"
+#include "lastcall/shutdown/admission.hpp"
 #include "lastcall/supervisor.hpp"
 
 namespace lastcall {
@@ -107,7 +108,7 @@ class ServiceManager final : public SupervisorComponent {
     bool holding_drain_ = false;
     std::optional<MonoTime> stop_begin_;  // the drain delay passes before the first stop signal
     MonoTime global_deadline_{};
-    long long refused_ = 0;        // starts refused because the shutdown had begun
+    long long refused_ = 0;  // starts refused because the shutdown had begun
     bool status_failing_ = false;
 };
 

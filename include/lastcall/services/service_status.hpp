@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The services' status file and `lastcall status`.
 //
 // Each lastcall that runs services writes <runtime dir>/<instance id>.status (mode 0600, in a 0700

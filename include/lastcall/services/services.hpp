@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Several services in one lastcall: their specification (from `[services.*]` in the TOML config
 // or from a Procfile), the per-service state model and the restart backoff. Pure data and logic;
 // the ServiceManager (service_manager.hpp) runs them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `lastcall up`: the Procfile dev runner. Every Procfile process is a service whose output is
 // prefixed, restart "no", and main: as with foreman and honcho, the first one to exit stops the
 // others and its exit code becomes lastcall's.

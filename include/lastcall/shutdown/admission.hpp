@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Admission of work: the one protocol that makes "no new work" and "active == 0" agree.
 //
 // The race it closes: a worker reads "running", the drain flips to draining and sees active == 0,
@@ -30,7 +31,7 @@ inline constexpr EntryPath kEntryPaths[] = {EntryPath::Main, EntryPath::ServiceS
 std::string_view to_string(EntryPath p);
 
 class Ticket {
-public:
+  public:
     Ticket(Ticket&& other) noexcept;
     Ticket& operator=(Ticket&& other) noexcept;
     Ticket(const Ticket&) = delete;
@@ -43,7 +44,7 @@ public:
     bool is_started() const { return state_ == Started; }
     std::uint64_t id() const { return id_; }
 
-private:
+  private:
     friend class Admission;
     enum Phase { Admitted, Started, Done };
     Ticket(Admission* owner, std::uint64_t id, EntryPath path)
@@ -70,7 +71,7 @@ struct AdmissionStats {
 };
 
 class Admission {
-public:
+  public:
     // Admits a unit of work if intake is open. The check and the increment are one step.
     std::optional<Ticket> try_admit(EntryPath path = EntryPath::Main);
     // Closes intake (idempotent) and returns the number of active units at that moment. Once
@@ -85,7 +86,7 @@ public:
     // of learning the drain is complete without polling.
     void on_idle(std::function<void()> callback);
 
-private:
+  private:
     friend class Ticket;
     void finished(bool was_started, EntryPath path);
     void started(EntryPath path);

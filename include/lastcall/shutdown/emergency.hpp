@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The last resort: an exception or an allocation failure (std::bad_alloc under a memory limit)
 // escaped the event loop, or std::terminate ran. The tree must still not outlive lastcall and the
 // ending must still be recorded, so the teardown here needs no allocation: everything it uses is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What became of every process of the tree, and the shutdown report built from it.
 //
 // The ProcessBook learns about processes two ways: when an enumeration of the tree sees them
@@ -16,8 +17,8 @@
 #include "lastcall/core/clock.hpp"
 #include "lastcall/core/error.hpp"
 #include "lastcall/process/process_tree.hpp"
-#include "lastcall/shutdown/shutdown.hpp"
 #include "lastcall/shutdown/admission.hpp"
+#include "lastcall/shutdown/shutdown.hpp"
 
 namespace lastcall {
 
@@ -30,13 +31,13 @@ struct ProcessRecord {
     std::string cmdline;
     pid_t pgid = 0;
     bool is_main = false;
-    int stop_signal = 0;          // the stop signal it was sent, 0 if none
-    bool killed = false;          // it was alive when SIGKILL went out
-    std::optional<int> status;    // wait status, when lastcall reaped it
+    int stop_signal = 0;        // the stop signal it was sent, 0 if none
+    bool killed = false;        // it was alive when SIGKILL went out
+    std::optional<int> status;  // wait status, when lastcall reaped it
 };
 
 class ProcessBook {
-public:
+  public:
     void set_main(pid_t pid);
     // Records a member seen alive; returns its record (existing or new).
     ProcessRecord& observe(const ProcInfo& info);
@@ -49,7 +50,7 @@ public:
     std::vector<pid_t> forced() const;
     long long reaped_count() const { return reaped_; }
 
-private:
+  private:
     std::vector<ProcessRecord> records_;
     std::map<pid_t, std::size_t> live_;  // pid -> index of its current record
     pid_t main_pid_ = 0;

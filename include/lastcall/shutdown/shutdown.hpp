@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shutdown state machine. One enum, one transition function, one controller.
 //
 //   Running --trigger--> Draining --drain done--> Stopping --tree empty--> Stopped
@@ -37,7 +38,7 @@ std::optional<State> transition(State from, Event event);
 
 // What a state change asks the outside world to do. The supervisor implements this.
 class ShutdownActions {
-public:
+  public:
     virtual ~ShutdownActions() = default;
     virtual void state_changed(State from, State to, Event why) = 0;
     virtual void readiness_off() = 0;
@@ -84,7 +85,7 @@ struct Burst {
 enum class SignalOutcome { Started, Coalesced, Forwarded, Joined, Escalated, Ignored };
 
 class Shutdown {
-public:
+  public:
     Shutdown(ShutdownConfig config, const Clock& clock, ShutdownActions& actions);
 
     // A termination signal arrived (SIGTERM/SIGINT/SIGQUIT).
@@ -108,15 +109,13 @@ public:
     const Trigger& trigger() const { return trigger_; }
     const std::vector<Burst>& bursts() const { return bursts_; }
     // Time of entry into each state; unset for states never entered.
-    const std::optional<MonoTime>& entered(State s) const {
-        return entered_[static_cast<int>(s)];
-    }
+    const std::optional<MonoTime>& entered(State s) const { return entered_[static_cast<int>(s)]; }
     MonoTime grace_deadline() const { return trigger_.at + config_.grace; }
     // The signal the tree gets (or got) when Stopping is entered.
     int stop_signal() const;
     bool forced() const { return entered(State::Forcing).has_value(); }
 
-private:
+  private:
     void start(Trigger t);
     void apply(Event e);
     void maybe_finish_drain();

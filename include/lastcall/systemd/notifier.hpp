@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The systemd notify protocol (sd_notify(3)): lastcall is the service's main process, so it tells
 // systemd READY=1, STATUS=, STOPPING=1, EXTEND_TIMEOUT_USEC= and WATCHDOG=1 on the child's behalf.
 // With --ready-on notify it also relays the child's own messages through a proxy socket

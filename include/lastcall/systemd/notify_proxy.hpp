@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The notify proxy's socket: lastcall's own AF_UNIX datagram socket that the child finds in its
 // NOTIFY_SOCKET. It lives in a private 0700 directory, and every datagram carries the sender's pid
 // (SO_PASSCRED), so the notifier can refuse anything that does not come from the supervised tree.

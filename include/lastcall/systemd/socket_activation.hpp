@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Socket activation (sd_listen_fds(3)): systemd passed listening sockets at fds 3..3+N-1 and named
 // lastcall in LISTEN_PID. They go on to the main child at the same numbers, and the spawner
 // rewrites LISTEN_PID to the child's own pid before exec, so the child's sd_listen_fds() accepts

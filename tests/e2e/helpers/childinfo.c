@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* childinfo: prints what the child inherited from lastcall: the SigBlk/SigIgn lines of
  * /proc/self/status, then every open fd (excluding the one used to list them). */
 #include <dirent.h>

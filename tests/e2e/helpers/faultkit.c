@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Children for the fault-injection and privilege tests (test_faults.py, test_privileges.py).
  *
  *   faultkit wait              "ready <pid>" to $EVENTS, then wait for a signal to end it
@@ -155,8 +156,9 @@ static int self(void) {
     if (!status) return perror("/proc/self/status"), 1;
     char line[512];
     while (fgets(line, sizeof line, status)) {
-        static const char* const keys[] = {"Uid:",    "Gid:",    "Groups:", "NoNewPrivs:", "CapEff:",
-                                           "CapPrm:", "CapInh:", "CapBnd:", "CapAmb:"};
+        static const char* const keys[] = {
+            "Uid:",    "Gid:",    "Groups:", "NoNewPrivs:", "CapEff:",
+            "CapPrm:", "CapInh:", "CapBnd:", "CapAmb:"};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; ++i)
             if (strncmp(line, keys[i], strlen(keys[i])) == 0) fputs(line, stdout);
     }
@@ -180,6 +182,7 @@ int main(int argc, char** argv) {
     if (strcmp(mode, "forkbomb") == 0) return forkbomb();
     if (strcmp(mode, "orphan") == 0) return orphan();
     if (strcmp(mode, "self") == 0) return self();
-    fprintf(stderr, "usage: faultkit wait|close-stdio|count-signals|forkstorm RATE|forkbomb|orphan|self\n");
+    fprintf(stderr,
+            "usage: faultkit wait|close-stdio|count-signals|forkstorm RATE|forkbomb|orphan|self\n");
     return 2;
 }

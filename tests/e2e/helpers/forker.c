@@ -1,9 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
 /* forker: ignores SIGTERM and forks a new child every 10 ms; every child ignores SIGTERM too and
  * sleeps. A tree that keeps growing during the drain: only SIGKILL of the whole tree ends it. */
 #include <fcntl.h>
 #include <signal.h>
-#include <string.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 

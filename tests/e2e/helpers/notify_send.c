@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // notify_send MESSAGE [COMMAND [ARGS...]]: sends MESSAGE as one datagram to $NOTIFY_SOCKET (a path
 // or an @abstract name), then execs COMMAND if one is given, else exits 0. A stand-in for
 // systemd-notify, which insists on talking as the service's main pid.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* npm_like: stands in for a dev server started through npm's shells. It forks a helper that
  * calls setsid (a file watcher or esbuild daemon: out of the terminal's process group, ignoring
  * SIGINT and SIGHUP as daemons do), reports "helper <pid>" and "server <pid>" on $EVENTS, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* once_term: behaves like a Node.js app with process.once('SIGTERM', ...): the first SIGTERM
  * starts a graceful exit (0 after 300 ms) and restores the default action, so a second SIGTERM
  * kills it (exit status 143 to its parent). Reports "started" and "term" on $EVENTS. */
@@ -33,6 +34,7 @@ int main(void) {
     while (!got_term) pause();
     report("term\n");
     struct timespec graceful = {0, 300 * 1000 * 1000};
-    while (nanosleep(&graceful, &graceful) != 0) {}
+    while (nanosleep(&graceful, &graceful) != 0) {
+    }
     return 0;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* orphan_maker N: double-forks N short-lived orphans (each intermediate exits at once, so the
  * grandchild is reparented to the nearest subreaper or PID 1), then reports on $EVENTS and waits
  * for SIGTERM. Used to prove that lastcall reaps what it did not spawn. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rtcount: counts how many copies of a forwarded signal reach each process, exactly.
 //
 //   rtcount ROLE [--fork ROLE2]
@@ -7,13 +8,13 @@
 // it takes every SIGRTMIN+1 still queued and reports "ROLE rt N" (N: all it received). SIGTERM
 // ends it with status 0. A sender that signals a process twice is caught as soon as the test
 // sends SIGUSR1 after "rt-seen": the second copy was queued before the first was even read.
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <fcntl.h>
 
 static const char* events_path;
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sigprobe: reports the signals it receives, one "ROLE SIGNUM" line each, to the FIFO named by
 // $EVENTS, so a test can see exactly who in a tree got which signal, and in which order.
 //
@@ -38,9 +39,8 @@ static void report(const char* line) {
 static int stay;
 
 static int run(const char* role, int catch_signals, const char* go) {
-    static const int kSignals[] = {SIGHUP,  SIGINT,  SIGQUIT,  SIGUSR1, SIGUSR2, SIGTERM,
-                                   SIGALRM, SIGWINCH, SIGILL,  SIGTRAP, SIGBUS,  SIGFPE,
-                                   SIGSEGV, SIGSYS};
+    static const int kSignals[] = {SIGHUP,   SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM, SIGALRM,
+                                   SIGWINCH, SIGILL, SIGTRAP, SIGBUS,  SIGFPE,  SIGSEGV, SIGSYS};
     sigset_t set;
     sigemptyset(&set);
     for (size_t i = 0; i < sizeof kSignals / sizeof kSignals[0]; ++i) sigaddset(&set, kSignals[i]);
@@ -82,7 +82,8 @@ static int run(const char* role, int catch_signals, const char* go) {
 int main(int argc, char** argv) {
     events_path = getenv("EVENTS");
     if (argc < 2 || !events_path) {
-        fprintf(stderr, "usage: EVENTS=FIFO sigprobe ROLE [--fork ROLE2] [--default] [--go PATH]\n");
+        fprintf(stderr,
+                "usage: EVENTS=FIFO sigprobe ROLE [--fork ROLE2] [--default] [--go PATH]\n");
         return 2;
     }
     const char* role = argv[1];

@@ -1,7 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 #define _GNU_SOURCE
 /* termlog [exit_code]: on SIGTERM/SIGINT/SIGQUIT/SIGHUP/SIGUSR1/SIGUSR2 writes
- * "<SIGNAME> <CLOCK_MONOTONIC ns> ready=<0|1>" to $EVENTS (ready: whether $READY_FILE exists at that
- * moment); exits with exit_code on TERM/INT/QUIT. Reports "started" first. */
+ * "<SIGNAME> <CLOCK_MONOTONIC ns> ready=<0|1>" to $EVENTS (ready: whether $READY_FILE exists at
+ * that moment); exits with exit_code on TERM/INT/QUIT. Reports "started" first. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,7 +14,9 @@
 /* One flag per signal: two different signals arriving before the loop runs are both reported. */
 static volatile sig_atomic_t pending[65];
 
-static void on_signal(int sig) { pending[sig] = 1; }
+static void on_signal(int sig) {
+    pending[sig] = 1;
+}
 
 static void report(const char* line) {
     const char* path = getenv("EVENTS");
@@ -52,7 +55,8 @@ int main(int argc, char** argv) {
         const char* rf = getenv("READY_FILE");
         int ready = rf && access(rf, F_OK) == 0;
         char line[128];
-        snprintf(line, sizeof line, "%s %lld ready=%d\n", sigabbrev_np(sig) ? sigabbrev_np(sig) : "?",
+        snprintf(line, sizeof line, "%s %lld ready=%d\n",
+                 sigabbrev_np(sig) ? sigabbrev_np(sig) : "?",
                  (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, ready);
         report(line);
         if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) return code;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* zombie_leader: leaves behind a process whose leader thread has exited (pthread_exit) while a
  * second thread runs: /proc shows the process as a zombie (state Z), yet it lives and holds its
  * pid. It detaches first (double fork + setsid) and ignores SIGTERM, so only a SIGKILL ends it.
