@@ -524,9 +524,12 @@ class TiniBehaviour(CompatTestCase):
                 r = self.run_as(s, ["-s", "--"] + cmd, preexec_fn=caller_state,
                                 restore_signals=False)
                 self.assertEqual(r.returncode, 0, r.stderr)
-                results[s.label] = r.stdout
                 blk = int(re.search(r"SigBlk:\s*(\w+)", r.stdout).group(1), 16)
                 ign = int(re.search(r"SigIgn:\s*(\w+)", r.stdout).group(1), 16)
+                # Signals 32 and 33 are glibc's own (NPTL's SIGCANCEL and SIGSETXID): an ignore
+                # of them inherited from the caller's environment is not compared.
+                glibc = (1 << 31) | (1 << 32)
+                results[s.label] = (blk & ~glibc, ign & ~glibc)
                 self.assertTrue(blk & (1 << (signal.SIGUSR1 - 1)), r.stdout)
                 self.assertTrue(ign & (1 << (signal.SIGPIPE - 1)), r.stdout)
                 self.assertTrue(ign & (1 << (signal.SIGUSR2 - 1)), r.stdout)

@@ -29,9 +29,17 @@ static void on_term(int sig) {
 }
 
 int main(void) {
+    /* SIGTERM stays blocked except inside sigsuspend: one arriving between the check of
+     * got_term and the wait would otherwise be handled before pause() and never wake it. */
+    sigset_t term, waiting;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    sigprocmask(SIG_BLOCK, &term, &waiting);
+    sigdelset(&waiting, SIGTERM);
     signal(SIGTERM, on_term);
     report("started\n");
-    while (!got_term) pause();
+    while (!got_term) sigsuspend(&waiting);
+    sigprocmask(SIG_UNBLOCK, &term, NULL);
     report("term\n");
     struct timespec graceful = {0, 300 * 1000 * 1000};
     while (nanosleep(&graceful, &graceful) != 0) {
