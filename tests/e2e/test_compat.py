@@ -34,6 +34,19 @@ def no_pids(text):
     return re.sub(r"tini \(\d+\)", "tini (PID)", text)
 
 
+
+def wait_exited(pid, timeout=10.0):
+    """Until the process has exited (its pidfd polls readable): an event, not a sleep."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return
+    try:
+        select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+
+
 class Spelling:
     """One way of invoking a mode: argv (argv[0] as the program sees it) and the file run."""
 
@@ -382,6 +395,11 @@ class Sessions(CompatTestCase):
                     d.signal(signal.SIGTERM)
                     self.fifo.expect("child 15")
                     self.assertEqual(d.wait(), 0)
+                    # The peer exits as soon as its child has: processes that got SIGTERM and
+                    # reported it may still be on their way out. Wait for them (pidfds), then
+                    # look for leftovers.
+                    for pid in pids.values():
+                        wait_exited(pid)
                     self.assertNoLeftovers()
 
     def test_tini_child_is_in_its_own_group_in_the_inits_session(self):
