@@ -690,10 +690,12 @@ void JobScheduler::on_timeout_timer() {
             spdlog::warn("job {}: run {} timed out after {}: sending SIGTERM to its processes",
                          spec.name, run.id, format_duration(*spec.timeout));
             auto budget_end = now + std::chrono::milliseconds(250);
-            StopPassIo io{[&] { return run.scope->members(); }, signal_exact,
+            // A named reference: clang 14 cannot capture a structured binding in a lambda.
+            Run& timed_out = run;
+            StopPassIo io{[&] { return timed_out.scope->members(); }, signal_exact,
                           [&] { return std::chrono::steady_clock::now() >= budget_end; }};
             send_stop_signal(io, SIGTERM, [&](const ProcInfo& p) {
-                return run.stopped.insert(key_of(p)).second;
+                return timed_out.stopped.insert(key_of(p)).second;
             });
         } else {
             spdlog::warn("job {}: run {} still running {} after its timeout: SIGKILL", spec.name,
