@@ -31,9 +31,6 @@ namespace lastcall {
 
 namespace {
 
-// Passes of the stop signal over the tree stop starting after this long (see send_stop_signal):
-// a fork storm must not keep the loop from its grace timer.
-constexpr std::chrono::milliseconds kStopPassBudget{250};
 // A forwarded signal is logged at most once per period; repeats are counted (see on_signal).
 constexpr std::chrono::seconds kFloodLogPeriod{1};
 
@@ -147,17 +144,13 @@ Status Supervisor::set_up() {
     return Ok{};
 }
 
-std::vector<std::string> Supervisor::child_environment(UnitKind kind) const {
-    return Environment::inherited(kind).entries();
-}
-
 std::optional<int> Supervisor::start_child() {
     // The main child is a unit of work like any other: admitted before it starts, rolled back if
     // it never does, released when it has been reaped.
     main_ticket_ = admission_.try_admit(EntryPath::Main);
     SpawnSpec spec;
     spec.argv = opts_.command;
-    spec.env = child_environment(UnitKind::Main);
+    spec.env = Environment::inherited(UnitKind::Main).entries();
     spec.session =
         opts_.new_session ? SpawnSpec::Session::NewSession : SpawnSpec::Session::NewGroup;
     spec.take_tty = ::isatty(STDIN_FILENO) == 1;
@@ -596,7 +589,7 @@ void Supervisor::start_pre_stop() {
     }
     SpawnSpec spec;
     spec.argv = {"/bin/sh", "-c", opts_.pre_stop};
-    spec.env = child_environment(UnitKind::Helper);
+    spec.env = Environment::inherited(UnitKind::Helper).entries();
     // Its own session: the tree's stop signal does not reach a helper of lastcall's.
     spec.session = SpawnSpec::Session::NewSession;
     spec.cgroup_procs_fd = tracker_->spawn_cgroup_fd();
@@ -637,9 +630,8 @@ void Supervisor::signal_tree(int sig) {
         // The stop primitive: once to each member, SIGCONT after it, passes until nobody new.
         // No kill(-pgid) first: a process would get it twice. No rescans later: a process born
         // after this is a cleanup helper, and the kill at grace end covers it.
-        MonoTime budget_end = clock_.now() + kStopPassBudget;
         StopPassIo io{[this] { return tracker_->members(); }, signal_exact,
-                      [&] { return clock_.now() >= budget_end; }};
+                      stop_pass_budget([this] { return clock_.now(); })};
         auto result = send_stop_signal(io, sig, [this](const ProcInfo& p) { return take_stop(p); });
         n += result.signalled;
         if (!result.settled)

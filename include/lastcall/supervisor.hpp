@@ -119,7 +119,6 @@ class Supervisor final : private ShutdownActions {
     bool take_stop(const ProcInfo& p);
     void rearm_timer();
     Scope effective_scope() const;
-    std::vector<std::string> child_environment(UnitKind kind) const;
 
     // ShutdownActions
     void state_changed(State from, State to, Event why) override;

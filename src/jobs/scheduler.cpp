@@ -689,11 +689,10 @@ void JobScheduler::on_timeout_timer() {
         if (!run.timed_out) {
             spdlog::warn("job {}: run {} timed out after {}: sending SIGTERM to its processes",
                          spec.name, run.id, format_duration(*spec.timeout));
-            auto budget_end = now + std::chrono::milliseconds(250);
             // A named reference: clang 14 cannot capture a structured binding in a lambda.
             Run& timed_out = run;
             StopPassIo io{[&] { return timed_out.scope->members(); }, signal_exact,
-                          [&] { return std::chrono::steady_clock::now() >= budget_end; }};
+                          stop_pass_budget([] { return std::chrono::steady_clock::now(); })};
             send_stop_signal(io, SIGTERM, [&](const ProcInfo& p) {
                 return timed_out.stopped.insert(key_of(p)).second;
             });

@@ -32,10 +32,6 @@ std::optional<ProcessRef> ProcessRef::open(const ProcInfo& seen) {
     return ProcessRef(seen.pid, seen.start, std::move(fd));
 }
 
-ProcessRef ProcessRef::adopt(pid_t pid, UniqueFd pidfd, unsigned long long start) {
-    return ProcessRef(pid, start, std::move(pidfd));
-}
-
 bool ProcessRef::signal(int sig) const {
     if (!pidfd_) {
         errno = ESRCH;

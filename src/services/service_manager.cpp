@@ -518,11 +518,9 @@ void ServiceManager::begin_stop(Service& s) {
 }
 
 int ServiceManager::send_stop(Service& s) {
-    // Like the tree's (supervisor.cpp): passes stop starting after 250 ms, a fork storm in one
-    // service must not keep the loop from the other services' graces.
-    MonoTime budget_end = clock_.now() + std::chrono::milliseconds(250);
+    // A fork storm in one service must not keep the loop from the other services' graces.
     StopPassIo io{[&] { return members_of(s); }, signal_exact,
-                  [&] { return clock_.now() >= budget_end; }};
+                  stop_pass_budget([this] { return clock_.now(); })};
     return send_stop_signal(io, s.spec.stop_signal,
                             [&](const ProcInfo& p) { return s.signalled.insert(key_of(p)).second; })
         .signalled;

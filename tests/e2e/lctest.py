@@ -62,6 +62,30 @@ def marked_pids(marker):
     return found
 
 
+def wait_exit(pid, timeout=30.0):
+    """Waits for a process that is not our child to exit, through a pidfd (an event, not a poll).
+    True when it exited within the timeout."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        r, _, _ = select.select([fd], [], [], timeout)
+        return bool(r)
+    finally:
+        os.close(fd)
+
+
+def cgroup2_root():
+    """The cgroup2 mount point, read from mountinfo (it is not always /sys/fs/cgroup)."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, right = line.split(" - ", 1)
+            if right.split()[0] == "cgroup2":
+                return left.split()[4]
+    return None
+
+
 def kill_marked(marker):
     for pid in marked_pids(marker):
         try:

@@ -15,7 +15,7 @@ import subprocess
 import time
 import unittest
 
-from lctest import LASTCALL, LastcallTestCase, Run, _children_of, helper
+from lctest import LASTCALL, LastcallTestCase, Run, _children_of, helper, wait_exit
 
 REAL_TINI = "/usr/bin/tini"
 REAL_DUMB_INIT = "/usr/bin/dumb-init"
@@ -34,17 +34,6 @@ def no_pids(text):
     return re.sub(r"tini \(\d+\)", "tini (PID)", text)
 
 
-
-def wait_exited(pid, timeout=10.0):
-    """Until the process has exited (its pidfd polls readable): an event, not a sleep."""
-    try:
-        fd = os.pidfd_open(pid)
-    except OSError:
-        return
-    try:
-        select.select([fd], [], [], timeout)
-    finally:
-        os.close(fd)
 
 
 class Spelling:
@@ -399,7 +388,7 @@ class Sessions(CompatTestCase):
                     # reported it may still be on their way out. Wait for them (pidfds), then
                     # look for leftovers.
                     for pid in pids.values():
-                        wait_exited(pid)
+                        wait_exit(pid, 10.0)
                     self.assertNoLeftovers()
 
     def test_tini_child_is_in_its_own_group_in_the_inits_session(self):

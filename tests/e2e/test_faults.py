@@ -7,14 +7,13 @@ docs/reliability.md lists every scenario with the test that proves it.
 import ctypes
 import json
 import os
-import select
 import signal
 import subprocess
 import tempfile
 import time
 import unittest
 
-from lctest import LASTCALL, LastcallTestCase, Run, helper, marked_pids
+from lctest import LASTCALL, LastcallTestCase, Run, helper, marked_pids, wait_exit
 
 FAULTKIT = helper("faultkit")
 IS_ROOT = os.geteuid() == 0
@@ -28,19 +27,6 @@ def sanitizer_env(env, **extra):
     env["ASAN_OPTIONS"] = ":".join(opts)
     return env
 
-
-def wait_exit(pid, timeout):
-    """Waits for a process that is not our child to exit, through a pidfd (an event, not a poll).
-    True when it exited within the timeout."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        r, _, _ = select.select([fd], [], [], timeout)
-        return bool(r)
-    finally:
-        os.close(fd)
 
 
 def ppid_of(pid):

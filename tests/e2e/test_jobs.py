@@ -16,7 +16,8 @@ import threading
 import time
 import unittest
 
-from lctest import LASTCALL, LastcallTestCase, kill_marked, marked_pids, new_marker
+from lctest import (LASTCALL, LastcallTestCase, cgroup2_root, kill_marked, marked_pids,
+                    new_marker)
 
 STATES = {"scheduled", "started", "completed", "failed", "interrupted", "skipped"}
 
@@ -41,14 +42,6 @@ def wait_for_row(state_dir, where, args=(), timeout=20.0):
         time.sleep(0.02)
     raise TimeoutError(f"no ledger row with {where} {args} within {timeout}s")
 
-
-def cgroup2_root():
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, right = line.split(" - ", 1)
-            if right.split()[0] == "cgroup2":
-                return left.split()[4]
-    return None
 
 
 class JobsTestCase(LastcallTestCase):

@@ -8,45 +8,24 @@ the unit-of-work model (process/scope, process/stop).
 import glob
 import json
 import os
-import select
 import signal
-import subprocess
 import threading
 import time
 import unittest
 
-from lctest import LASTCALL, LastcallTestCase, helper, marked_pids, new_marker
+from lctest import (LASTCALL, LastcallTestCase, cgroup2_root, helper, marked_pids, new_marker,
+                    wait_exit)
 
-
-def cgroup2_mount():
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, right = line.split(" - ", 1)
-            if right.split()[0] == "cgroup2":
-                return left.split()[4]
-    return None
 
 
 def cgroup_usable():
-    mount = cgroup2_mount()
+    mount = cgroup2_root()
     if mount is None or os.geteuid() != 0:
         return False
     with open("/proc/self/cgroup") as f:
         rel = [l.strip()[3:] for l in f if l.startswith("0::")][0]
     return os.access(mount + rel, os.W_OK)
 
-
-def wait_gone(pid, timeout=30.0):
-    """Waits for the process to exit (a pidfd polls readable then): an event, not a sleep."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        r, _, _ = select.select([fd], [], [], timeout)
-        return bool(r)
-    finally:
-        os.close(fd)
 
 
 def alive(pid):
@@ -103,7 +82,7 @@ class Scopes(LastcallTestCase):
 
     @unittest.skipUnless(cgroup_usable(), "needs a writable cgroup2 hierarchy (root)")
     def test_a_process_moved_into_a_sub_cgroup_gets_the_stop_signal(self):
-        mount = cgroup2_mount()
+        mount = cgroup2_root()
         script = r'''
         "$TERMLOG" &
         child=$!
@@ -165,6 +144,21 @@ class StopPrimitive(LastcallTestCase):
                 self.fifo.expect("term")
                 self.assertEqual(run.wait(), 0, run.output())
 
+    def test_the_stop_signal_reaches_each_member_of_the_group_exactly_once(self):
+        # Counted exactly: a real-time stop signal queues, so a second copy (kill(-pgid) and then
+        # a signal to each member, as the first version did) is a second delivery.
+        run = self.start(["--kill-scope", "group", "--stop-signal", "RTMIN+1", "--grace", "30s",
+                          "--", helper("rtcount"), "main"])
+        pid = int(self.fifo.expect_prefix("main ready "))
+        try:
+            run.signal(signal.SIGTERM)
+            self.fifo.expect("main rt-seen")
+            os.kill(pid, signal.SIGUSR1)
+            self.assertEqual(self.fifo.expect_prefix("main rt "), "1")
+        finally:
+            os.kill(pid, signal.SIGTERM)
+            run.wait()
+
     def test_a_stopped_child_acts_on_sigterm_because_sigcont_follows_it(self):
         script = '''trap 'echo got-term > "$EVENTS"; exit 0' TERM
         echo "pid $$" > "$EVENTS"
@@ -215,15 +209,20 @@ class Services(LastcallTestCase):
             f.write(text)
         return path
 
-    SLOW_STOP = '''trap 'echo "{name}-term" > "$EVENTS"; sleep 2; echo "{name}-exit" > "$EVENTS"; exit 0' TERM
+    # The cleanup ignores further stop signals, so only the order and timing of the stop decide
+    # the outcome (not a re-sent signal cutting the cleanup short).
+    SLOW_STOP = '''trap 'trap "" {sig}; echo "{name}-term" > "$EVENTS"; sleep 2; echo "{name}-exit" > "$EVENTS"; exit 0' {sig}
 echo "{name}-up" > "$EVENTS"; while :; do sleep 0.1; done'''
 
-    def service(self, name, extra=""):
-        cmd = self.SLOW_STOP.format(name=name)
+    def service(self, name, extra="", sig="TERM"):
+        cmd = self.SLOW_STOP.format(name=name, sig=sig)
         return f"[services.{name}]\ncommand = '''{cmd}'''\n{extra}\n"
 
     def test_three_services_that_need_2s_to_stop_are_stopped_in_parallel_within_a_5s_grace(self):
-        cfg = self.config(self.service("a") + self.service("b") + self.service("c"))
+        # Each service has its own stop signal (USR1), so the supervisor's tree-wide SIGTERM
+        # cannot stand in for it: one at a time, the third would be killed at 5 s.
+        usr1 = 'stop_signal = "USR1"'
+        cfg = self.config("".join(self.service(n, usr1, "USR1") for n in ("a", "b", "c")))
         report = os.path.join(self.dir, "report.json")
         run = self.start(["--config", cfg, "--grace", "5s", "--report", report])
         up = {self.fifo.readline() for _ in range(3)}
@@ -314,7 +313,7 @@ class Jobs(LastcallTestCase):
         try:
             gc = int(self.fifo.expect_prefix("gc "))
             # The timeout's SIGTERM reaches the whole scope of the run; sleep dies of it.
-            self.assertTrue(wait_gone(gc, timeout=30), "the setsid grandchild outlived the timeout")
+            self.assertTrue(wait_exit(gc, timeout=30), "the setsid grandchild outlived the timeout")
         finally:
             run.signal(signal.SIGTERM)
             run.wait()

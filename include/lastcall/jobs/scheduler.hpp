@@ -8,7 +8,7 @@
 //        -> leader exits 0 -> output staged, non-empty -> verify (spawned, its exit handled in
 //           the loop) -> fsync, rename onto the final name, fsync the directory
 //        -> `completed` and the watermark, in one transaction (promote -> completed -> watermark)
-//        -> the ticket is released once the run's process group is gone.
+//        -> the ticket is released once the run's scope (process/process_tree.hpp) is empty.
 // At shutdown the run's tree gets the stop signal with the rest of lastcall's tree; when the
 // grace runs out, before_force() marks every run still in flight `interrupted` before SIGKILL,
 // and its later exit cannot change that record.

@@ -23,8 +23,6 @@ class ProcessRef {
     // The process seen during enumeration, if it is still that process. nullopt: it is gone (or
     // its pid now names another process).
     static std::optional<ProcessRef> open(const ProcInfo& seen);
-    // A child lastcall forked and has not reaped: its pid cannot be reused meanwhile.
-    static ProcessRef adopt(pid_t pid, UniqueFd pidfd, unsigned long long start = 0);
 
     pid_t pid() const { return pid_; }
     unsigned long long start() const { return start_; }

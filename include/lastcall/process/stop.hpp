@@ -22,6 +22,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <set>
 #include <utility>
@@ -60,6 +61,19 @@ struct StopPassIo {
 StopPassResult send_stop_signal(const StopPassIo& io, int sig,
                                 const std::function<bool(const ProcInfo&)>& take,
                                 int max_passes = 16);
+
+// How long the stop passes over one unit (or the tree) may run before they give way to the loop:
+// its grace timer, the other units' stops. Whatever the passes did not reach, the kill at grace
+// end covers.
+inline constexpr std::chrono::milliseconds kStopPassBudget{250};
+
+// An out_of_time for StopPassIo: true once kStopPassBudget has passed since this call, on the
+// clock now() reads.
+template <typename Now>
+std::function<bool()> stop_pass_budget(Now now) {
+    auto end = now() + kStopPassBudget;
+    return [now, end] { return now() >= end; };
+}
 
 // Does signal `sig` end a stopped process's sleep by itself? SIGKILL does; SIGCONT is the
 // wake-up itself. Any other stop signal needs a SIGCONT after it.
