@@ -376,8 +376,12 @@ void Supervisor::stop_main_child_first(int sig) {
     // through the pidfd it already has, before any bookkeeping: the log lines, the state machine,
     // the enumeration of the rest of the tree and its pidfds. signal_tree() then skips it: each
     // process gets the stop signal once.
+    // Not where the tree can be frozen: the main child's TERM handler could fork a cleanup
+    // helper before the freeze, and the frozen pass would take the helper for a member. Frozen
+    // first, the main child acts on the signal only after every member has had it.
     if (main_status_ || !main_pidfd_ || opts_.drain_delay.count() > 0 || !opts_.pre_stop.empty() ||
-        !opts_.ready_file.empty() || !opts_.config_path.empty())
+        !opts_.ready_file.empty() || !opts_.config_path.empty() ||
+        (effective_scope() != Scope::Child && tracker_->freezes()))
         return;
     int stop = opts_.stop_signal ? opts_.stop_signal : sig;
     if (!send_via_pidfd(main_pidfd_.get(), stop)) return;
@@ -631,7 +635,8 @@ void Supervisor::signal_tree(int sig) {
         // No kill(-pgid) first: a process would get it twice. No rescans later: a process born
         // after this is a cleanup helper, and the kill at grace end covers it.
         StopPassIo io{[this] { return tracker_->members(); }, signal_exact,
-                      stop_pass_budget([this] { return clock_.now(); })};
+                      stop_pass_budget([this] { return clock_.now(); }),
+                      [this] { return one_hold(tracker_->freeze()); }};
         auto result = send_stop_signal(io, sig, [this](const ProcInfo& p) { return take_stop(p); });
         n += result.signalled;
         if (!result.settled)

@@ -692,7 +692,8 @@ void JobScheduler::on_timeout_timer() {
             // A named reference: clang 14 cannot capture a structured binding in a lambda.
             Run& timed_out = run;
             StopPassIo io{[&] { return timed_out.scope->members(); }, signal_exact,
-                          stop_pass_budget([] { return std::chrono::steady_clock::now(); })};
+                          stop_pass_budget([] { return std::chrono::steady_clock::now(); }),
+                          [&] { return one_hold(timed_out.scope->freeze()); }};
             send_stop_signal(io, SIGTERM, [&](const ProcInfo& p) {
                 return timed_out.stopped.insert(key_of(p)).second;
             });

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -101,6 +103,40 @@ void kill_zombie_leader(const ProcInfo& p) {
     if (p.state == 'Z') signal_exact(p, SIGKILL);
 }
 
+// How long a freeze may take to settle before the stop signal goes out anyway. A member in
+// uninterruptible sleep (D: disk, NFS) freezes only when it wakes; the stop must not wait on it.
+// Without a complete freeze the passes of the stop primitive close the fork race as before.
+constexpr std::chrono::milliseconds kFreezeWait{100};
+
+// Writes "1" to dir/cgroup.freeze and waits, bounded, for cgroup.events to say "frozen 1"
+// (kernfs notifies pollers of the file with POLLPRI when it changes: no polling loop).
+FreezeHold freeze_cgroup(const std::string& dir) {
+    UniqueFd freeze(::open((dir + "/cgroup.freeze").c_str(), O_RDWR | O_CLOEXEC));
+    if (!freeze) return {};
+    char was = '0';
+    // Frozen by someone else (an operator, a checkpoint): the members are already held still;
+    // leave the freeze as it is, and the thaw to whoever set it.
+    if (::pread(freeze.get(), &was, 1, 0) == 1 && was == '1') return FreezeHold({}, true);
+    if (::pwrite(freeze.get(), "1", 1, 0) != 1) return {};
+    UniqueFd events(::open((dir + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
+    bool frozen = false;
+    auto deadline = std::chrono::steady_clock::now() + kFreezeWait;
+    while (events) {
+        // Reading the file re-arms its notification; the poll after it cannot miss the change.
+        char buf[256];
+        ssize_t n = ::pread(events.get(), buf, sizeof buf - 1, 0);
+        if (n <= 0) break;
+        buf[n] = '\0';
+        if ((frozen = std::strstr(buf, "frozen 1") != nullptr)) break;
+        auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline -
+                                                                 std::chrono::steady_clock::now());
+        if (left.count() <= 0) break;
+        pollfd pfd{events.get(), POLLPRI, 0};
+        if (::poll(&pfd, 1, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
+    }
+    return FreezeHold(std::move(freeze), frozen);
+}
+
 int kill_each(const std::vector<ProcInfo>& members, const MemberFilter& record) {
     int n = 0;
     for (const auto& p : members) {
@@ -169,6 +205,7 @@ class CgroupScope final : public UnitScope {
 
     std::string_view kind() const override { return "cgroup"; }
     int spawn_cgroup_fd() const override { return procs_.get(); }
+    FreezeHold freeze() override { return freeze_cgroup(dir_); }
 
     std::vector<ProcInfo> members() override {
         std::vector<ProcInfo> out;
@@ -267,6 +304,8 @@ class CgroupTracker final : public Tracker {
     }
 
     int spawn_cgroup_fd() const override { return main_->spawn_cgroup_fd(); }
+    FreezeHold freeze() override { return freeze_cgroup(dir_); }
+    bool freezes() const override { return ::access((dir_ + "/cgroup.freeze").c_str(), W_OK) == 0; }
 
     Result<std::unique_ptr<UnitScope>> make_scope(const std::string& unit) override {
         std::string dir = dir_ + "/" + unit;
@@ -346,6 +385,13 @@ Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance
 }
 
 }  // namespace
+
+void FreezeHold::thaw() {
+    // A failed thaw would leave the unit frozen until its kill; there is no better fallback
+    // than trying, and the kill at grace end works on frozen processes.
+    if (fd_) (void)::pwrite(fd_.get(), "0", 1, 0);
+    fd_.reset();
+}
 
 std::optional<ProcInfo> read_proc_stat(pid_t pid) {
     std::string s = read_small_file("/proc/" + std::to_string(pid) + "/stat");

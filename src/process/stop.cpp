@@ -6,6 +6,11 @@ namespace lastcall {
 StopPassResult send_stop_signal(const StopPassIo& io, int sig,
                                 const std::function<bool(const ProcInfo&)>& take, int max_passes) {
     StopPassResult result;
+    // Declared before the passes, destroyed after them: the thaw comes after the last signal.
+    std::vector<FreezeHold> holds;
+    if (io.freeze) holds = io.freeze();
+    result.frozen = !holds.empty();
+    for (const auto& h : holds) result.frozen = result.frozen && h.complete();
     for (int pass = 0; pass < max_passes; ++pass) {
         if (pass > 0 && io.out_of_time && io.out_of_time()) break;
         int fresh = 0;

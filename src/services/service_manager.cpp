@@ -520,7 +520,13 @@ void ServiceManager::begin_stop(Service& s) {
 int ServiceManager::send_stop(Service& s) {
     // A fork storm in one service must not keep the loop from the other services' graces.
     StopPassIo io{[&] { return members_of(s); }, signal_exact,
-                  stop_pass_budget([this] { return clock_.now(); })};
+                  stop_pass_budget([this] { return clock_.now(); }),
+                  [&] {
+                      std::vector<FreezeHold> holds;
+                      if (s.scope) holds.push_back(s.scope->freeze());
+                      for (auto& r : s.retired) holds.push_back(r->freeze());
+                      return holds;
+                  }};
     return send_stop_signal(io, s.spec.stop_signal,
                             [&](const ProcInfo& p) { return s.signalled.insert(key_of(p)).second; })
         .signalled;

@@ -3,6 +3,9 @@
 // signal, how often, and what follows it. No process is started.
 #include <catch2/catch.hpp>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <map>
 #include <set>
 
@@ -41,7 +44,7 @@ struct FakeTree {
                     sent.emplace_back(p.pid, sig);
                     return true;
                 },
-                nullptr};
+                nullptr, nullptr};
     }
     int count(pid_t pid, int sig) const {
         int n = 0;
@@ -148,4 +151,44 @@ TEST_CASE("a pass over thousands of members stops when the budget runs out") {
     CHECK_FALSE(r.settled);
     CHECK(r.signalled < 5000);
     CHECK(r.signalled >= 16);
+}
+
+TEST_CASE("the stop signal goes out while the unit is frozen, and the thaw follows the last one") {
+    // A real file stands in for cgroup.freeze: the hold writes "0" to it when it thaws.
+    UniqueFd freeze(::memfd_create("cgroup.freeze", MFD_CLOEXEC));
+    REQUIRE(freeze);
+    REQUIRE(::pwrite(freeze.get(), "1", 1, 0) == 1);
+    auto state = [fd = freeze.get()] {
+        char c = '?';
+        return ::pread(fd, &c, 1, 0) == 1 ? c : '?';
+    };
+    FakeTree tree;
+    tree.live = {proc(10), proc(11)};
+    std::vector<char> seen_while_sending;
+    StopPassIo io{[&] { return tree.members(); },
+                  [&](const ProcInfo&, int) {
+                      seen_while_sending.push_back(state());
+                      return true;
+                  },
+                  nullptr,
+                  [&] { return one_hold(FreezeHold(UniqueFd(::dup(freeze.get())), true)); }};
+    std::set<ProcKey> had;
+    auto r = send_stop_signal(io, SIGTERM,
+                              [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
+    CHECK(r.frozen);
+    CHECK(r.signalled == 2);
+    CHECK(seen_while_sending == std::vector<char>{'1', '1', '1', '1'});
+    CHECK(state() == '0');
+}
+
+TEST_CASE("an incomplete freeze is reported, so the passes are what closes the fork race") {
+    FakeTree tree;
+    tree.live = {proc(10)};
+    StopPassIo io{[&] { return tree.members(); }, [](const ProcInfo&, int) { return true; },
+                  nullptr, [] { return one_hold(FreezeHold()); }};
+    std::set<ProcKey> had;
+    auto r = send_stop_signal(io, SIGTERM,
+                              [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
+    CHECK_FALSE(r.frozen);
+    CHECK(r.settled);
 }

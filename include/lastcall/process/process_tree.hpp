@@ -45,6 +45,29 @@ bool is_alive(const ProcInfo& p);
 // Decides, for each member found, whether to signal it now (false: already done).
 using MemberFilter = std::function<bool(const ProcInfo&)>;
 
+// A cgroup held frozen (cgroup.freeze) while the stop signal goes out; thawed when destroyed.
+// Frozen, no member can fork, and a fork under way completes into a frozen child first: one
+// enumeration lists every member, and each handles the signal before it runs a single instruction
+// of its own after the thaw. So a process born after the thaw was forked by a process that had
+// already been told to stop: a cleanup helper, not a member that slipped through a fork race.
+// Without a cgroup (the /proc tracker) the hold is empty and repeated passes close the race as
+// well as they can. A cgroup that someone else froze stays frozen and is not thawed by lastcall.
+class FreezeHold {
+  public:
+    FreezeHold() = default;
+    FreezeHold(UniqueFd freeze, bool complete) : fd_(std::move(freeze)), complete_(complete) {}
+    FreezeHold(FreezeHold&&) = default;
+    FreezeHold& operator=(FreezeHold&&) = default;
+    ~FreezeHold() { thaw(); }
+    // The kernel reported every member frozen (cgroup.events "frozen 1") in time.
+    bool complete() const { return complete_; }
+    void thaw();
+
+  private:
+    UniqueFd fd_;  // cgroup.freeze to write "0" to, or none
+    bool complete_ = false;
+};
+
 // The processes of one unit of work (a service instance, a job run), nested in the instance's
 // tree. With cgroup v2 it is a child cgroup of the instance's (membership recursive: every
 // process in its subtree of cgroups); without, the /proc walk attributes each descendant of
@@ -59,6 +82,8 @@ class UnitScope {
     virtual std::vector<ProcInfo> members() = 0;
     // An fd of cgroup.procs for the spawn (CLONE_INTO_CGROUP / write "0"), or -1.
     virtual int spawn_cgroup_fd() const { return -1; }
+    // Freezes the unit for step 1 of the stop primitive (see FreezeHold); empty without cgroups.
+    virtual FreezeHold freeze() { return {}; }
     // The unit's leader, once spawned: the /proc scope attributes by it.
     virtual void started(pid_t leader) { (void)leader; }
     // Step 4 of the stop primitive: SIGKILL to every member, atomically against forks where the
@@ -84,6 +109,10 @@ class Tracker {
     virtual int kill_all(const MemberFilter& filter) { return signal_all(SIGKILL_, filter); }
     // An fd for the main command's spawn (its leaf cgroup's cgroup.procs), or -1.
     virtual int spawn_cgroup_fd() const { return -1; }
+    // Freezes every unit of the tree for the stop signal (see FreezeHold); empty without cgroups.
+    virtual FreezeHold freeze() { return {}; }
+    // Whether freeze() can hold the tree still (a cgroup with cgroup.freeze, kernel >= 5.2).
+    virtual bool freezes() const { return false; }
     // A new scope for one unit of work, named uniquely within the instance ("svc-web.3").
     virtual Result<std::unique_ptr<UnitScope>> make_scope(const std::string& unit) = 0;
     // An fd that reports EPOLLPRI when the tree may have emptied (cgroup.events), or -1.

@@ -2,9 +2,11 @@
 // The one stop primitive, for every unit of work (the main command, a service instance, a job
 // run) and for the whole tree:
 //
-//   1. stop signal   once to each member: enumerate, signal every member not signalled yet,
-//                    enumerate again until a pass finds nobody new. Repeating closes the fork race
-//                    (a member forked while the previous pass ran); the record of who got it
+//   1. stop signal   once to each member: freeze the unit's cgroups, enumerate, signal every
+//                    member not signalled yet, enumerate again until a pass finds nobody new,
+//                    thaw. Frozen, nobody forks, so the first pass sees everyone; without a
+//                    cgroup to freeze, the repeated passes close the fork race (a member forked
+//                    while the previous pass ran) as well as they can. The record of who got it
 //                    makes sure no process ever gets it twice (an app with
 //                    `process.once('SIGTERM')` dies of a second one).
 //   2. SIGCONT       right after it, to each: a stopped process (Ctrl-Z, SIGSTOP) must be able to
@@ -13,10 +15,10 @@
 //   4. kill          cgroup.kill of the unit's scope, or SIGKILL to each member.
 //   5. reap          lastcall is PID 1 or a subreaper: every member is reaped by its loop.
 //
-// A process born after step 1 is a cleanup helper of a process that is shutting down (a TERM trap
-// that runs `flush.sh`, `pg_dump`, an upload): it is not signalled; step 4 covers it if it is
-// still there when the grace ends. lastcall's own helpers (a job's verify, the pre-stop hook) are
-// not members of what is being stopped: the caller's `take` refuses them.
+// A process born after step 1 (after the thaw) is a cleanup helper of a process that is shutting
+// down (a TERM trap that runs `flush.sh`, `pg_dump`, an upload): it is not signalled; step 4 covers
+// it if it is still there when the grace ends. lastcall's own helpers (a job's verify, the pre-stop
+// hook) are not members of what is being stopped: the caller's `take` refuses them.
 #pragma once
 
 #include <signal.h>
@@ -41,6 +43,7 @@ inline ProcKey key_of(const ProcInfo& p) {
 struct StopPassResult {
     int signalled = 0;     // processes that got the stop signal in this call
     bool settled = false;  // the last pass found nobody new (false: passes ran out, fork storm)
+    bool frozen = false;   // the passes ran with every cgroup of the unit frozen
 };
 
 struct StopPassIo {
@@ -51,6 +54,9 @@ struct StopPassIo {
     // timer). Checked before each pass after the first and every 16 signalled members within a
     // pass. Null: only max_passes bounds the passes.
     std::function<bool()> out_of_time;
+    // Freezes the unit's cgroups for the passes (FreezeHold); the holds thaw when the passes
+    // are over. Null or empty: nothing to freeze (the /proc tracker).
+    std::function<std::vector<FreezeHold>()> freeze;
 };
 
 // Steps 1 and 2. `take(p)` says whether p should get the stop signal now and records that it did
@@ -73,6 +79,13 @@ template <typename Now>
 std::function<bool()> stop_pass_budget(Now now) {
     auto end = now() + kStopPassBudget;
     return [now, end] { return now() >= end; };
+}
+
+// A freeze callback's result for a single hold.
+inline std::vector<FreezeHold> one_hold(FreezeHold hold) {
+    std::vector<FreezeHold> holds;
+    holds.push_back(std::move(hold));
+    return holds;
 }
 
 // Does signal `sig` end a stopped process's sleep by itself? SIGKILL does; SIGCONT is the
