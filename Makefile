@@ -27,8 +27,11 @@ endef
 deps:
 	$(call apt_install,$(DEB_PKGS))
 
+# The developer and CI builds treat warnings as errors; a packager's build (plain cmake) does not.
+WERROR     ?= ON
+
 build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLASTCALL_WERROR=$(WERROR)
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
@@ -54,7 +57,7 @@ SAN_LOGS   = $(CURDIR)/build-san/sanitizer-logs
 SAN_ENV    = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:log_path=$(SAN_LOGS)/asan \
              UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(SAN_LOGS)/ubsan
 test-sanitize: deps
-	cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DLASTCALL_SANITIZE=ON
+	cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DLASTCALL_SANITIZE=ON -DLASTCALL_WERROR=$(WERROR)
 	cmake --build build-san -j $(JOBS)
 	rm -rf $(SAN_LOGS) && mkdir -p $(SAN_LOGS) && chmod 1777 $(SAN_LOGS)
 	@status=0; $(SAN_ENV) ctest --test-dir build-san --output-on-failure -j $(JOBS) || status=1; \

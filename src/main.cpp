@@ -5,6 +5,7 @@
 // main() is the table of contents: subcommands, command line, configuration, logging, the point
 // of no return, the components, the run.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -69,7 +70,26 @@ Result<Configuration> load_configuration(const Options& options) {
     // Every unit runs as its own `user`/`group`, else as --user: never as root by omission.
     for (auto& s : *services) s.user = unit_credentials(s.user, s.group, options.credentials);
     for (auto& j : jobs->jobs) j.user = unit_credentials(j.user, j.group, options.credentials);
+    // Nothing to run would be a lastcall that waits forever for nothing, silently.
+    if (options.command.empty() && services->empty() && jobs->jobs.empty())
+        return Error{(options.config_path.empty() ? options.crontab_path : options.config_path) +
+                     ": defines no service and no job, and no command was given"};
     return Configuration{std::move(*services), std::move(*jobs)};
+}
+
+// Where the report will go must exist when lastcall starts, not be found missing at exit, when
+// the record of how the run ended is lost and nothing can be done about it.
+Status check_report_path(const std::string& path) {
+    if (path.empty()) return Ok{};
+    auto slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0)
+        return sys_error("--report " + path + ": directory " + dir, errno);
+    if (!S_ISDIR(st.st_mode)) return Error{"--report " + path + ": " + dir + " is not a directory"};
+    if (::access(dir.c_str(), W_OK) != 0)
+        return sys_error("--report " + path + ": directory " + dir, errno);
+    return Ok{};
 }
 
 // The parts that live beside the main child for the whole run.
@@ -142,6 +162,10 @@ int main(int argc, char** argv) {
     auto config = load_configuration(options);
     if (!config) {
         std::fprintf(stderr, "lastcall: %s\n", config.error().message.c_str());
+        return 2;
+    }
+    if (auto st = check_report_path(options.report_path); !st) {
+        std::fprintf(stderr, "lastcall: %s\n", st.error().message.c_str());
         return 2;
     }
 

@@ -114,8 +114,8 @@ Status Supervisor::set_up() {
     auto choice = make_tracker(opts_.tracker, instance_id());
     if (!choice) return choice.error();
     tracker_ = std::move(choice->tracker);
-    spdlog::info("tracking the process tree with the {} tracker: {}{}", tracker_->name(),
-                 choice->reason, tracker_->where().empty() ? "" : " (" + tracker_->where() + ")");
+    spdlog::debug("tracking the process tree with the {} tracker: {}{}", tracker_->name(),
+                  choice->reason, tracker_->where().empty() ? "" : " (" + tracker_->where() + ")");
 
     auto loop = EventLoop::create();
     if (!loop) return loop.error();
@@ -185,7 +185,7 @@ std::optional<int> Supervisor::start_child() {
     book_.set_main(main_pid_);
     voice_.setsid_done();
     if (!voice_.spawned(main_pid_, opts_.command.front()))
-        spdlog::info("spawned pid {}: {}", main_pid_, join(opts_.command));
+        spdlog::debug("spawned pid {}: {}", main_pid_, join(opts_.command));
     for (auto* c : components_) c->child_started(main_pid_);
 
     if (!opts_.ready_file.empty()) {
@@ -198,7 +198,7 @@ std::optional<int> Supervisor::start_child() {
             std::string pid = std::to_string(main_pid_) + "\n";
             if (::write(fd->get(), pid.data(), pid.size()) < 0)
                 spdlog::error("write ready file {}: {}", opts_.ready_file, std::strerror(errno));
-            spdlog::info("ready: created {}", opts_.ready_file);
+            spdlog::debug("ready: created {}", opts_.ready_file);
         }
     }
     return std::nullopt;
@@ -293,9 +293,9 @@ void Supervisor::on_signal(int received, MonoTime arrival) {
         case SignalAction::Kind::Drop:
             if (!peer_logged) {
                 if (a.sig == 0)
-                    spdlog::info("received {}: dropped (--rewrite)", signal_name(received));
+                    spdlog::debug("received {}: dropped (--rewrite)", signal_name(received));
                 else
-                    spdlog::info("received {}: ignored", signal_name(received));
+                    spdlog::debug("received {}: ignored", signal_name(received));
             }
             break;
         case SignalAction::Kind::Shutdown:
@@ -311,7 +311,7 @@ void Supervisor::on_signal(int received, MonoTime arrival) {
                     spdlog::debug("received {}: rewritten to {}", signal_name(received),
                                   signal_name(a.sig));
                 if (a.sig == SIGCONT)
-                    spdlog::info("received SIGCONT: resuming the child's group");
+                    spdlog::debug("received SIGCONT: resuming the child's group");
                 else
                     log_forward(a);
             }
@@ -332,9 +332,9 @@ void Supervisor::log_forward(const SignalAction& a) {
         return;
     }
     if (flood.unlogged > 0)
-        spdlog::info("received {} {} more time(s) since the last line: each forwarded",
-                     signal_name(a.sig), flood.unlogged);
-    spdlog::info("received {}: forwarding to the {}", signal_name(a.sig), to_string(a.scope));
+        spdlog::debug("received {} {} more time(s) since the last line: each forwarded",
+                      signal_name(a.sig), flood.unlogged);
+    spdlog::debug("received {}: forwarding to the {}", signal_name(a.sig), to_string(a.scope));
     flood = {now, 0};
 }
 
@@ -342,17 +342,17 @@ void Supervisor::start_or_escalate(int sig, MonoTime arrival) {
     if (shutdown_.state() == State::Running) stop_main_child_first(sig);
     // Logged before the state machine runs, so the log reads cause first, then effects.
     if (shutdown_.state() == State::Running)
-        spdlog::info("received {}: starting shutdown (grace {})", signal_name(sig),
-                     format_duration(opts_.grace));
+        spdlog::debug("received {}: starting shutdown (grace {})", signal_name(sig),
+                      format_duration(opts_.grace));
     switch (shutdown_.on_signal(sig, arrival)) {
         case SignalOutcome::Started:
             break;
         case SignalOutcome::Forwarded:
-            spdlog::info("received {} in the same burst: forwarded once, not escalating",
-                         signal_name(sig));
+            spdlog::debug("received {} in the same burst: forwarded once, not escalating",
+                          signal_name(sig));
             break;
         case SignalOutcome::Joined:
-            spdlog::info(
+            spdlog::debug(
                 "received {}: the shutdown already runs (the command exited by "
                 "itself); not escalating",
                 signal_name(sig));
@@ -427,7 +427,7 @@ void Supervisor::forward(int sig, Scope scope) {
 void Supervisor::suspend(int sig) {
     // As a shell expects of a job: the child's group stops, then lastcall itself, so the parent
     // shell sees a stopped job. SIGCONT (fg/bg) resumes lastcall, which then resumes the group.
-    spdlog::info("received {}: stopping the child's group and lastcall", signal_name(sig));
+    spdlog::debug("received {}: stopping the child's group and lastcall", signal_name(sig));
     // A child that leads its own session is in an orphaned process group (its parent, lastcall,
     // is in another session), and the kernel discards SIGTSTP/TTIN/TTOU sent to such a group
     // unless they are caught: only SIGSTOP is sure to stop it (dumb-init does the same).
@@ -454,12 +454,12 @@ void Supervisor::on_sigchld() {
             main_ticket_->release();
             main_exited = true;
             if (!peer_logged)
-                spdlog::info("child pid {} {}", r.pid, describe_wait_status(r.status));
+                spdlog::debug("child pid {} {}", r.pid, describe_wait_status(r.status));
         } else if (r.pid == pre_stop_pid_) {
             remove_helper_session(pre_stop_pid_);
             pre_stop_pid_ = -1;
             pre_stop_done = true;
-            spdlog::info("pre-stop hook {}", describe_wait_status(r.status));
+            spdlog::debug("pre-stop hook {}", describe_wait_status(r.status));
         } else if (!peer_logged) {
             spdlog::debug("reaped pid {} ({})", r.pid, describe_wait_status(r.status));
         }
@@ -533,14 +533,14 @@ void Supervisor::on_pre_stop_output() {
             pre_stop_partial_.append(buf, static_cast<size_t>(n));
             std::size_t nl;
             while ((nl = pre_stop_partial_.find('\n')) != std::string::npos) {
-                spdlog::info("pre-stop: {}", pre_stop_partial_.substr(0, nl));
+                spdlog::debug("pre-stop: {}", pre_stop_partial_.substr(0, nl));
                 pre_stop_partial_.erase(0, nl + 1);
             }
             continue;
         }
         if (n < 0 && errno == EAGAIN) return;
         // EOF (or an error): the hook and everything it started closed the pipe.
-        if (!pre_stop_partial_.empty()) spdlog::info("pre-stop: {}", pre_stop_partial_);
+        if (!pre_stop_partial_.empty()) spdlog::debug("pre-stop: {}", pre_stop_partial_);
         pre_stop_partial_.clear();
         loop_->unwatch(pre_stop_out_.get());
         pre_stop_out_.reset();
@@ -551,7 +551,7 @@ void Supervisor::on_pre_stop_output() {
 // ---- ShutdownActions: what each state change does to the world ----
 
 void Supervisor::state_changed(State from, State to, Event why) {
-    spdlog::info("state {} -> {} ({})", to_string(from), to_string(to), to_string(why));
+    spdlog::debug("state {} -> {} ({})", to_string(from), to_string(to), to_string(why));
     // Intake closes before anything else happens in the shutdown: from here on no spawn, run or
     // restart is admitted, so the drain's view of active work can only shrink.
     if (from == State::Running) {
@@ -575,7 +575,7 @@ void Supervisor::readiness_off() {
     if (auto st = remove_file_safely(opts_.ready_file); !st)
         spdlog::error("readiness off: {}", st.error().message);
     else
-        spdlog::info("readiness off: removed {}", opts_.ready_file);
+        spdlog::debug("readiness off: removed {}", opts_.ready_file);
 }
 
 void Supervisor::start_pre_stop() {
@@ -613,7 +613,7 @@ void Supervisor::start_pre_stop() {
     pre_stop_out_ = std::move(read_end);
     auto st = loop_->watch(pre_stop_out_.get(), EPOLLIN, [this](auto) { on_pre_stop_output(); });
     if (!st) spdlog::warn("pre-stop output will not be logged: {}", st.error().message);
-    spdlog::info("pre-stop hook started, pid {}: {}", pre_stop_pid_, opts_.pre_stop);
+    spdlog::debug("pre-stop hook started, pid {}: {}", pre_stop_pid_, opts_.pre_stop);
 }
 
 void Supervisor::signal_tree(int sig) {
@@ -645,8 +645,8 @@ void Supervisor::signal_tree(int sig) {
                 "end of the grace",
                 signal_name(sig));
     }
-    spdlog::info("sent {} to {} process(es) (kill scope {})", signal_name(sig), n,
-                 to_string(scope));
+    spdlog::debug("sent {} to {} process(es) (kill scope {})", signal_name(sig), n,
+                  to_string(scope));
     check_tree_gone();
 }
 
@@ -683,8 +683,8 @@ Scope Supervisor::effective_scope() const {
 void Supervisor::forward_extra(int sig) {
     Scope scope = effective_scope();
     forward(sig, scope);
-    spdlog::info("sent {} to the {} (a distinct signal of the stop burst)", signal_name(sig),
-                 to_string(scope));
+    spdlog::debug("sent {} to the {} (a distinct signal of the stop burst)", signal_name(sig),
+                  to_string(scope));
 }
 
 void Supervisor::record_force(ForceKind kind, std::string source, int count) {
@@ -728,13 +728,13 @@ int Supervisor::finish() {
                : main_pid_ < 0 ? exit_code_without_main(verdict_of(in))
                                : 128 + SIGKILL;
     if (opts_.success_exits.count(code)) {
-        spdlog::info("child exit code {} counts as success (--success-exit)", code);
+        spdlog::debug("child exit code {} counts as success (--success-exit)", code);
         code = 0;
     }
     for (const auto& [sig, flood] : floods_)
         if (flood.unlogged > 0)
-            spdlog::info("received {} {} more time(s) since the last line: each forwarded",
-                         signal_name(sig), flood.unlogged);
+            spdlog::debug("received {} {} more time(s) since the last line: each forwarded",
+                          signal_name(sig), flood.unlogged);
     in.command = opts_.command;
     in.main_pid = main_pid_;
     in.main_status = main_status_;
@@ -756,11 +756,15 @@ int Supervisor::finish() {
         if (auto st = write_report(opts_.report_path, render_report(in)); !st)
             spdlog::error("shutdown report not written: {}", st.error().message);
         else
-            spdlog::info("shutdown report written to {}", opts_.report_path);
+            spdlog::debug("shutdown report written to {}", opts_.report_path);
     }
     if (auto st = tracker_->remove(); !st) spdlog::warn("{}", st.error().message);
     for (auto* c : components_) c->finished(code);
-    spdlog::info("{}", summarize(in));
+    // The one line a shutdown prints at the default level; everything before it is -v.
+    if (worth_a_line(in))
+        spdlog::info("{}", summarize(in));
+    else
+        spdlog::debug("{}", summarize(in));
     return code;
 }
 

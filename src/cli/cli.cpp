@@ -28,6 +28,11 @@ std::string_view to_string(Scope s) {
 
 namespace {
 
+// -v shows the lifecycle (debug), -vv and more trace.
+std::string verbose_level(int count) {
+    return count >= 2 ? "trace" : "debug";
+}
+
 constexpr const char* kUsageHint = " (see lastcall --help)";
 
 int usage_error(const std::string& message) {
@@ -156,6 +161,10 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
     app.add_option("--pdeathsig", pdeathsig, "Signal the child gets if lastcall dies");
     app.add_option("--user", o.user, "Run the child as USER[:GROUP]");
     app.add_flag("--no-new-privs", o.no_new_privs, "Set PR_SET_NO_NEW_PRIVS for the child");
+    int verbose = 0;
+    app.add_flag("-v,--verbose", verbose,
+                 "Show the lifecycle (spawn, signals, states); -vv also traces. By default a run "
+                 "prints only warnings, errors and a shutdown's one summary line");
     app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error, off")
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
     app.add_option("--log-format", log_format, "text or json")
@@ -197,6 +206,7 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
         std::printf("lastcall %s\n", LASTCALL_VERSION);
         return {std::nullopt, 0};
     }
+    if (verbose > 0 && app.count("--log-level") == 0) o.log_level = verbose_level(verbose);
     if (prefix) {
         if (!o.command.empty())
             return {std::nullopt,
@@ -294,7 +304,7 @@ ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::
     if (has("--pdeathsig")) o.pdeathsig = n.pdeathsig;
     if (has("--user")) o.user = n.user;
     if (has("--no-new-privs")) o.no_new_privs = n.no_new_privs;
-    if (has("--log-level")) o.log_level = n.log_level;
+    if (has("--log-level") || has("--verbose")) o.log_level = n.log_level;
     if (has("--log-format")) o.log_format = n.log_format;
     for (const char* drain :
          {"--grace", "--drain-delay", "--pre-stop", "--ready-file", "--stop-signal", "--coalesce"})
@@ -326,6 +336,8 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
     app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
     app.add_option("--tracker", tracker, "How the tree is tracked (default auto)")
         ->check(CLI::IsMember({"auto", "cgroup", "proc"}));
+    int verbose = 0;
+    app.add_flag("-v,--verbose", verbose, "Show the lifecycle; -vv also traces");
     app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error, off")
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
     std::vector<std::string> rest(args.begin() + 2, args.end());
@@ -340,6 +352,7 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
                      one_line(e.what()).c_str());
         return {std::nullopt, 2};
     }
+    if (verbose > 0 && app.count("--log-level") == 0) o.log_level = verbose_level(verbose);
     up.env_file_given = app.count("--env") > 0;
     if (!up.only.empty() && !up.except.empty()) {
         std::fprintf(stderr, "lastcall up: --only and --except exclude each other\n");

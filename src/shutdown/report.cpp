@@ -249,11 +249,23 @@ std::string render_report(const ReportInput& in) {
     return out;
 }
 
+int stop_signalled(const ReportInput& in) {
+    int n = 0;
+    for (const auto& r : in.book->records()) n += r.stop_signal != 0;
+    return n;
+}
+
+bool worth_a_line(const ReportInput& in) {
+    return in.shutdown->trigger().kind == TriggerKind::Signal || stop_signalled(in) > 0 ||
+           !in.book->forced().empty() || in.gave_up || in.shutdown->forced();
+}
+
 std::string summarize(const ReportInput& in) {
     const Shutdown& sd = *in.shutdown;
     std::string s = "shutdown " + std::string(to_string(verdict_of(in))) + ": exit code " +
                     std::to_string(in.exit_code);
     s += ", " + std::to_string(in.book->records().size()) + " processes in the final tree";
+    s += ", " + std::to_string(stop_signalled(in)) + " sent the stop signal";
     s += ", " + std::to_string(in.book->reaped_count()) + " reaped in all";
     auto forced = in.book->forced();
     if (!forced.empty()) {

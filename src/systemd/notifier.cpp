@@ -207,7 +207,7 @@ Status Notifier::attach(Supervisor& s) {
     supervisor_ = &s;
     if (!channel_) {
         if (ready_on_ == ReadyOn::Notify)
-            spdlog::info("--ready-on notify: NOTIFY_SOCKET is not set, nobody to relay to");
+            spdlog::debug("--ready-on notify: NOTIFY_SOCKET is not set, nobody to relay to");
         return Ok{};
     }
     if (watchdog_) {
@@ -216,8 +216,8 @@ Status Notifier::attach(Supervisor& s) {
         auto st =
             s.loop().watch(watchdog_fd_.get(), EPOLLIN, [this](auto) { on_watchdog_timer(); });
         if (!st) return st;
-        spdlog::info("systemd watchdog: WATCHDOG=1 every {}",
-                     format_duration(duration_cast<milliseconds>(*watchdog_ / 2)));
+        spdlog::debug("systemd watchdog: WATCHDOG=1 every {}",
+                      format_duration(duration_cast<milliseconds>(*watchdog_ / 2)));
     }
     if (ready_on_ == ReadyOn::Notify) {
         std::optional<uid_t> uid;
@@ -233,8 +233,8 @@ Status Notifier::attach(Supervisor& s) {
         proxy_ = std::move(*proxy);
         auto st = s.loop().watch(proxy_->fd(), EPOLLIN, [this](auto) { on_proxy_readable(); });
         if (!st) return st;
-        spdlog::info("notify proxy on {}: READY=1 goes to systemd when the child sends it",
-                     proxy_->socket_path());
+        spdlog::debug("notify proxy on {}: READY=1 goes to systemd when the child sends it",
+                      proxy_->socket_path());
     }
     if (!has_command_) {
         // No main child to wait for: the components' work starts now.
@@ -416,12 +416,12 @@ void Notifier::on_proxy_readable() {
             if (a.key == "READY") {
                 if (a.value != "1") continue;
                 if (supervisor_->state() != State::Running) {
-                    spdlog::info("notify proxy: READY=1 from pid {} ignored: already shutting down",
-                                 d.pid);
+                    spdlog::debug(
+                        "notify proxy: READY=1 from pid {} ignored: already shutting down", d.pid);
                     continue;
                 }
                 if (!ready_sent_)
-                    spdlog::info("pid {} says it is ready: telling systemd READY=1", d.pid);
+                    spdlog::debug("pid {} says it is ready: telling systemd READY=1", d.pid);
                 ready_sent_ = true;
             } else if (a.key == "MAINPID") {
                 spdlog::warn(

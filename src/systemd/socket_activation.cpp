@@ -54,7 +54,7 @@ Result<std::unique_ptr<SocketActivation>> SocketActivation::from_environment() {
             return sys_error("socket activation: fcntl F_SETFD fd " + std::to_string(fd), errno);
     }
     if (count > 0)
-        spdlog::info("socket activation: fds 3..{} go to the main child", kFirstFd + count - 1);
+        spdlog::debug("socket activation: fds 3..{} go to the main child", kFirstFd + count - 1);
     return std::make_unique<SocketActivation>(count);
 }
 

@@ -156,7 +156,7 @@ class Run:
         self.tmp = tempfile.mkdtemp(prefix="lctest-")
         self.log_path = log_path or os.path.join(self.tmp, "lastcall.log")
         self.log = open(self.log_path, "wb")
-        cmd = list(prefix) + (list(argv) if argv is not None else [LASTCALL] + list(args))
+        cmd = list(prefix) + (list(argv) if argv is not None else [LASTCALL] + verbose(args))
         if pid1:
             cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"] + cmd
         self.proc = subprocess.Popen(cmd, env=env, stdout=kw.pop("stdout", self.log),
@@ -201,6 +201,19 @@ def _children_of(pid):
     return out
 
 
+def verbose(args):
+    """lastcall's arguments with -v: the tests read the lifecycle lines, which a run prints only
+    with -v (by default only warnings, errors and a shutdown's summary). Not for a peer's command
+    line (--compat) nor for the subcommands that print tables; `up` takes it after its name.
+    A test of the default output passes quiet=True to start()."""
+    args = list(args)
+    if not args or args[0] == "--compat" or args[0] in ("status", "runs", "jobs", "report"):
+        return args
+    if args[0] == "up":
+        return ["up", "-v"] + args[1:]
+    return ["-v"] + args
+
+
 class LastcallTestCase(unittest.TestCase):
     """Gives each test a temp dir, a FIFO, a marker; kills anything left with the marker at the end
     (after asserting, in tests that care, that nothing was left)."""
@@ -215,7 +228,9 @@ class LastcallTestCase(unittest.TestCase):
         kill_marked(self.marker)
         self.fifo.close()
 
-    def start(self, args, pid1=False, **kw):
+    def start(self, args, pid1=False, quiet=False, **kw):
+        if quiet:  # lastcall's default output: the whole command line as given
+            kw["argv"] = [LASTCALL] + list(args)
         return Run(args, env=kw.pop("env", self.env), pid1=pid1, **kw)
 
     def assertNoLeftovers(self):

@@ -67,7 +67,7 @@ class ExitCodes(unittest.TestCase):
         self.assertEqual(r.returncode, 4)
 
     def test_json_log_format_prints_one_json_object_per_line(self):
-        r = subprocess.run([LASTCALL, "--log-format", "json", "--", "sh", "-c", "exit 0"],
+        r = subprocess.run([LASTCALL, "-v", "--log-format", "json", "--", "sh", "-c", "exit 0"],
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 0)
         lines = r.stderr.strip().splitlines()
@@ -241,3 +241,38 @@ class Escalation(LastcallTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class DefaultOutput(LastcallTestCase):
+    """Like tini: a clean run says nothing; a shutdown says one line; -v shows the lifecycle."""
+
+    def test_a_command_that_simply_ends_prints_nothing_at_the_default_level(self):
+        for argv in (["--", "true"], ["true"], ["--grace", "2s", "--", "sh", "-c", "exit 0"]):
+            with self.subTest(argv=argv):
+                r = subprocess.run([LASTCALL] + argv, capture_output=True, text=True, timeout=60)
+                self.assertEqual(r.returncode, 0)
+                self.assertEqual(r.stderr, "")
+                self.assertEqual(r.stdout, "")
+
+    def test_a_shutdown_prints_one_summary_line_with_verdict_time_and_counts(self):
+        run = self.start(["--", "sh", "-c", 'echo up > "$EVENTS"; exec sleep 60'], quiet=True)
+        self.fifo.expect("up")
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 128 + signal.SIGTERM)
+        lines = run.output().splitlines()
+        self.assertEqual(len(lines), 1, run.output())
+        self.assertIn("shutdown clean", lines[0])
+        self.assertIn("1 sent the stop signal", lines[0])
+        self.assertRegex(lines[0], r"\d+ms of 8000ms grace used")
+        self.assertNotIn("SIGCONT", run.output())
+
+    def test_dash_v_shows_the_lifecycle_and_no_sigcont_after_the_shutdown(self):
+        run = self.start(["-v", "--", "sh", "-c", 'echo up > "$EVENTS"; exec sleep 60'], quiet=True)
+        self.fifo.expect("up")
+        run.signal(signal.SIGTERM)
+        run.wait()
+        out = run.output()
+        for text in ("spawned pid", "received SIGTERM: starting shutdown", "state running -> draining",
+                     "shutdown clean"):
+            self.assertIn(text, out)
+        self.assertNotIn("received SIGCONT", out)

@@ -234,20 +234,32 @@ class ResourceExhaustion(FaultTestCase):
         self.assertIn("No space left on device", out)
         self.assertEqual(sorted(os.listdir(mnt)), ["filler"])
 
-    def test_a_read_only_report_and_ready_file_directory_is_logged_and_the_child_still_runs(self):
+    def test_a_read_only_ready_file_directory_is_logged_and_the_child_still_runs(self):
         mnt = self.mount_tmpfs()
         subprocess.run(["mount", "-o", "remount,ro", mnt], check=True)
-        run = self.start(["--report", os.path.join(mnt, "report.json"),
-                          "--ready-file", os.path.join(mnt, "ready"), "--", FAULTKIT, "wait"])
+        run = self.start(["--ready-file", os.path.join(mnt, "ready"), "--", FAULTKIT, "wait"])
         self.assertIsNotNone(self.ready_or_exit(run.proc), run.output())
         run.signal(signal.SIGTERM)
         code = run.wait(timeout=30)
         out = run.output()
         self.assertEqual(code, 128 + signal.SIGTERM, out)
         self.assertIn("Read-only file system", out)
-        self.assertIn("shutdown report not written", out)
         self.assertEqual(os.listdir(mnt), [])
         self.assertNoLeftovers()
+
+    def test_a_read_only_report_directory_is_a_usage_error_before_the_child_starts(self):
+        # Known at start, the record could only be lost at the end: refuse to start instead.
+        mnt = self.mount_tmpfs()
+        subprocess.run(["mount", "-o", "remount,ro", mnt], check=True)
+        started = os.path.join(self.dir, "started")
+        run = self.start(["--report", os.path.join(mnt, "report.json"), "--", "touch", started],
+                         quiet=True)
+        code = run.wait(timeout=30)
+        out = run.output()
+        self.assertEqual(code, 2, out)
+        self.assertEqual(len(out.splitlines()), 1, out)
+        self.assertIn("Read-only file system", out)
+        self.assertFalse(os.path.exists(started))
 
 
 class BrokenOutputs(FaultTestCase):

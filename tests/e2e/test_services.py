@@ -252,5 +252,20 @@ backoff = { initial = "1h" }
                 self.assertFalse(os.path.exists(marker_file))
 
 
+    def test_a_config_with_nothing_to_run_and_no_command_is_a_usage_error_not_a_silent_wait(self):
+        for text in ("", "# nothing here yet\n", "[services]\n"):
+            with self.subTest(text=text):
+                cfg = self.config(text)
+                r = subprocess.run([LASTCALL, "--config", cfg], env=self.env, capture_output=True,
+                                   text=True, timeout=10)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                self.assertIn(cfg + ": defines no service and no job", r.stderr)
+        # With a command, an empty config is fine: the command is the work.
+        cfg = self.config("")
+        r = subprocess.run([LASTCALL, "--config", cfg, "--", "true"], env=self.env,
+                           capture_output=True, text=True, timeout=10)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
 if __name__ == "__main__":
     unittest.main()

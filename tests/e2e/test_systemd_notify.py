@@ -247,6 +247,34 @@ class SystemdNotifyTest(lctest.LastcallTestCase):
         self.assertEqual(self.systemd.messages, [])
 
 
+class ExampleUnitTest(lctest.LastcallTestCase):
+    """systemd/lastcall-example.service against what lastcall really exits with."""
+
+    def success_exit_statuses(self):
+        unit = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "systemd",
+                            "lastcall-example.service")
+        codes = set()
+        with open(unit) as f:
+            for line in f:
+                if line.startswith("SuccessExitStatus="):
+                    codes.update(int(w) for w in line.split("=", 1)[1].split() if w.isdigit())
+        return codes
+
+    def test_a_stop_whose_child_dies_of_the_stop_signal_counts_as_success_in_the_example_unit(self):
+        # systemd sends SIGTERM (or SIGINT with KillSignal=SIGINT); a child that dies of it makes
+        # lastcall exit 128+N, which systemd calls a failure unless the unit lists it.
+        codes = self.success_exit_statuses()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with self.subTest(signal=sig.name):
+                run = self.start(["--", "sh", "-c", 'echo up > "$EVENTS"; exec sleep 60'])
+                self.fifo.expect("up")
+                run.signal(sig)
+                code = run.wait()
+                self.assertEqual(code, 128 + sig, run.output())
+                self.assertIn(code, codes, "SuccessExitStatus= of the example unit")
+                self.assertNoLeftovers()
+
+
 CHILD_REPORT = r"""
 import json, os, socket, stat
 fds = []

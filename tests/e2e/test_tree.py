@@ -192,13 +192,27 @@ class Report(LastcallTestCase):
                          ("exited", 0, True))
         self.assertIn("shutdown forced", run.output())
 
-    def test_a_report_path_in_a_missing_directory_is_a_logged_error_not_a_hang(self):
+    def test_a_report_path_in_a_missing_directory_is_a_usage_error_before_the_command_starts(self):
+        marker = os.path.join(self.dir, "started")
         run = self.start(["--report", "/nonexistent-lastcall-dir/report.json", "--",
-                          "sh", "-c", "exit 6"])
+                          "touch", marker], quiet=True)
+        self.assertEqual(run.wait(timeout=20), 2)
+        lines = run.output().splitlines()
+        self.assertEqual(len(lines), 1, run.output())
+        self.assertIn("/nonexistent-lastcall-dir", lines[0])
+        self.assertIn("No such file or directory", lines[0])
+        self.assertFalse(os.path.exists(marker))
+
+    def test_a_report_that_cannot_be_written_at_exit_is_a_logged_error_not_a_hang(self):
+        # The directory was there at start and is gone at exit: the error is logged, the
+        # child's code is kept.
+        d = os.path.join(self.dir, "reports")
+        os.mkdir(d)
+        run = self.start(["--report", os.path.join(d, "report.json"), "--",
+                          "sh", "-c", 'rmdir "$0"; exit 6', d])
         self.assertEqual(run.wait(timeout=20), 6)
         self.assertIn("shutdown report not written", run.output())
-        self.assertIn("/nonexistent-lastcall-dir/report.json", run.output())
-
+        self.assertIn(d, run.output())
 
 if __name__ == "__main__":
     unittest.main()

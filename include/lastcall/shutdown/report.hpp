@@ -104,6 +104,11 @@ Verdict verdict_of(const ReportInput& in);
 std::string render_report(const ReportInput& in);
 // One line for the log, the same facts as the report.
 std::string summarize(const ReportInput& in);
+// Processes that were sent the stop signal.
+int stop_signalled(const ReportInput& in);
+// Whether the summary is news at the default log level: a shutdown was asked for, or something
+// had to be stopped or killed. A command that simply ended, alone, is not (tini prints nothing).
+bool worth_a_line(const ReportInput& in);
 Status write_report(const std::string& path, const std::string& json);
 
 }  // namespace lastcall
