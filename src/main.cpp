@@ -4,6 +4,7 @@
 //
 // main() is the table of contents: subcommands, command line, configuration, logging, the point
 // of no return, the components, the run.
+#include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 
 #include "lastcall/cli/cli.hpp"
 #include "lastcall/cli/jobs_cli.hpp"
+#include "lastcall/cli/status_cli.hpp"
 #include "lastcall/compat/compat.hpp"
 #include "lastcall/core/clock.hpp"
 #include "lastcall/core/instance.hpp"
@@ -37,7 +39,7 @@ using namespace lastcall;
 
 // `lastcall NAME ...` runs a subcommand; anything else is the supervisor's own command line
 // (a program named like a subcommand runs as `lastcall -- NAME`).
-std::optional<int> run_subcommand(const std::vector<std::string>& args) {
+std::optional<int> run_subcommand(const std::vector<std::string>& args, const sigset_t& handled) {
     struct Subcommand {
         std::string_view name;
         int (*run)(const std::vector<std::string>& args);
@@ -50,8 +52,13 @@ std::optional<int> run_subcommand(const std::vector<std::string>& args) {
     };
     // Invoked as tini, docker-init or dumb-init, `NAME up` runs a program called up.
     if (args.size() < 2 || compat_mode_for_program(args[0])) return std::nullopt;
-    for (const auto& sub : kSubcommands)
-        if (args[1] == sub.name) return sub.run(args);
+    for (const auto& sub : kSubcommands) {
+        if (args[1] != sub.name) continue;
+        // The read-only subcommands keep the default dispositions: Ctrl-C ends them as any
+        // command. `up` is a supervisor and keeps them blocked.
+        if (sub.name != "up") ::sigprocmask(SIG_UNBLOCK, &handled, nullptr);
+        return sub.run(args);
+    }
     return std::nullopt;
 }
 
@@ -119,6 +126,12 @@ Result<Components> create_components(const Options& options, Configuration& conf
     c.notifier = std::move(*notifier);
     ServiceManagerOptions service_options;
     service_options.state_path = status_path_for(instance_id());
+    service_options.instance = instance_id();
+    if (!options.config_path.empty()) {
+        char absolute[PATH_MAX];
+        service_options.config_path =
+            ::realpath(options.config_path.c_str(), absolute) ? absolute : options.config_path;
+    }
     c.services =
         std::make_unique<ServiceManager>(std::move(config.services), service_options, clock);
     // The run ledger opens before anything starts: a read-only or full state dir stops lastcall
@@ -144,14 +157,12 @@ int main(int argc, char** argv) {
     ::sigprocmask(SIG_BLOCK, &handled, &inherited_mask);
 
     std::vector<std::string> args(argv, argv + argc);
-    // The read-only subcommands keep the default dispositions: Ctrl-C ends them as any
-    // command. `up` is a supervisor and keeps them blocked.
-    if (args.size() >= 2 && !compat_mode_for_program(args[0]) &&
-        (args[1] == "status" || args[1] == "runs" || args[1] == "jobs"))
-        ::sigprocmask(SIG_UNBLOCK, &handled, nullptr);
-    if (auto code = run_subcommand(args)) return *code;
+    if (auto code = run_subcommand(args, handled)) return *code;
 
     ParsedCommandLine parsed = parse_command_line(args);
+    // `lastcall -v up`: the global options went before the subcommand's name.
+    if (!parsed.subcommand.empty())
+        if (auto code = run_subcommand(parsed.subcommand, handled)) return *code;
     if (!parsed.options) return parsed.exit_code;
     Options& options = *parsed.options;
     // What its parent handed lastcall (the mask as it was before the first line of main), for a

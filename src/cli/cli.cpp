@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "lastcall/cli/cli11_app.hpp"
 #include "lastcall/compat/compat.hpp"
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/signals.hpp"
@@ -27,11 +28,6 @@ std::string_view to_string(Scope s) {
 }
 
 namespace {
-
-// -v shows the lifecycle (debug), -vv and more trace.
-std::string verbose_level(int count) {
-    return count >= 2 ? "trace" : "debug";
-}
 
 constexpr const char* kUsageHint = " (see lastcall --help)";
 
@@ -116,8 +112,12 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
     }
     CLI::App app{
         "lastcall: an init and process supervisor that shuts a whole process tree down within a "
-        "budget and records how it ended.\nUsage: lastcall [OPTIONS] -- COMMAND [ARGS...]",
+        "budget and records how it ended.",
         "lastcall"};
+    set_usage(app,
+              "Usage: lastcall [OPTIONS] [--] COMMAND [ARGS...]\n"
+              "       lastcall [OPTIONS] SUBCOMMAND [ARGS...]");
+    app.footer(kSubcommandHelp);
     std::string grace = "8s", drain_delay = "0", coalesce = "100ms", stop_signal, pdeathsig;
     std::string kill_scope = "tree", forward_to = "group", tracker = "auto", log_format = "text";
     std::string ready_on = "spawn";
@@ -161,14 +161,8 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
     app.add_option("--pdeathsig", pdeathsig, "Signal the child gets if lastcall dies");
     app.add_option("--user", o.user, "Run the child as USER[:GROUP]");
     app.add_flag("--no-new-privs", o.no_new_privs, "Set PR_SET_NO_NEW_PRIVS for the child");
-    int verbose = 0;
-    app.add_flag("-v,--verbose", verbose,
-                 "Show the lifecycle (spawn, signals, states); -vv also traces. By default a run "
-                 "prints only warnings, errors and a shutdown's one summary line");
-    app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error, off")
-        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
-    app.add_option("--log-format", log_format, "text or json")
-        ->check(CLI::IsMember({"text", "json"}));
+    GlobalOptions global;
+    add_global_options(app, global);
     app.add_flag("--version", version, "Print the version and exit");
     app.add_option("--compat", compat,
                    "tini or dumb-init: parse the rest of the line as that program does (must be "
@@ -186,6 +180,17 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
     // Options end at "--" or at the first word that is not an option, so "lastcall sh -c x" passes
     // -c to sh (getopt's "+" convention, as in tini and env).
     std::size_t split = find_command_start(app, args);
+    // `lastcall -v up`: global options before a subcommand's name. The subcommand gets them
+    // after its name, where it parses them (a program of that name runs as `lastcall -- up`).
+    if (!prefix && split > 1 && split < args.size() && is_subcommand(args[split])) {
+        ParsedCommandLine hoisted;
+        hoisted.subcommand = {args[0], args[split]};
+        hoisted.subcommand.insert(hoisted.subcommand.end(),
+                                  args.begin() + static_cast<long>(split) + 1, args.end());
+        hoisted.subcommand.insert(hoisted.subcommand.end(), args.begin() + 1,
+                                  args.begin() + static_cast<long>(split));
+        return hoisted;
+    }
     std::vector<std::string> reversed(args.rend() - static_cast<long>(split), args.rend() - 1);
     if (split < args.size()) {
         o.command.assign(args.begin() + static_cast<long>(split), args.end());
@@ -206,7 +211,8 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
         std::printf("lastcall %s\n", LASTCALL_VERSION);
         return {std::nullopt, 0};
     }
-    if (verbose > 0 && app.count("--log-level") == 0) o.log_level = verbose_level(verbose);
+    o.log_level = global.level_or(o.log_level);
+    if (!global.log_format.empty()) log_format = global.log_format;
     if (prefix) {
         if (!o.command.empty())
             return {std::nullopt,
@@ -322,8 +328,9 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
     CLI::App app{
         "lastcall up: run the processes of ./Procfile side by side, with ./.env in their "
         "environment and each output line prefixed with its process name. Ctrl-C stops every "
-        "process's whole tree; a second Ctrl-C kills them at once.\nUsage: lastcall up [OPTIONS]",
+        "process's whole tree; a second Ctrl-C kills them at once.",
         "lastcall up"};
+    set_usage(app, "Usage: lastcall up [OPTIONS]");
     std::string grace = "8s", coalesce = "100ms", tracker = "auto";
     app.add_option("-f,--procfile", up.procfile, "The Procfile (default ./Procfile)");
     app.add_option("-e,--env", up.env_file, "Environment file (default ./.env, if present)");
@@ -336,10 +343,8 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
     app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
     app.add_option("--tracker", tracker, "How the tree is tracked (default auto)")
         ->check(CLI::IsMember({"auto", "cgroup", "proc"}));
-    int verbose = 0;
-    app.add_flag("-v,--verbose", verbose, "Show the lifecycle; -vv also traces");
-    app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error, off")
-        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+    GlobalOptions global;
+    add_global_options(app, global);
     std::vector<std::string> rest(args.begin() + 2, args.end());
     std::reverse(rest.begin(), rest.end());  // CLI11 takes its argument vector reversed
     try {
@@ -352,7 +357,8 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
                      one_line(e.what()).c_str());
         return {std::nullopt, 2};
     }
-    if (verbose > 0 && app.count("--log-level") == 0) o.log_level = verbose_level(verbose);
+    o.log_level = global.level_or(o.log_level);
+    if (global.log_format == "json") o.log_format = LogFormat::Json;
     up.env_file_given = app.count("--env") > 0;
     if (!up.only.empty() && !up.except.empty()) {
         std::fprintf(stderr, "lastcall up: --only and --except exclude each other\n");
@@ -371,6 +377,14 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
                 : tracker == "proc" ? TrackerKind::Proc
                                     : TrackerKind::Auto;
     return {std::move(up), 0};
+}
+
+}  // namespace lastcall
+
+namespace lastcall {
+
+bool is_subcommand(std::string_view word) {
+    return word == "up" || word == "status" || word == "runs" || word == "jobs";
 }
 
 }  // namespace lastcall

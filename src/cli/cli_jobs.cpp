@@ -5,6 +5,7 @@
 #include <ctime>
 #include <iostream>
 
+#include "lastcall/cli/cli11_app.hpp"
 #include "lastcall/cli/jobs_cli.hpp"
 #include "lastcall/core/json.hpp"
 #include "lastcall/core/timefmt.hpp"
@@ -130,10 +131,12 @@ int runs_release(long long id, const std::string& state_dir) {
 }  // namespace
 
 int run_runs(const std::vector<std::string>& args) {
-    CLI::App app{
-        "lastcall runs: print the run ledger.\nUsage: lastcall runs [OPTIONS] | lastcall "
-        "runs release RUN_ID [OPTIONS]",
-        "lastcall runs"};
+    CLI::App app{"lastcall runs: print the run ledger.", "lastcall runs"};
+    set_usage(app,
+              "Usage: lastcall runs [OPTIONS]\n"
+              "       lastcall runs release RUN_ID [OPTIONS]");
+    GlobalOptions global;  // accepted before or after the name; runs prints no log lines
+    add_global_options(app, global);
     std::string job, state, state_dir, config;
     bool json = false;
     long long release_id = 0;
@@ -173,10 +176,10 @@ int run_runs(const std::vector<std::string>& args) {
 }
 
 int run_jobs(const std::vector<std::string>& args) {
-    CLI::App app{
-        "lastcall jobs: print each job's next fire times.\nUsage: lastcall jobs "
-        "--config FILE [--crontab FILE] [--count N]",
-        "lastcall jobs"};
+    CLI::App app{"lastcall jobs: print each job's next fire times.", "lastcall jobs"};
+    set_usage(app, "Usage: lastcall jobs --config FILE [--crontab FILE] [--count N]");
+    GlobalOptions global;  // accepted before or after the name; jobs prints no log lines
+    add_global_options(app, global);
     Options o;
     int count = 3;
     app.add_option("--config", o.config_path, "TOML config with [jobs.*]");

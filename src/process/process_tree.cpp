@@ -19,6 +19,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <new>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -29,9 +30,20 @@ namespace lastcall {
 
 namespace {
 
+// Out of memory is not "nothing there": a /proc or cgroup listing that failed for lack of memory
+// would make a live tree look empty, and lastcall would stop waiting for processes it never
+// signalled. It becomes std::bad_alloc, which the emergency teardown handles (cgroup.kill or
+// SIGKILL to every pid, reap, a minimal report).
+void throw_if_out_of_memory(int err) {
+    if (err == ENOMEM) throw std::bad_alloc();
+}
+
 std::string read_small_file(const std::string& path) {
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) return {};
+    if (!fd) {
+        throw_if_out_of_memory(errno);
+        return {};
+    }
     std::string out;
     char buf[4096];
     ssize_t n;
@@ -42,7 +54,10 @@ std::string read_small_file(const std::string& path) {
 template <typename F>
 void for_each_entry(const std::string& dir, F&& f) {
     DIR* d = ::opendir(dir.c_str());
-    if (!d) return;
+    if (!d) {
+        throw_if_out_of_memory(errno);
+        return;
+    }
     while (dirent* e = ::readdir(d)) f(*e);
     ::closedir(d);
 }

@@ -678,6 +678,8 @@ void ServiceManager::write_status() {
     if (opts_.state_path.empty()) return;
     StatusFile f;
     f.lastcall_pid = ::getpid();
+    f.instance = opts_.instance;
+    f.config = opts_.config_path;
     for (const auto& s : services_) {
         ServiceStatusRow row;
         row.name = s.spec.name;

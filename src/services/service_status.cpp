@@ -32,6 +32,9 @@ std::string status_path_for(const std::string& instance) {
 
 std::string render_status(const StatusFile& f) {
     std::string out = "lastcall-status 1\nlastcall " + std::to_string(f.lastcall_pid) + "\n";
+    if (!f.instance.empty()) out += "instance " + f.instance + "\n";
+    // The path is the rest of the line: it may hold spaces.
+    if (!f.config.empty()) out += "config " + f.config + "\n";
     for (const auto& s : f.services) {
         out += "service " + s.name + " " + (s.pid > 0 ? std::to_string(s.pid) : "-") + " " +
                s.state + " " + std::to_string(s.restarts) + " " +
@@ -59,6 +62,10 @@ Result<StatusFile> parse_status(std::string_view text, const std::string& path) 
             if (kind != "lastcall-status" || version != 1) return bad("not a lastcall status file");
         } else if (kind == "lastcall") {
             words >> f.lastcall_pid;
+        } else if (kind == "instance") {
+            words >> f.instance;
+        } else if (kind == "config") {
+            f.config = line.size() > 7 ? line.substr(7) : "";
         } else if (kind == "service") {
             ServiceStatusRow row;
             std::string pid, since;
@@ -91,20 +98,7 @@ void remove_status_file(const std::string& path) {
     if (auto fd = ensure_owned_dir(dir, 0711, false)) ::unlinkat(fd->get(), name.c_str(), 0);
 }
 
-int run_status(const std::vector<std::string>& args) {
-    for (std::size_t i = 2; i < args.size(); ++i) {
-        if (args[i] == "-h" || args[i] == "--help") {
-            std::printf(
-                "Usage: lastcall status\nShows the services of every running lastcall (from the "
-                "status files in %s).\n",
-                runtime_dir().c_str());
-            return 0;
-        }
-        std::fprintf(stderr,
-                     "lastcall status: unexpected argument '%s' (see lastcall status --help)\n",
-                     args[i].c_str());
-        return 2;
-    }
+std::vector<LiveStatus> read_live_status(const std::function<void(const std::string&)>& warn) {
     std::string dir = runtime_dir();
     std::vector<std::string> files;
     if (DIR* d = ::opendir(dir.c_str())) {
@@ -115,40 +109,20 @@ int run_status(const std::vector<std::string>& args) {
         ::closedir(d);
     }
     std::sort(files.begin(), files.end());
-    std::time_t now = std::time(nullptr);
-    int shown = 0;
+    std::vector<LiveStatus> out;
     for (const auto& path : files) {
         auto text = read_file(path);
         if (!text) continue;  // removed by its lastcall between the listing and the read
         auto f = parse_status(*text, path);
         if (!f) {
-            std::fprintf(stderr, "lastcall status: %s\n", f.error().message.c_str());
+            warn(f.error().message);
             continue;
         }
         // A file left by a lastcall that died without cleaning up describes nothing alive.
         if (f->lastcall_pid <= 0 || (::kill(f->lastcall_pid, 0) != 0 && errno == ESRCH)) continue;
-        if (shown++) std::printf("\n");
-        std::printf("lastcall pid %d (%s)\n", static_cast<int>(f->lastcall_pid), path.c_str());
-        std::size_t width = 7;
-        for (const auto& s : f->services) width = std::max(width, s.name.size());
-        int w = static_cast<int>(width);
-        std::printf("%-*s  %-8s %-9s %-8s %s\n", w, "SERVICE", "PID", "STATE", "RESTARTS",
-                    "UPTIME");
-        for (const auto& s : f->services) {
-            std::string pid = s.pid > 0 ? std::to_string(s.pid) : "-";
-            std::string uptime =
-                s.pid > 0 && s.since > 0
-                    ? format_duration(Millis{std::max<long long>(0, now - s.since) * 1000})
-                    : "-";
-            std::printf("%-*s  %-8s %-9s %-8d %s\n", w, s.name.c_str(), pid.c_str(),
-                        s.state.c_str(), s.restarts, uptime.c_str());
-        }
+        out.push_back({path, std::move(*f)});
     }
-    if (shown == 0) {
-        std::printf("no running lastcall with services (no live status file in %s)\n", dir.c_str());
-        return 1;
-    }
-    return 0;
+    return out;
 }
 
 }  // namespace lastcall

@@ -276,3 +276,50 @@ class DefaultOutput(LastcallTestCase):
                      "shutdown clean"):
             self.assertIn(text, out)
         self.assertNotIn("received SIGCONT", out)
+
+
+class CommandLine(unittest.TestCase):
+    """The help and the subcommands, as git and systemctl users expect them."""
+
+    def help_of(self, *argv):
+        r = subprocess.run([LASTCALL, *argv], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def test_the_help_lists_every_subcommand_and_says_usage_once(self):
+        out = self.help_of("--help")
+        for sub in ("up", "status", "runs", "jobs"):
+            self.assertRegex(out, rf"(?m)^  {sub} ")
+        self.assertEqual(out.count("Usage:"), 1, out)
+        self.assertIn("lastcall [OPTIONS] [--] COMMAND [ARGS...]", out)
+        for sub in ("up", "status", "runs", "jobs"):
+            with self.subTest(sub=sub):
+                self.assertEqual(self.help_of(sub, "--help").count("Usage:"), 1)
+
+    def test_global_options_go_before_or_after_the_subcommand(self):
+        for argv in (["--log-level", "debug", "up", "--help"], ["-v", "up", "--help"],
+                     ["up", "-v", "--help"]):
+            with self.subTest(argv=argv):
+                self.assertIn("Usage: lastcall up", self.help_of(*argv))
+        runtime = tempfile.mkdtemp(prefix="lctest-runtime-")
+        self.addCleanup(os.rmdir, runtime)
+        env = dict(os.environ, XDG_RUNTIME_DIR=runtime)
+        for argv in (["-v", "status"], ["status", "-v"], ["--log-format", "json", "status"]):
+            with self.subTest(argv=argv):
+                r = subprocess.run([LASTCALL, *argv], capture_output=True, text=True, env=env,
+                                   timeout=30)
+                self.assertEqual(r.returncode, 1, r.stderr)  # nothing running: exit 1
+                self.assertIn("no running lastcall", r.stdout)
+
+    def test_a_program_named_like_a_subcommand_runs_after_a_double_dash(self):
+        with tempfile.TemporaryDirectory() as d:
+            up = os.path.join(d, "up")
+            with open(up, "w") as f:
+                f.write("#!/bin/sh\nexit 9\n")
+            os.chmod(up, 0o755)
+            env = dict(os.environ, PATH=d + ":" + os.environ["PATH"])
+            r = subprocess.run([LASTCALL, "--", "up"], env=env, capture_output=True, timeout=30)
+            self.assertEqual(r.returncode, 9)
+            r = subprocess.run([LASTCALL, "--grace", "1s", "--", "up"], env=env,
+                               capture_output=True, timeout=30)
+            self.assertEqual(r.returncode, 9)

@@ -77,11 +77,14 @@ class ManPageTest(unittest.TestCase):
     def test_every_option_of_help_is_in_the_man_page(self):
         roff = man_page_text()
         documented = set(re.findall(r"\\fB(--[a-z][a-z0-9-]*)", roff))
-        for argv in ([lctest.LASTCALL, "--help"], [lctest.LASTCALL, "up", "--help"]):
+        for sub in ("", "up", "status", "runs", "jobs"):
+            argv = [lctest.LASTCALL] + ([sub] if sub else []) + ["--help"]
             out = run(argv)
             self.assertEqual(out.returncode, 0, out.stderr)
             options = long_options(out.stdout)
-            self.assertIn("--grace", options, f"could not read the options of {argv}")
+            self.assertIn("--log-level", options, f"could not read the options of {argv}")
+            if sub:
+                self.assertIn(f"\\fBlastcall {sub}", roff, f"no section for `lastcall {sub}`")
             missing = sorted(options - documented)
             self.assertEqual(missing, [], f"options of `{' '.join(argv[1:])}` missing from "
                                           "docs/lastcall.1.scd")

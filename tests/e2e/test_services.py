@@ -224,6 +224,26 @@ backoff = { initial = "1h" }
         self.assertEqual(rows["web"][2], "ready")
         self.assertTrue(rows["web"][1].isdigit())
         self.assertEqual(rows["flaky"][1:4], ["-", "backoff", "0"])
+        # Selecting one instance: by a service's name, lastcall's pid, the config file, the
+        # instance id; --json for scripts.
+        instance = os.path.basename(state_file)[:-len(".status")]
+        for sel, shown in (("web", ["web"]), (str(log.proc.pid), ["web", "flaky"]),
+                           (cfg, ["web", "flaky"]), (instance[:12], ["web", "flaky"]),
+                           (os.path.relpath(cfg), ["web", "flaky"])):
+            with self.subTest(selector=sel):
+                r = subprocess.run([LASTCALL, "status", "--json", sel], env=env,
+                                   capture_output=True, text=True, timeout=10)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                doc = json.loads(r.stdout)
+                self.assertEqual(len(doc), 1)
+                self.assertEqual(doc[0]["lastcall_pid"], log.proc.pid)
+                self.assertEqual(doc[0]["instance"], instance)
+                self.assertEqual(doc[0]["config"], os.path.realpath(cfg))
+                self.assertEqual([s["name"] for s in doc[0]["services"]], shown)
+        r = subprocess.run([LASTCALL, "status", "no-such-service"], env=env, capture_output=True,
+                           text=True, timeout=10)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no running lastcall matches 'no-such-service'", r.stderr)
         log.proc.send_signal(signal.SIGTERM)
         self.assertEqual(log.finish(), 0, "\n".join(log.lines))
         self.assertFalse(os.path.exists(state_file), "the status file outlived lastcall")

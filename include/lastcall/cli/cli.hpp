@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lastcall/cli/options.hpp"
@@ -15,7 +16,13 @@ namespace lastcall {
 struct ParsedCommandLine {
     std::optional<Options> options;
     int exit_code = 0;
+    // `lastcall [GLOBAL OPTIONS] SUBCOMMAND ...`: the command line to run the subcommand with,
+    // the global options moved after its name. Empty otherwise.
+    std::vector<std::string> subcommand = {};
 };
+
+// up, status, runs, jobs: the words that name a subcommand (main.cpp runs them).
+bool is_subcommand(std::string_view word);
 
 ParsedCommandLine parse_command_line(const std::vector<std::string>& args);
 

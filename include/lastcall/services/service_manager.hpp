@@ -42,6 +42,8 @@ struct ServiceManagerOptions {
     bool color = false;                  // coloured prefixes for captured output
     int output_fd = STDOUT_FILENO;       // where captured lines go
     std::string state_path;              // status file for `lastcall status`; empty: none
+    std::string instance;                // named in it, for `lastcall status ID`
+    std::string config_path;             // named in it (absolute), for `status FILE`
     std::vector<std::string> extra_env;  // "K=V" for every service, below its own env (.env)
 };
 

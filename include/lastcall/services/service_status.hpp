@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <ctime>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,8 @@ struct ServiceStatusRow {
 
 struct StatusFile {
     pid_t lastcall_pid = 0;
+    std::string instance;  // instance_id(): what `lastcall status ID` selects
+    std::string config;    // absolute path of --config, or empty
     std::vector<ServiceStatusRow> services;
 };
 
@@ -43,10 +46,14 @@ std::string render_status(const StatusFile& f);
 Result<StatusFile> parse_status(std::string_view text, const std::string& path);
 // Creates the runtime directory (0700) if needed and replaces the file atomically (0600).
 Status write_status_file(const std::string& path, const StatusFile& f);
+// The status files of the live lastcall instances (a file left by one that died is skipped);
+// unreadable files are reported to `warn` and skipped.
+struct LiveStatus {
+    std::string path;
+    StatusFile file;
+};
+std::vector<LiveStatus> read_live_status(const std::function<void(const std::string&)>& warn);
 // Removes it at exit, through the same checked directory (never through a planted link).
 void remove_status_file(const std::string& path);
-
-// `lastcall status`: a table per running lastcall. Exit 0; 1 when none is running.
-int run_status(const std::vector<std::string>& args);
 
 }  // namespace lastcall

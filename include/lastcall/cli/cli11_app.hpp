@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+// What every command line of lastcall shares on top of CLI11: one help layout and the global
+// options. Only the cli/ sources include it (CLI11 stays out of the rest of the program).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+namespace lastcall {
+
+// Help prints `usage` (one or more lines, each "Usage: ..." or indented) once, where CLI11 would
+// print its own "Usage: NAME [OPTIONS]", which cannot say "-- COMMAND" or list alternatives.
+class UsageFormatter : public CLI::Formatter {
+  public:
+    explicit UsageFormatter(std::string usage) : usage_(std::move(usage)) {}
+    std::string make_usage(const CLI::App*, std::string) const override { return usage_ + "\n"; }
+
+  private:
+    std::string usage_;
+};
+
+inline void set_usage(CLI::App& app, std::string usage) {
+    app.formatter(std::make_shared<UsageFormatter>(std::move(usage)));
+}
+
+// The options that go before or after a subcommand's name, as in git and systemctl: the
+// logging of lastcall itself.
+struct GlobalOptions {
+    int verbose = 0;
+    std::string log_level;   // empty: the command's default
+    std::string log_format;  // empty: text
+    // The level they ask for, or `fallback`: --log-level wins over -v.
+    std::string level_or(const std::string& fallback) const {
+        if (!log_level.empty()) return log_level;
+        if (verbose > 0) return verbose >= 2 ? "trace" : "debug";
+        return fallback;
+    }
+};
+
+inline void add_global_options(CLI::App& app, GlobalOptions& g) {
+    app.add_flag("-v,--verbose", g.verbose,
+                 "Show the lifecycle (spawn, signals, states); -vv also traces. By default a run "
+                 "prints only warnings, errors and a shutdown's one summary line");
+    app.add_option("--log-level", g.log_level, "trace, debug, info (default), warn, error, off")
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+    app.add_option("--log-format", g.log_format, "text or json")
+        ->check(CLI::IsMember({"text", "json"}));
+}
+
+// The subcommands, for the main help and for telling a subcommand from a command.
+inline constexpr const char* kSubcommandHelp =
+    "Subcommands (lastcall SUBCOMMAND --help for their options):\n"
+    "  up       run the processes of ./Procfile side by side, each tree stopped on Ctrl-C\n"
+    "  status   show the services of running lastcall instances (or of one: NAME, PID, CONFIG)\n"
+    "  runs     print the run ledger of scheduled jobs; runs release RUN_ID lets a held job run\n"
+    "  jobs     print each job's next fire times\n"
+    "Global options (-v, --log-level, --log-format) go before or after the subcommand. A program\n"
+    "named like a subcommand runs as: lastcall -- NAME\n";
+
+}  // namespace lastcall
