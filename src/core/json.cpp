@@ -5,36 +5,97 @@
 
 namespace lastcall {
 
+namespace {
+
+// Length of the well-formed UTF-8 sequence at s[i], or of its maximal ill-formed subpart (the
+// bytes that one U+FFFD replaces, as Unicode 15 section 3.9 recommends and Python's
+// errors="replace" does): `valid` says which. Table 3-7 of the standard: the second byte's
+// range depends on the first (no overlong forms, no surrogates, nothing above U+10FFFF).
+std::size_t utf8_sequence(std::string_view s, std::size_t i, bool& valid) {
+    auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+    unsigned char c = b(i);
+    std::size_t need;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c < 0x80) {
+        valid = true;
+        return 1;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+        need = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else {
+        valid = false;
+        return 1;
+    }
+    std::size_t len = 1;
+    for (std::size_t k = 0; k < need; ++k, ++len) {
+        if (i + len >= s.size()) {
+            valid = false;
+            return len;
+        }
+        unsigned char next = b(i + len);
+        unsigned char min = k == 0 ? lo : 0x80, max = k == 0 ? hi : 0xBF;
+        if (next < min || next > max) {
+            valid = false;
+            return len;
+        }
+    }
+    valid = true;
+    return len;
+}
+
+}  // namespace
+
 void json_quote(std::string& out, std::string_view s) {
     out += '"';
-    for (unsigned char c : s) {
+    for (std::size_t i = 0; i < s.size();) {
+        unsigned char c = static_cast<unsigned char>(s[i]);
         switch (c) {
             case '"':
                 out += "\\\"";
-                break;
+                ++i;
+                continue;
             case '\\':
                 out += "\\\\";
-                break;
+                ++i;
+                continue;
             case '\n':
                 out += "\\n";
-                break;
+                ++i;
+                continue;
             case '\r':
                 out += "\\r";
-                break;
+                ++i;
+                continue;
             case '\t':
                 out += "\\t";
-                break;
+                ++i;
+                continue;
             default:
-                // Control bytes and non-ASCII are escaped byte-wise: process names and argv are
-                // arbitrary bytes, and the report must stay valid JSON whatever they contain.
-                if (c < 0x20 || c >= 0x7f) {
-                    char buf[8];
-                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                    out += buf;
-                } else {
-                    out += static_cast<char>(c);
-                }
+                break;
         }
+        if (c < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            out += buf;
+            ++i;
+            continue;
+        }
+        // UTF-8 (a name like "déjà") goes through as it is; bytes that are not UTF-8 (process
+        // names and argv are arbitrary bytes) become U+FFFD, so the report stays valid JSON.
+        bool valid = false;
+        std::size_t len = utf8_sequence(s, i, valid);
+        if (valid)
+            out.append(s.substr(i, len));
+        else
+            out += "\\ufffd";
+        i += len;
     }
     out += '"';
 }

@@ -61,10 +61,14 @@ TEST_CASE("an atomic file in a missing directory fails with the path in the mess
     CHECK_THAT(f.error().message, Catch::Contains("No such file or directory"));
 }
 
-TEST_CASE("json strings escape quotes, control bytes and non-ASCII bytes", "[json]") {
+TEST_CASE("json strings escape quotes and control bytes, keep UTF-8 and replace other bytes",
+          "[json]") {
     std::string out;
     json_quote(out, std::string("a\"b\\c\n\x01\xff", 8));
-    CHECK(out == "\"a\\\"b\\\\c\\n\\u0001\\u00ff\"");
+    CHECK(out == "\"a\\\"b\\\\c\\n\\u0001\\ufffd\"");
+    out.clear();
+    json_quote(out, "d\xc3\xa9j\xc3\xa0");  // déjà
+    CHECK(out == "\"d\xc3\xa9j\xc3\xa0\"");
     JsonWriter j;
     j.begin_object().field("k", 1).key("arr").begin_array().value("x").value(true).end_array();
     j.end_object();
