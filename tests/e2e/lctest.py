@@ -214,6 +214,17 @@ def verbose(args):
     return ["-v"] + args
 
 
+def build_tool(name):
+    """Path of a test driver built beside lastcall (tests/tools, $LASTCALL_BUILD/tools)."""
+    build = os.environ.get("LASTCALL_BUILD")
+    if not build:
+        raise unittest.SkipTest("LASTCALL_BUILD is not set")
+    path = os.path.join(build, "tools", name)
+    if not os.access(path, os.X_OK):
+        raise AssertionError(f"{path} was not built")
+    return path
+
+
 class LastcallTestCase(unittest.TestCase):
     """Gives each test a temp dir, a FIFO, a marker; kills anything left with the marker at the end
     (after asserting, in tests that care, that nothing was left)."""

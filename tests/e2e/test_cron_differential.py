@@ -47,6 +47,8 @@ import os
 import random
 import subprocess
 import unittest
+
+from lctest import build_tool
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -96,13 +98,7 @@ MAX_DAYS = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
 
 
 def tool_path():
-    build = os.environ.get("LASTCALL_BUILD")
-    if not build:
-        raise unittest.SkipTest("LASTCALL_BUILD is not set")
-    path = os.path.join(build, "tools", "cron_next")
-    if not os.access(path, os.X_OK):
-        raise unittest.SkipTest(f"{path} not built")
-    return path
+    return build_tool("cron_next")
 
 
 def run_tool(lines):

@@ -15,18 +15,14 @@ import random
 import subprocess
 import unittest
 
+from lctest import build_tool
+
 SEED = 20261203
 CASES = 20000
 
 
 def tool_path():
-    build = os.environ.get("LASTCALL_BUILD")
-    if not build:
-        raise unittest.SkipTest("LASTCALL_BUILD is not set")
-    path = os.path.join(build, "tools", "json_quote")
-    if not os.access(path, os.X_OK):
-        raise AssertionError(f"{path} not built")
-    return path
+    return build_tool("json_quote")
 
 
 TRICKY = [b"\xc0\xaf", b"\xe0\x80\xaf", b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xf4\x90\x80\x80",
