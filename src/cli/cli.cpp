@@ -146,7 +146,8 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
     app.add_option("--crontab", o.crontab_path,
                    "Crontab file whose lines run as scheduled jobs; the command becomes optional");
     app.add_option("--state-dir", o.state_dir,
-                   "Directory of the run ledger (default /var/lib/lastcall, or "
+                   "Directory of the run ledger (default: the config's state_dir, else "
+                   "$STATE_DIRECTORY, else one per config file under /var/lib/lastcall, or "
                    "$XDG_STATE_HOME/lastcall when not root)");
     app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
     app.add_option("--kill-scope", kill_scope, "Who receives the stop signal")

@@ -41,15 +41,16 @@ std::optional<int> parse(CLI::App& app, const std::vector<std::string>& args, st
     return std::nullopt;
 }
 
-// The state dir the way the supervisor picks it: --state-dir, else the config's, else default.
-Result<std::string> state_dir_of(const std::string& flag, const std::string& config_path) {
+// The state dir the way the supervisor picks it (resolve_state_dir).
+Result<std::string> state_dir_of(const std::string& flag, const std::string& config_path,
+                                 const std::string& crontab_path) {
     std::string from_config;
     if (flag.empty() && !config_path.empty()) {
         auto config = load_jobs_config(config_path);
         if (!config) return config.error();
         from_config = config->state_dir;
     }
-    return resolve_state_dir(flag, from_config);
+    return resolve_state_dir(flag, from_config, !config_path.empty() ? config_path : crontab_path);
 }
 
 void print_json(const std::vector<RunRecord>& runs) {
@@ -137,7 +138,7 @@ int run_runs(const std::vector<std::string>& args) {
               "       lastcall runs release RUN_ID [OPTIONS]");
     GlobalOptions global;  // accepted before or after the name; runs prints no log lines
     add_global_options(app, global);
-    std::string job, state, state_dir, config;
+    std::string job, state, state_dir, config, crontab;
     bool json = false;
     long long release_id = 0;
     app.add_option("--job", job, "Only this job's runs");
@@ -146,13 +147,14 @@ int run_runs(const std::vector<std::string>& args) {
             {"scheduled", "started", "completed", "failed", "interrupted", "skipped"}));
     app.add_flag("--json", json, "A JSON array instead of a table");
     app.add_option("--state-dir", state_dir, "Directory of the run ledger");
-    app.add_option("--config", config, "Take the state dir from this config");
+    app.add_option("--config", config, "The ledger of the lastcall run with this config");
+    app.add_option("--crontab", crontab, "The ledger of the lastcall run with this crontab");
     CLI::App* release =
         app.add_subcommand("release", "Let a held job run again: its interrupted run is retried");
     release->add_option("run_id", release_id, "The interrupted run")->required();
     release->fallthrough();  // --state-dir/--config may come after the run id too
     if (auto code = parse(app, args, 2, "runs")) return *code;
-    auto dir = state_dir_of(state_dir, config);
+    auto dir = state_dir_of(state_dir, config, crontab);
     if (!dir) {
         std::fprintf(stderr, "lastcall runs: %s\n", dir.error().message.c_str());
         return 2;
@@ -171,6 +173,8 @@ int run_runs(const std::vector<std::string>& args) {
         std::fprintf(stderr, "lastcall runs: %s\n", runs.error().message.c_str());
         return 1;
     }
+    // Which ledger this is, on stderr: the tables and the JSON on stdout stay what scripts read.
+    std::fprintf(stderr, "lastcall runs: ledger %s\n", Ledger::path_in(*dir).c_str());
     json ? print_json(*runs) : print_table(*runs);
     return 0;
 }

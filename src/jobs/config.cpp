@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -352,10 +354,31 @@ Result<std::vector<JobSpec>> load_crontab(const std::string& path) {
     return parse_crontab(*text, path);
 }
 
-std::string resolve_state_dir(const std::string& flag, const std::string& from_config) {
+std::string resolve_state_dir(const std::string& flag, const std::string& from_config,
+                              const std::string& unit_file) {
     if (!flag.empty()) return flag;
     if (!from_config.empty()) return from_config;
-    return default_state_dir();
+    // systemd's StateDirectory= (a colon-separated list when it names several): the unit's own.
+    if (const char* sd = std::getenv("STATE_DIRECTORY"); sd && *sd == '/')
+        return std::string(sd, std::strcspn(sd, ":"));
+    if (unit_file.empty()) return default_state_dir();
+    return default_state_dir() + "/" + state_dir_name(unit_file);
+}
+
+std::string state_dir_name(const std::string& unit_file) {
+    char buf[PATH_MAX];
+    std::string path = ::realpath(unit_file.c_str(), buf) ? buf : unit_file;
+    // FNV-1a of the absolute path: the same file always maps to the same directory, two files
+    // (two apps on one host) to two.
+    std::uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : path) h = (h ^ c) * 1099511628211ull;
+    std::string stem = path.substr(path.rfind('/') + 1);
+    if (auto dot = stem.rfind('.'); dot != std::string::npos && dot > 0) stem.resize(dot);
+    for (char& c : stem)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    return stem + "-" + std::string(hex, 8);
 }
 
 Result<JobsSetup> load_jobs(const Options& options) {
@@ -379,7 +402,9 @@ Result<JobsSetup> load_jobs(const Options& options) {
             setup.jobs.push_back(std::move(job));
         }
     }
-    setup.state_dir = resolve_state_dir(options.state_dir, config_dir);
+    setup.state_dir = resolve_state_dir(
+        options.state_dir, config_dir,
+        !options.config_path.empty() ? options.config_path : options.crontab_path);
     return setup;
 }
 

@@ -63,6 +63,49 @@ class JobsTestCase(LastcallTestCase):
         return r
 
 
+class StateDirectoryTest(JobsTestCase):
+    """Where the ledger lives when --state-dir and the config say nothing (issue 19.8)."""
+
+    JOB = '[jobs.tick]\nschedule = "@every 1s"\ncommand = "echo ran > $EVENTS"\n'
+
+    def run_once(self, config, env):
+        run = self.start(["--config", config], env=env)
+        self.fifo.expect("ran")
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 0, run.output())
+
+    def ledger_named_by_runs(self, config, env):
+        r = subprocess.run([LASTCALL, "runs", "--config", config], env=env, capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tick", r.stdout)
+        return r.stderr.split("lastcall runs: ledger ", 1)[1].strip()
+
+    def test_systemds_state_directory_holds_the_ledger(self):
+        sd = os.path.join(self.dir, "sd-state")
+        os.mkdir(sd)
+        # systemd lists one directory per StateDirectory= entry; the first is lastcall's.
+        env = dict(self.env, STATE_DIRECTORY=sd + ":" + os.path.join(self.dir, "other"))
+        cfg = self.write_config(self.JOB)
+        self.run_once(cfg, env)
+        self.assertTrue(os.path.exists(os.path.join(sd, "ledger.sqlite")))
+        self.assertEqual(self.ledger_named_by_runs(cfg, env), os.path.join(sd, "ledger.sqlite"))
+
+    def test_two_configs_on_one_host_keep_two_ledgers(self):
+        env = dict(self.env)
+        env.pop("STATE_DIRECTORY", None)
+        ledgers = []
+        for name in ("a.toml", "b.toml"):
+            cfg = self.write_config(self.JOB, name)
+            self.run_once(cfg, env)
+            ledger = self.ledger_named_by_runs(cfg, env)
+            self.addCleanup(shutil.rmtree, os.path.dirname(ledger), True)
+            self.assertTrue(os.path.exists(ledger))
+            self.assertTrue(os.path.basename(os.path.dirname(ledger)).startswith(name[0] + "-"))
+            ledgers.append(ledger)
+        self.assertNotEqual(ledgers[0], ledgers[1])
+
+
 class ShutdownTest(JobsTestCase):
     def test_job_fired_during_shutdown_is_skipped_and_one_running_at_grace_end_is_interrupted(self):
         # The job ignores SIGTERM, so it is still running when the grace ends. The drain delay

@@ -75,10 +75,17 @@ struct JobsSetup {
     std::string state_dir;
 };
 Result<JobsSetup> load_jobs(const Options& options);
-std::string resolve_state_dir(const std::string& flag, const std::string& from_config);
+// The run ledger's directory: --state-dir, else the config's state_dir, else $STATE_DIRECTORY
+// (systemd's StateDirectory=), else one directory per config (or crontab) file under
+// default_state_dir(), named by state_dir_name(): two instances with different configs on one
+// host never share a ledger. Without a unit file (lastcall runs alone): the base itself.
+std::string resolve_state_dir(const std::string& flag, const std::string& from_config,
+                              const std::string& unit_file);
+// "<file name without extension>-<8 hex digits of a hash of its absolute path>".
+std::string state_dir_name(const std::string& unit_file);
 
-// --state-dir, else the config's state_dir, else /var/lib/lastcall for root and
-// $XDG_STATE_HOME/lastcall (or ~/.local/state/lastcall) for anyone else.
+// The base: /var/lib/lastcall for root, $XDG_STATE_HOME/lastcall (or ~/.local/state/lastcall)
+// for anyone else.
 std::string default_state_dir();
 
 }  // namespace lastcall
