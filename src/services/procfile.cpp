@@ -109,4 +109,42 @@ Result<std::vector<std::string>> parse_dotenv(std::string_view text, const std::
     return out;
 }
 
+std::vector<std::string> procfile_argv(const std::string& line) {
+    auto simple = [&] {
+        char quote = 0;
+        for (std::size_t i = 0; i < line.size(); ++i) {
+            char c = line[i];
+            if (quote) {
+                if (c == quote)
+                    quote = 0;
+                else if (c == '\\' && quote == '"')
+                    ++i;
+                continue;
+            }
+            if (c == '\\') {
+                ++i;
+            } else if (c == '\'' || c == '"') {
+                quote = c;
+            } else if (c == ';' || c == '&' || c == '|' || c == '(' || c == ')' || c == '\n') {
+                return false;
+            }
+        }
+        auto start = line.find_first_not_of(" \t");
+        if (start == std::string::npos) return false;
+        std::string first = line.substr(start, line.find_first_of(" \t", start) - start);
+        // `exec A=1 cmd` would run a program named "A=1"; keywords open compound commands;
+        // the shell's own builtins (exit, cd, wait...) are not programs to exec.
+        if (first.find('=') != std::string::npos) return false;
+        for (const char* word :
+             {"if",       "for",      "while",   "until", "case",  "{",       "!",     "exec",
+              "[[",       "function", "select",  "time",  "exit",  "return",  "cd",    "export",
+              "set",      "unset",    "shift",   "trap",  "eval",  "source",  ".",     ":",
+              "wait",     "read",     "ulimit",  "umask", "alias", "unalias", "break", "continue",
+              "readonly", "times",    "getopts", "hash",  "jobs",  "fg",      "bg",    "local"})
+            if (first == word) return false;
+        return true;
+    };
+    return {"/bin/sh", "-c", simple() ? "exec " + line : line};
+}
+
 }  // namespace lastcall

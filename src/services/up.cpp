@@ -41,7 +41,7 @@ Result<std::vector<ServiceSpec>> procfile_services(const std::vector<ProcfileEnt
         if (!selected) continue;
         ServiceSpec s;
         s.name = e.name;
-        s.argv = {"/bin/sh", "-c", e.command};
+        s.argv = procfile_argv(e.command);
         s.restart = RestartPolicy::No;
         s.main = true;
         s.capture_output = true;

@@ -4,6 +4,7 @@ Procfile errors, and one Ctrl-C on a real terminal stopping every process tree."
 import os
 import pty
 import select
+import re
 import signal
 import subprocess
 import time
@@ -129,6 +130,25 @@ class Up(LastcallTestCase):
         r = self.up("--only", "nope")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--only: no process 'nope' in Procfile", r.stderr)
+
+    def test_a_plain_procfile_command_is_the_process_itself_not_a_shell_around_it(self):
+        # foreman and honcho exec a plain line: the pid lastcall logs and signals is the app's.
+        self.write("Procfile", "web: sleep 1000\nboth: echo one; sleep 1000\n")
+        proc = subprocess.Popen([LASTCALL, "up", "-v"], cwd=self.dir, env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        started = {}
+        while len(started) < 2:
+            line = proc.stderr.readline()
+            self.assertTrue(line, "lastcall up ended early")
+            m = re.search(r"service (\w+): started pid (\d+)", line)
+            if m:
+                started[m.group(1)] = int(m.group(2))
+        comm = {name: open(f"/proc/{pid}/comm").read().strip() for name, pid in started.items()}
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+        self.assertEqual(comm["web"], "sleep")
+        self.assertEqual(comm["both"], "sh")  # a compound line keeps its shell
+        self.assertNoLeftovers()
 
     def test_the_first_process_to_exit_stops_the_others_with_its_code(self):
         self.write("Procfile", "quick: exit 4\nslow: sleep 1000\n")

@@ -241,7 +241,7 @@ TEST_CASE("Procfile selection with --only and --except", "[services][procfile]")
     REQUIRE(all);
     CHECK((*all)[0].main);
     CHECK((*all)[0].capture_output);
-    CHECK((*all)[0].argv == std::vector<std::string>{"/bin/sh", "-c", "w"});
+    CHECK((*all)[0].argv == std::vector<std::string>{"/bin/sh", "-c", "exec w"});
 }
 
 TEST_CASE(".env: quoting, export and comments", "[services][dotenv]") {
@@ -332,4 +332,20 @@ TEST_CASE("a drain hold cannot stretch the grace budget", "[services][shutdown]"
     h.on_timer();
     CHECK(h.state() == State::Forcing);
     CHECK(holder.calls.back() == "kill tree");
+}
+
+TEST_CASE("a Procfile line that is one simple command is exec'd, a compound one is not",
+          "[procfile]") {
+    using V = std::vector<std::string>;
+    CHECK(procfile_argv("node server.js --port $PORT") ==
+          V{"/bin/sh", "-c", "exec node server.js --port $PORT"});
+    CHECK(procfile_argv("bundle exec puma -C 'config/puma;x.rb' > log") ==
+          V{"/bin/sh", "-c", "exec bundle exec puma -C 'config/puma;x.rb' > log"});
+    for (const char* compound :
+         {"cd app; npm start", "a && b", "a | b", "sleep 1 &", "(cd x && y)",
+          "PORT=5000 node server.js", "if true; then x; fi", "exec node x", "{ a; }", "exit 4",
+          "cd /srv", "wait", ". ./env.sh", ": nothing", "trap '' TERM"}) {
+        INFO(compound);
+        CHECK(procfile_argv(compound) == V{"/bin/sh", "-c", compound});
+    }
 }

@@ -102,6 +102,11 @@ struct ProcfileEntry {
     int line = 0;
 };
 Result<std::vector<ProcfileEntry>> parse_procfile(std::string_view text, const std::string& path);
+// The argv that runs a Procfile line: /bin/sh -c, with `exec` in front when the line is one
+// simple command (no unquoted ; & | ( ) or newline, no leading assignment or shell keyword), so
+// that the process is the command itself, as foreman and honcho run it: its name in the logs,
+// its pid the one signalled, no shell in between to swallow a signal.
+std::vector<std::string> procfile_argv(const std::string& line);
 
 // .env: "KEY=value" lines, optional "export ", '#' comments, values optionally in single quotes
 // (literal) or double quotes (\n, \", \\ escapes). Returns "K=V" strings in file order.
