@@ -62,8 +62,9 @@ int SpawnFailure::exit_code() const {
 }
 
 std::string SpawnFailure::message() const {
-    std::string m = stage == SpawnStage::Exec
-                        ? "cannot execute " + path
+    std::string m = stage == SpawnStage::Exec ? "cannot execute " + path
+                    : stage == SpawnStage::Chdir
+                        ? "working directory " + path
                         : std::string(to_string(stage)) + " failed for " + path;
     return m + ": " + std::strerror(err);
 }
@@ -327,10 +328,13 @@ SpawnResult spawn(const SpawnSpec& spec) {
         int status;
         while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
         }
-        std::string about =
-            report.candidate >= 0 && static_cast<std::size_t>(report.candidate) < candidates.size()
-                ? candidates[static_cast<std::size_t>(report.candidate)]
-                : spec.argv[0];
+        // The failed step's own object: the directory for chdir, else the program.
+        std::string about = static_cast<SpawnStage>(report.stage) == SpawnStage::Chdir
+                                ? spec.workdir
+                            : report.candidate >= 0 &&
+                                    static_cast<std::size_t>(report.candidate) < candidates.size()
+                                ? candidates[static_cast<std::size_t>(report.candidate)]
+                                : spec.argv[0];
         result.failure = SpawnFailure{static_cast<SpawnStage>(report.stage), report.err, about};
         return result;
     }

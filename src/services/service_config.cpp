@@ -63,6 +63,8 @@ std::string_view to_string(ServiceState s) {
             return "backoff";
         case ServiceState::Exited:
             return "exited";
+        case ServiceState::Failed:
+            return "failed";
         case ServiceState::Stopping:
             return "stopping";
         case ServiceState::Stopped:
@@ -81,6 +83,10 @@ std::string_view to_string(ServiceEvent e) {
             return "exited, will restart";
         case ServiceEvent::ExitedFinal:
             return "exited";
+        case ServiceEvent::LimitReached:
+            return "restart limit reached";
+        case ServiceEvent::DependencyFailed:
+            return "a dependency failed";
         case ServiceEvent::RestartRefused:
             return "start refused";
         case ServiceEvent::StopRequested:
@@ -98,6 +104,7 @@ std::optional<ServiceState> service_transition(ServiceState from, ServiceEvent e
         case S::Pending:
         case S::Backoff:
             if (event == E::Spawned) return S::Starting;
+            if (event == E::DependencyFailed && from == S::Pending) return S::Failed;
             if (event == E::RestartRefused || event == E::StopRequested) return S::Stopped;
             return std::nullopt;
         case S::Starting:
@@ -106,9 +113,11 @@ std::optional<ServiceState> service_transition(ServiceState from, ServiceEvent e
         case S::Ready:
             if (event == E::ExitedRestart) return S::Backoff;
             if (event == E::ExitedFinal) return S::Exited;
+            if (event == E::LimitReached) return S::Failed;
             if (event == E::StopRequested) return S::Stopping;
             return std::nullopt;
         case S::Exited:
+        case S::Failed:
             // Its leader is gone but processes it left behind are not: they are stopped too.
             if (event == E::StopRequested) return S::Stopping;
             return std::nullopt;
@@ -210,6 +219,28 @@ Status parse_backoff(const Where& w, const toml::node& n, BackoffPolicy& out) {
     // A long initial delay alone raises the default cap instead of contradicting it.
     if (!t->contains("max")) out.max = std::max(out.max, out.initial);
     if (out.max < out.initial) return w.at(n, "backoff.max", "must not be below backoff.initial");
+    return Ok{};
+}
+
+Status parse_restart_limit(const Where& w, const toml::node& n, RestartLimit& out) {
+    const toml::table* t = n.as_table();
+    if (!t) return w.at(n, "restart_limit", "expected a table {burst, interval}");
+    for (const auto& [k, v] : *t) {
+        std::string key = "restart_limit." + std::string(k.str());
+        if (k == "burst") {
+            auto b = v.value<long long>();
+            if (!b || !v.is_integer() || *b < 1 || *b > 1000000)
+                return w.at(v, key, "expected a whole number of starts, 1 or more");
+            out.burst = static_cast<int>(*b);
+        } else if (k == "interval") {
+            auto d = get_duration(w, v, key);
+            if (!d) return d.error();
+            if (d->count() <= 0) return w.at(v, key, "must be above 0");
+            out.interval = *d;
+        } else {
+            return w.at(v, key, "unknown key");
+        }
+    }
     return Ok{};
 }
 
@@ -340,6 +371,8 @@ Result<ServiceSpec> parse_service(const std::string& path, const std::string& na
                             "expected \"no\", \"on-failure\" or \"always\", not \"" + *r + "\"");
         } else if (key == "backoff") {
             if (auto st = parse_backoff(w, v, s.backoff); !st) return st.error();
+        } else if (key == "restart_limit") {
+            if (auto st = parse_restart_limit(w, v, s.restart_limit); !st) return st.error();
         } else if (key == "depends_on") {
             auto deps = get_string_list(w, v, key, true);
             if (!deps) return deps.error();

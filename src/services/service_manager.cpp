@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <deque>
 
 #include "lastcall/core/json.hpp"
 #include "lastcall/core/safe_path.hpp"
@@ -80,6 +81,8 @@ struct ServiceManager::Service {
     MonoTime started{};
     std::time_t started_wall = 0;
     int starts = 0;
+    std::deque<MonoTime> recent_starts;  // within restart_limit.interval of the last one
+    bool told_waiting = false;           // "waiting for X" said once per wait
     std::optional<int> last_status;
     std::optional<MonoTime> wake;  // Backoff: restart; Starting: probe; Stopping: poll
 
@@ -188,6 +191,8 @@ void ServiceManager::start(Service& s) {
     s.started = clock_.now();
     s.started_wall = std::time(nullptr);
     ++s.starts;
+    s.recent_starts.push_back(s.started);
+    s.told_waiting = false;
     s.signalled.clear();
     s.killed = false;
     apply(s, ServiceEvent::Spawned);
@@ -252,17 +257,61 @@ void ServiceManager::instance_ended(Service& s, int status) {
         sup_->request_shutdown(exit_code_of(status));
         return;
     }
-    if (should_restart(s.spec.restart, status)) {
+    if (should_restart(s.spec.restart, status) && limit_reached(s, now)) {
+        apply(s, ServiceEvent::LimitReached);
+        spdlog::error("service {}: failed: {} starts within {} (restart_limit), not restarted",
+                      s.spec.name, s.recent_starts.size(),
+                      format_duration(s.spec.restart_limit.interval));
+        fail_dependents(s);
+    } else if (should_restart(s.spec.restart, status)) {
         Millis delay = s.backoff.next_delay(s.started, now);
         apply(s, ServiceEvent::ExitedRestart);
         s.wake = now + delay;
         spdlog::info("service {}: restarting in {} (restart = {}, {} quick exit(s) in a row)",
                      s.spec.name, format_duration(delay), to_string(s.spec.restart),
                      s.backoff.consecutive());
+        tell_waiting(s);
     } else {
         apply(s, ServiceEvent::ExitedFinal);
+        // Never ready and not coming back: what waits for it would wait forever.
+        if (!s.ever_ready) fail_dependents(s);
     }
     rearm();
+}
+
+bool ServiceManager::limit_reached(Service& s, MonoTime now) {
+    while (!s.recent_starts.empty() &&
+           now - s.recent_starts.front() > s.spec.restart_limit.interval)
+        s.recent_starts.pop_front();
+    return static_cast<int>(s.recent_starts.size()) >= s.spec.restart_limit.burst;
+}
+
+// Every service still waiting for `failed` (directly or through another) will never start.
+void ServiceManager::fail_dependents(Service& failed) {
+    std::size_t index = static_cast<std::size_t>(&failed - services_.data());
+    for (auto& s : services_) {
+        if (s.state != ServiceState::Pending) continue;
+        if (std::find(s.deps.begin(), s.deps.end(), index) == s.deps.end()) continue;
+        apply(s, ServiceEvent::DependencyFailed);
+        spdlog::error(
+            "service {}: not started: it depends on {}, which {}", s.spec.name, failed.spec.name,
+            failed.state == ServiceState::Failed ? "failed" : "exited without being ready");
+        fail_dependents(s);
+    }
+}
+
+// A dependent that waits says what for, once per wait: silence looked like a hang.
+void ServiceManager::tell_waiting(Service& restarting) {
+    std::size_t index = static_cast<std::size_t>(&restarting - services_.data());
+    for (auto& s : services_) {
+        if (s.state != ServiceState::Pending || s.told_waiting) continue;
+        if (std::find(s.deps.begin(), s.deps.end(), index) == s.deps.end()) continue;
+        s.told_waiting = true;
+        spdlog::warn(
+            "service {}: waiting for {}, which exited before it was ready and is "
+            "restarting",
+            s.spec.name, restarting.spec.name);
+    }
 }
 
 void ServiceManager::reaped(const Reaped& r) {
@@ -477,7 +526,7 @@ void ServiceManager::stop_eligible() {
             continue;
         }
         if (s.state != ServiceState::Starting && s.state != ServiceState::Ready &&
-            s.state != ServiceState::Exited)
+            s.state != ServiceState::Exited && s.state != ServiceState::Failed)
             continue;
         bool dependents_done = true;
         for (const auto& d : services_)
@@ -499,7 +548,7 @@ void ServiceManager::stop_eligible() {
 
 void ServiceManager::begin_stop(Service& s) {
     MonoTime now = clock_.now();
-    bool exited = s.state == ServiceState::Exited;
+    bool exited = s.state == ServiceState::Exited || s.state == ServiceState::Failed;
     if (members_of(s).empty()) {
         // Nothing left to stop. A running one's leader is a zombie whose reap is on the way;
         // an exited one keeps its state: it ended by itself, lastcall did not stop it.

@@ -124,6 +124,7 @@ command = "sleep 1000"
 command = 'echo start > "$EVENTS"; exit 3'
 restart = "always"
 backoff = { initial = "1ms", max = "2ms" }
+restart_limit = { burst = 1000000 }  # a crash loop for as long as the test needs
 
 [services.stays]
 command = "sleep 1000"
@@ -286,6 +287,47 @@ backoff = { initial = "1h" }
         r = subprocess.run([LASTCALL, "--config", cfg, "--", "true"], env=self.env,
                            capture_output=True, text=True, timeout=10)
         self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_a_service_that_keeps_failing_ends_failed_and_its_dependents_say_why_they_wait(self):
+        missing = os.path.join(self.dir, "no-such-dir")
+        report = os.path.join(self.dir, "report.json")
+        cfg = self.config(f"""
+[services.api]
+command = "sleep 1000"
+workdir = "{missing}"
+restart = "always"
+backoff = {{ initial = "10ms" }}
+restart_limit = {{ burst = 3, interval = "1m" }}
+
+[services.web]
+command = "sleep 1000"
+depends_on = ["api"]
+
+[services.edge]
+command = "sleep 1000"
+depends_on = ["web"]
+""")
+        log = LogReader(["--config", cfg, "--report", report], self.env)
+        log.wait_for("service web: waiting for api")
+        line = log.wait_for("service api: failed: 3 starts within 1m")
+        log.wait_for("service web: not started: it depends on api, which failed")
+        log.wait_for("service edge: not started: it depends on web, which failed")
+        errors = [l for l in log.lines if "service api: working directory" in l]
+        self.assertEqual(len(errors), 3, "\n".join(log.lines))
+        self.assertIn(missing + ": No such file or directory", errors[0])
+        log.proc.send_signal(signal.SIGTERM)
+        log.finish()
+        r = self.report(report)
+        self.assertEqual(self.service(r, "api")["state"], "failed")
+        self.assertEqual(self.service(r, "web")["state"], "failed")
+        self.assertNoLeftovers()
+
+    def test_restart_limit_errors_name_the_key(self):
+        cfg = self.config('[services.a]\ncommand = "true"\nrestart_limit = { burst = 0 }\n')
+        r = subprocess.run([LASTCALL, "--config", cfg], env=self.env, capture_output=True,
+                           text=True, timeout=10)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(cfg + ":3: services.a.restart_limit.burst: expected a whole number", r.stderr)
 
 if __name__ == "__main__":
     unittest.main()

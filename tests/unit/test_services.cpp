@@ -80,9 +80,15 @@ TEST_CASE("service state table: only the documented transitions exist", "[servic
     CHECK(service_transition(S::Exited, E::StopRequested) == S::Stopping);
     CHECK(service_transition(S::Stopping, E::ExitedRestart) == std::nullopt);
     CHECK(service_transition(S::Stopping, E::TreeGone) == S::Stopped);
+    CHECK(service_transition(S::Starting, E::LimitReached) == S::Failed);
+    CHECK(service_transition(S::Pending, E::DependencyFailed) == S::Failed);
+    CHECK(service_transition(S::Backoff, E::DependencyFailed) == std::nullopt);
+    CHECK(service_transition(S::Failed, E::StopRequested) == S::Stopping);
+    // Failed is never started again.
+    CHECK(service_transition(S::Failed, E::Spawned) == std::nullopt);
     // Stopped is final: nothing, not even a spawn, leaves it.
     for (E e : {E::Spawned, E::ReadyPassed, E::ExitedRestart, E::ExitedFinal, E::RestartRefused,
-                E::StopRequested, E::TreeGone})
+                E::StopRequested, E::TreeGone, E::LimitReached, E::DependencyFailed})
         CHECK(service_transition(S::Stopped, e) == std::nullopt);
 }
 

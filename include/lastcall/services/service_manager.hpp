@@ -66,6 +66,9 @@ class ServiceManager final : public SupervisorComponent {
 
   private:
     struct Service;
+    bool limit_reached(Service& s, MonoTime now);
+    void fail_dependents(Service& failed);
+    void tell_waiting(Service& restarting);
     struct Stream {
         std::size_t service;
         UniqueFd fd;

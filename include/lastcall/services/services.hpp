@@ -36,6 +36,14 @@ struct BackoffPolicy {
     Millis reset_after{10000};
 };
 
+// At most `burst` starts within `interval` (systemd's StartLimitBurst=/StartLimitIntervalSec=,
+// the same defaults): a service that keeps failing (a missing working directory, a bad config)
+// ends in `failed` instead of restarting forever.
+struct RestartLimit {
+    int burst = 5;
+    Millis interval{10000};
+};
+
 class Backoff {
   public:
     explicit Backoff(BackoffPolicy policy) : policy_(policy) {}
@@ -69,6 +77,7 @@ struct ServiceSpec {
     std::optional<gid_t> group;
     RestartPolicy restart = RestartPolicy::No;
     BackoffPolicy backoff;
+    RestartLimit restart_limit;
     std::vector<std::string> depends_on;
     std::string depends_on_origin;  // "file:line" of the depends_on key (cycle errors)
     ReadyCheck ready;
@@ -117,22 +126,27 @@ Result<std::vector<std::string>> parse_dotenv(std::string_view text, const std::
 //   Pending --Spawned--> Starting --ReadyPassed--> Ready
 //   Starting/Ready --ExitedRestart--> Backoff --Spawned--> Starting
 //   Starting/Ready --ExitedFinal--> Exited
+//   Starting/Ready --LimitReached--> Failed
+//   Pending --DependencyFailed--> Failed
 //   Pending/Backoff --RestartRefused / StopRequested--> Stopped
-//   Starting/Ready/Exited --StopRequested--> Stopping --TreeGone--> Stopped
+//   Starting/Ready/Exited/Failed --StopRequested--> Stopping --TreeGone--> Stopped
 //
 // Pending:  waiting for its dependencies to be ready.
 // Starting: its process runs; the readiness check has not passed yet.
 // Ready:    running and ready (at once after the spawn when it has no readiness check).
 // Backoff:  it exited and will be started again when its backoff delay has passed.
 // Exited:   it ended by itself and will not be started again.
+// Failed:   it hit its restart limit, or a service it depends on failed: not started again.
 // Stopping: lastcall sent its stop signal and waits for its whole tree to go.
 // Stopped:  stopped by lastcall (or never started because the shutdown had begun). Final.
-enum class ServiceState { Pending, Starting, Ready, Backoff, Exited, Stopping, Stopped };
+enum class ServiceState { Pending, Starting, Ready, Backoff, Exited, Failed, Stopping, Stopped };
 enum class ServiceEvent {
     Spawned,
     ReadyPassed,
     ExitedRestart,
     ExitedFinal,
+    LimitReached,
+    DependencyFailed,
     RestartRefused,
     StopRequested,
     TreeGone,
