@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <toml++/toml.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include "lastcall/core/toml_parse.hpp"
 
 namespace lastcall {
 
@@ -207,13 +209,9 @@ Result<JobSpec> parse_job(const std::string& path, const std::string& name, cons
 }  // namespace
 
 Result<JobsConfig> parse_jobs_toml(std::string_view text, const std::string& path) {
-    toml::table root;
-    try {
-        root = toml::parse(text, path);
-    } catch (const toml::parse_error& e) {
-        return Error{path + ":" + std::to_string(e.source().begin.line) + ": " +
-                     std::string(e.description())};
-    }
+    auto parsed = parse_toml_document(text, path);
+    if (!parsed) return parsed.error();
+    toml::table root = std::move(*parsed);
     JobsConfig config;
     std::optional<cron::TimeZone> zone;
     const toml::node* jobs = nullptr;

@@ -4,12 +4,14 @@
 #include <sys/wait.h>
 
 #include <toml++/toml.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
+#include "lastcall/core/toml_parse.hpp"
 
 #include "lastcall/core/atomic_file.hpp"
 #include "lastcall/core/signals.hpp"
@@ -411,13 +413,9 @@ Result<ServiceSpec> parse_service(const std::string& path, const std::string& na
 
 Result<std::vector<ServiceSpec>> parse_services_toml(std::string_view text,
                                                      const std::string& path) {
-    toml::table root;
-    try {
-        root = toml::parse(text, path);
-    } catch (const toml::parse_error& e) {
-        return Error{path + ":" + std::to_string(e.source().begin.line) + ": " +
-                     std::string(e.description())};
-    }
+    auto parsed = parse_toml_document(text, path);
+    if (!parsed) return parsed.error();
+    toml::table root = std::move(*parsed);
     std::vector<ServiceSpec> out;
     const toml::node* services = root.get("services");
     if (!services) return out;  // only other tables ([jobs.*]): nothing for this loader

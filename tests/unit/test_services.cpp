@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
+#include "lastcall/jobs/config.hpp"
 #include "lastcall/services/service_status.hpp"
 #include "lastcall/services/services.hpp"
 #include "lastcall/services/up.hpp"
@@ -354,4 +355,17 @@ TEST_CASE("a Procfile line that is one simple command is exec'd, a compound one 
         INFO(compound);
         CHECK(procfile_argv(compound) == V{"/bin/sh", "-c", compound});
     }
+}
+
+TEST_CASE("a config that is not UTF-8 is refused with its line before the TOML parser sees it",
+          "[services][config]") {
+    // The bytes the config fuzzer found: toml++ reached an unreachable point on them.
+    auto r =
+        parse_services_toml("[services.a]\ncommand = \"x\"\nuser = \xd8\"nobody\"\n", "f.toml");
+    REQUIRE_FALSE(r);
+    CHECK(r.error().message == "f.toml:3: not valid UTF-8 (a TOML file must be UTF-8)");
+    auto j =
+        parse_jobs_toml("[jobs.b]\n# caf\xc3\xa9 is fine, \xed\xa0\x80 is a surrogate\n", "j.toml");
+    REQUIRE_FALSE(j);
+    CHECK(j.error().message == "j.toml:2: not valid UTF-8 (a TOML file must be UTF-8)");
 }
