@@ -369,3 +369,19 @@ TEST_CASE("a config that is not UTF-8 is refused with its line before the TOML p
     REQUIRE_FALSE(j);
     CHECK(j.error().message == "j.toml:2: not valid UTF-8 (a TOML file must be UTF-8)");
 }
+
+TEST_CASE("non-ASCII text in strings and comments is kept; outside them it is a clear error",
+          "[services][config]") {
+    auto r = parse_services_toml(
+        "# caf\xc3\xa9\n[services.a] # \xe2\x80\x94 dash\n"
+        "command = \"echo d\xc3\xa9j\xc3\xa0\"\n"
+        "env = { G = '\xd2\x93', M = \"\"\"\\\n   \xc3\xa9t\xc3\xa9\"\"\" }\n",
+        "u.toml");
+    REQUIRE(r);
+    CHECK((*r)[0].argv.back() == "echo d\xc3\xa9j\xc3\xa0");
+    CHECK((*r)[0].env == std::vector<std::string>{"G=\xd2\x93", "M=\xc3\xa9t\xc3\xa9"});
+    auto bad = parse_services_toml("[services.a\xd2\x93]\ncommand = \"x\"\n", "k.toml");
+    REQUIRE_FALSE(bad);
+    CHECK(bad.error().message ==
+          "k.toml:1: a character outside ASCII is allowed only in a string or a comment");
+}
