@@ -380,6 +380,14 @@ TEST_CASE("non-ASCII text in strings and comments is kept; outside them it is a 
     REQUIRE(r);
     CHECK((*r)[0].argv.back() == "echo d\xc3\xa9j\xc3\xa0");
     CHECK((*r)[0].env == std::vector<std::string>{"G=\xd2\x93", "M=\xc3\xa9t\xc3\xa9"});
+    auto lit = parse_services_toml(
+        "[services.'b']\ncommand = 'C:\\p \"q\" \xc3\xa9'\n"
+        "env = { L = \'\'\'a\\b\xc3\xa9\'\'\'\'\' }\n",
+        "l.toml");
+    REQUIRE(lit);
+    CHECK((*lit)[0].name == "b");
+    CHECK((*lit)[0].argv.back() == "C:\\p \"q\" \xc3\xa9");
+    CHECK((*lit)[0].env == std::vector<std::string>{"L=a\\b\xc3\xa9''"});
     auto bad = parse_services_toml("[services.a\xd2\x93]\ncommand = \"x\"\n", "k.toml");
     REQUIRE_FALSE(bad);
     CHECK(bad.error().message ==
