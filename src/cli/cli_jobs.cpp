@@ -202,11 +202,13 @@ int run_jobs(const std::vector<std::string>& args) {
     }
     auto now = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now());
     for (const auto& job : setup->jobs) {
-        std::printf("%s  (%s)  schedule '%s'  overlap=%s  on_interrupted=%s%s\n", job.name.c_str(),
-                    job.origin.c_str(), job.schedule->expression().c_str(),
+        std::string user = job.user ? "  user=" + job.user->name : "";
+        std::string output = job.output.empty() ? "" : "  output=" + job.output;
+        std::printf("%s  (%s)  schedule '%s'  overlap=%s  on_interrupted=%s%s%s\n",
+                    job.name.c_str(), job.origin.c_str(), job.schedule->expression().c_str(),
                     std::string(to_string(job.overlap)).c_str(),
-                    std::string(to_string(job.on_interrupted)).c_str(),
-                    job.output.empty() ? "" : ("  output=" + job.output).c_str());
+                    std::string(to_string(job.on_interrupted)).c_str(), user.c_str(),
+                    output.c_str());
         std::optional<cron::sys_seconds> t = cron::sys_seconds{now.time_since_epoch()};
         for (int i = 0; i < count; ++i) {
             t = job.schedule->next_after(*t);

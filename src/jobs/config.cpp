@@ -3,6 +3,8 @@
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/core/atomic_file.hpp"
 
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <toml++/toml.h>
@@ -15,7 +17,10 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/toml_parse.hpp"
+#include "lastcall/process/credentials.hpp"
 
 namespace lastcall {
 
@@ -268,10 +273,30 @@ Result<JobsConfig> load_jobs_config(const std::string& path) {
     return parse_jobs_toml(*text, path);
 }
 
-Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::string& path) {
+// A crontab entry's name, stable across edits of the file: its `# name:` comment, else the
+// command's program and a hash of schedule and command ("backup-3f09a1c2"). A line number
+// would rename every entry below an inserted line and lose their history in the ledger.
+std::string crontab_entry_name(const std::string& schedule, const std::string& command) {
+    std::uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : schedule + "\n" + command) h = (h ^ c) * 1099511628211ull;
+    std::string program = command.substr(0, command.find_first_of(" \t"));
+    program = program.substr(program.rfind('/') + 1);
+    std::string slug;
+    for (char c : program)
+        if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')
+            slug += c;
+    if (slug.empty() || slug.size() > 32) slug = slug.empty() ? "cron" : slug.substr(0, 32);
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    return slug + "-" + std::string(hex, 8);
+}
+
+Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::string& path,
+                                           CrontabFormat format) {
     std::vector<JobSpec> jobs;
     std::vector<std::string> env;
-    std::string cron_tz;  // a CRON_TZ= line applies to the entries after it
+    std::string cron_tz;    // a CRON_TZ= line applies to the entries after it
+    std::string next_name;  // a "# name: NAME" comment names the entry right after it
     long line_no = 0;
     std::size_t pos = 0;
     while (pos <= text.size()) {
@@ -284,7 +309,20 @@ Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::str
         while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
             line.pop_back();
         std::size_t first = line.find_first_not_of(" \t");
-        if (first == std::string::npos || line[first] == '#') continue;
+        if (first != std::string::npos && line[first] == '#') {
+            std::string_view comment = std::string_view(line).substr(first + 1);
+            comment.remove_prefix(std::min(comment.find_first_not_of(" \t"), comment.size()));
+            if (comment.starts_with("name:")) {
+                comment.remove_prefix(5);
+                comment.remove_prefix(std::min(comment.find_first_not_of(" \t"), comment.size()));
+                next_name = std::string(comment);
+                if (!valid_job_name(next_name))
+                    return at(path, line_no, "name",
+                              "'" + next_name + "' is not a job name (letters, digits, _ - .)");
+            }
+            continue;
+        }
+        if (first == std::string::npos) continue;
         line.erase(0, first);
 
         // Words and where each one ends, so the command keeps its own spacing.
@@ -336,20 +374,87 @@ Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::str
         }
         if (!schedule) return at(path, line_no, "schedule", last_error);
         JobSpec job;
-        job.name = "crontab-" + std::to_string(line_no);
         job.origin = path + ":" + std::to_string(line_no);
+        // The system format (/etc/crontab, /etc/cron.d) has the user between schedule and
+        // command; the entry runs as that user.
+        if (format == CrontabFormat::System) {
+            if (words.size() <= used + 1)
+                return at(path, line_no, "user",
+                          "expected a user and a command after the schedule");
+            std::string user =
+                line.substr(words[used].first, words[used].second - words[used].first);
+            auto creds = lookup_credentials(user);
+            if (!creds)
+                return at(path, line_no, "user", "'" + user + "': " + creds.error().message);
+            job.user = std::move(*creds);
+            ++used;
+        }
+        std::string command = line.substr(words[used].first);
+        job.name =
+            !next_name.empty()
+                ? std::exchange(next_name, {})
+                : crontab_entry_name(expr_of(used - (format == CrontabFormat::System)), command);
+        for (const auto& other : jobs)
+            if (other.name == job.name)
+                return at(path, line_no, "name",
+                          job.name + " is already the name of " + other.origin +
+                              " (the same schedule and command twice? name one with '# name:')");
         job.schedule = std::move(schedule);
-        job.command = {"/bin/sh", "-c", line.substr(words[used].first)};
+        job.command = {"/bin/sh", "-c", command};
         job.env = env;
         jobs.push_back(std::move(job));
     }
     return jobs;
 }
 
+CrontabFormat crontab_format_of(const std::string& path) {
+    // Where cron itself reads the system format: /etc/crontab and the files of /etc/cron.d
+    // (also a copy of them elsewhere: an image's etc/crontab, a mounted cron.d).
+    auto [dir, name] = split_path(path);
+    std::string parent = dir.substr(dir.rfind('/') + 1);
+    if ((name == "crontab" && parent == "etc") || parent == "cron.d") return CrontabFormat::System;
+    return CrontabFormat::User;
+}
+
 Result<std::vector<JobSpec>> load_crontab(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        // A cron.d directory: every file whose name cron would run (letters, digits, _ and -:
+        // no editor backups, no .dpkg-old), in name order, in the system format.
+        std::vector<std::string> names;
+        if (DIR* d = ::opendir(path.c_str())) {
+            while (dirent* e = ::readdir(d)) {
+                std::string n = e->d_name;
+                if (!n.empty() && std::all_of(n.begin(), n.end(), [](char c) {
+                        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+                    }))
+                    names.push_back(n);
+            }
+            ::closedir(d);
+        } else {
+            return sys_error("opendir " + path, errno);
+        }
+        std::sort(names.begin(), names.end());
+        std::vector<JobSpec> all;
+        for (const auto& n : names) {
+            std::string file = path + "/" + n;
+            auto text = read_file(file);
+            if (!text) return text.error();
+            auto jobs = parse_crontab(*text, file, CrontabFormat::System);
+            if (!jobs) return jobs.error();
+            for (auto& j : *jobs) {
+                for (const auto& other : all)
+                    if (other.name == j.name)
+                        return Error{j.origin + ": " + j.name + " is already the name of " +
+                                     other.origin};
+                all.push_back(std::move(j));
+            }
+        }
+        return all;
+    }
     auto text = read_file(path);
     if (!text) return text.error();
-    return parse_crontab(*text, path);
+    return parse_crontab(*text, path, crontab_format_of(path));
 }
 
 std::string resolve_state_dir(const std::string& flag, const std::string& from_config,

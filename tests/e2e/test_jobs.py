@@ -541,6 +541,31 @@ class ConfigErrorTest(JobsTestCase):
                                  'retries = 3\n', "b.toml")
         self.assert_usage_error(["--config", path], f"{path}:4: jobs.x.retries: unknown key")
 
+    def test_a_cron_d_directory_is_read_in_the_system_format_with_stable_names(self):
+        crond = os.path.join(self.dir, "cron.d")
+        os.mkdir(crond)
+        with open(os.path.join(crond, "php"), "w") as f:
+            f.write("# name: sessionclean\n09,39 * * * * root /usr/lib/php/sessionclean\n")
+        with open(os.path.join(crond, "backup"), "w") as f:
+            f.write("SHELL=/bin/sh\n0 3 * * * nobody /usr/local/bin/backup --all\n")
+        with open(os.path.join(crond, "backup.dpkg-old"), "w") as f:
+            f.write("0 4 * * * nobody /usr/local/bin/stale\n")  # cron skips such names
+        r = subprocess.run([LASTCALL, "jobs", "--crontab", crond], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        heads = [line for line in r.stdout.splitlines() if not line.startswith(" ")]
+        self.assertEqual(len(heads), 2, r.stdout)
+        self.assertRegex(heads[0], r"^backup-[0-9a-f]{8}  \(.*cron.d/backup:2\).*user=nobody")
+        self.assertRegex(heads[1], r"^sessionclean  \(.*cron.d/php:2\).*user=root")
+        self.assertNotIn("stale", r.stdout)
+        # Inserting a line above keeps the name (the ledger's history goes with it).
+        with open(os.path.join(crond, "backup"), "w") as f:
+            f.write("SHELL=/bin/sh\n# new\n*/5 * * * * nobody /bin/true\n"
+                    "0 3 * * * nobody /usr/local/bin/backup --all\n")
+        again = subprocess.run([LASTCALL, "jobs", "--crontab", crond], capture_output=True,
+                               text=True, timeout=30).stdout
+        self.assertIn(heads[0].split()[0] + "  (", again)
+
     def test_bad_crontab_line_names_file_and_line(self):
         path = self.write_config("# nightly\nSHELL=/bin/sh\n0 3 * * * /bin/true\n"
                                  "0 25 * * * /bin/true\n", "crontab")

@@ -83,7 +83,9 @@ TEST_CASE("crontab lines: 5 or 6 fields or a macro, then the command with its sp
         "crontab");
     REQUIRE(c);
     REQUIRE(c->size() == 4);
-    CHECK((*c)[0].name == "crontab-4");
+    CHECK((*c)[0].name == crontab_entry_name("*/5 * * * *", "echo  two   spaces"));
+    CHECK_THAT((*c)[0].name, Catch::StartsWith("echo-"));
+    CHECK_THAT((*c)[1].name, Catch::StartsWith("nightly-"));
     CHECK((*c)[0].command == std::vector<std::string>{"/bin/sh", "-c", "echo  two   spaces"});
     CHECK((*c)[0].env == std::vector<std::string>{"MAILTO=ops"});
     CHECK((*c)[0].schedule->expression().find("*/5 * * * *") != std::string::npos);
@@ -100,4 +102,53 @@ TEST_CASE("a bad crontab line names the file and the line", "[config]") {
     auto d = parse_crontab("* * * * *\n", "tab");
     REQUIRE_FALSE(d);
     CHECK_THAT(d.error().message, Catch::StartsWith("tab:1: schedule: "));
+}
+
+TEST_CASE("crontab entries keep their names when lines are inserted above them", "[config]") {
+    auto before = parse_crontab("0 3 * * * /usr/bin/backup --all\n*/5 * * * * poll\n", "tab");
+    auto after = parse_crontab(
+        "MAILTO=x\n# a new job\n15 * * * * report\n0 3 * * * /usr/bin/backup --all\n"
+        "*/5 * * * * poll\n",
+        "tab");
+    REQUIRE(before);
+    REQUIRE(after);
+    CHECK((*before)[0].name == (*after)[1].name);
+    CHECK((*before)[1].name == (*after)[2].name);
+    CHECK((*before)[0].name != (*before)[1].name);
+}
+
+TEST_CASE("a '# name:' comment names the next crontab entry; a duplicate name is an error",
+          "[config]") {
+    auto c = parse_crontab("# name: nightly-backup\n0 3 * * * backup\n0 4 * * * other\n", "tab");
+    REQUIRE(c);
+    CHECK((*c)[0].name == "nightly-backup");
+    CHECK((*c)[1].name != "nightly-backup");
+    auto dup = parse_crontab("* * * * * same\n* * * * * same\n", "tab");
+    REQUIRE_FALSE(dup);
+    CHECK_THAT(dup.error().message, Catch::StartsWith("tab:2: name: "));
+    auto bad = parse_crontab("# name: no spaces allowed\n* * * * * x\n", "tab");
+    REQUIRE_FALSE(bad);
+    CHECK_THAT(bad.error().message, Catch::StartsWith("tab:1: name: 'no spaces allowed'"));
+}
+
+TEST_CASE("the system crontab format has a user column, and the entry runs as that user",
+          "[config]") {
+    auto c = parse_crontab(
+        "SHELL=/bin/sh\n17 * * * * root cd / && run-parts --report /etc/cron.hourly\n"
+        "*/2 * * * * nobody /usr/bin/true\n",
+        "/etc/crontab", CrontabFormat::System);
+    REQUIRE(c);
+    REQUIRE(c->size() == 2);
+    REQUIRE((*c)[0].user);
+    CHECK((*c)[0].user->uid == 0);
+    CHECK((*c)[0].command.back() == "cd / && run-parts --report /etc/cron.hourly");
+    REQUIRE((*c)[1].user);
+    CHECK((*c)[1].user->uid == 65534);
+    auto unknown = parse_crontab("* * * * * no-such-user-xyz true\n", "f", CrontabFormat::System);
+    REQUIRE_FALSE(unknown);
+    CHECK_THAT(unknown.error().message, Catch::StartsWith("f:1: user: 'no-such-user-xyz'"));
+    CHECK(crontab_format_of("/etc/crontab") == CrontabFormat::System);
+    CHECK(crontab_format_of("/srv/image/etc/crontab") == CrontabFormat::System);
+    CHECK(crontab_format_of("/etc/cron.d/php") == CrontabFormat::System);
+    CHECK(crontab_format_of("/app/crontab") == CrontabFormat::User);
 }

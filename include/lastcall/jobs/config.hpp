@@ -52,6 +52,10 @@ struct JobSpec {
     std::optional<gid_t> group;
 };
 
+// A user crontab (crontab -e: schedule, command) or the system format of /etc/crontab and
+// /etc/cron.d (schedule, user, command).
+enum class CrontabFormat { User, System };
+
 struct JobsConfig {
     std::vector<JobSpec> jobs;  // in file order
     std::string state_dir;      // top-level `state_dir`; empty: the default
@@ -66,7 +70,14 @@ bool is_staging_name_of(const std::string& output, const std::string& name);
 
 Result<JobsConfig> parse_jobs_toml(std::string_view text, const std::string& path);
 Result<JobsConfig> load_jobs_config(const std::string& path);
-Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::string& path);
+// Entries are named by a `# name: NAME` comment on the line before, else by
+// crontab_entry_name(): stable when lines are inserted or moved, so the ledger keeps their history.
+Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::string& path,
+                                           CrontabFormat format = CrontabFormat::User);
+std::string crontab_entry_name(const std::string& schedule, const std::string& command);
+// System when the file is an etc/crontab or in a cron.d directory, as cron reads them.
+CrontabFormat crontab_format_of(const std::string& path);
+// A file, or a cron.d-like directory: every file cron would read there, in the system format.
 Result<std::vector<JobSpec>> load_crontab(const std::string& path);
 
 // Jobs of --config and --crontab together (names unique), and the state dir to use.
