@@ -29,6 +29,7 @@
 #include "lastcall/services/service_manager.hpp"
 #include "lastcall/services/service_status.hpp"
 #include "lastcall/services/up.hpp"
+#include "lastcall/shutdown/metrics.hpp"
 #include "lastcall/supervisor.hpp"
 #include "lastcall/systemd/notifier.hpp"
 #include "lastcall/systemd/socket_activation.hpp"
@@ -84,18 +85,17 @@ Result<Configuration> load_configuration(const Options& options) {
     return Configuration{std::move(*services), std::move(*jobs)};
 }
 
-// Where the report will go must exist when lastcall starts, not be found missing at exit, when
-// the record of how the run ended is lost and nothing can be done about it.
-Status check_report_path(const std::string& path) {
+// Where the report (or the metrics) will go must exist when lastcall starts, not be found
+// missing at exit, when the record of how the run ended is lost and nothing can be done about it.
+Status check_output_path(const char* flag, const std::string& path) {
     if (path.empty()) return Ok{};
     auto slash = path.rfind('/');
     std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    std::string what = std::string(flag) + " " + path;
     struct stat st {};
-    if (::stat(dir.c_str(), &st) != 0)
-        return sys_error("--report " + path + ": directory " + dir, errno);
-    if (!S_ISDIR(st.st_mode)) return Error{"--report " + path + ": " + dir + " is not a directory"};
-    if (::access(dir.c_str(), W_OK) != 0)
-        return sys_error("--report " + path + ": directory " + dir, errno);
+    if (::stat(dir.c_str(), &st) != 0) return sys_error(what + ": directory " + dir, errno);
+    if (!S_ISDIR(st.st_mode)) return Error{what + ": " + dir + " is not a directory"};
+    if (::access(dir.c_str(), W_OK) != 0) return sys_error(what + ": directory " + dir, errno);
     return Ok{};
 }
 
@@ -105,10 +105,14 @@ struct Components {
     std::unique_ptr<Notifier> notifier;
     std::unique_ptr<ServiceManager> services;
     std::unique_ptr<JobScheduler> scheduler;
+    std::unique_ptr<MetricsFile> metrics;
 
     void attach_to(Supervisor& supervisor) {
         supervisor.add_component(activation.get());
         supervisor.add_component(notifier.get());
+        // Before the services and the scheduler: its last write (at `finished`) reads the
+        // ledger, which the scheduler closes in its own `finished`.
+        if (metrics) supervisor.add_component(metrics.get());
         if (!services->empty()) supervisor.add_component(services.get());
         if (scheduler) supervisor.add_component(scheduler.get());
     }
@@ -141,6 +145,11 @@ Result<Components> create_components(const Options& options, Configuration& conf
         if (!ledger) return Error{"run ledger: " + ledger.error().message};
         c.scheduler =
             std::make_unique<JobScheduler>(std::move(config.jobs.jobs), std::move(*ledger));
+    }
+    if (!options.metrics_path.empty()) {
+        std::vector<SupervisorComponent*> sources{c.scheduler.get()};
+        if (!c.services->empty()) sources.push_back(c.services.get());
+        c.metrics = std::make_unique<MetricsFile>(options.metrics_path, sources, clock);
     }
     return c;
 }
@@ -175,10 +184,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "lastcall: %s\n", config.error().message.c_str());
         return 2;
     }
-    if (auto st = check_report_path(options.report_path); !st) {
-        std::fprintf(stderr, "lastcall: %s\n", st.error().message.c_str());
-        return 2;
-    }
+    for (auto [flag, path] : {std::pair{"--report", &options.report_path},
+                              std::pair{"--metrics-file", &options.metrics_path}})
+        if (auto st = check_output_path(flag, *path); !st) {
+            std::fprintf(stderr, "lastcall: %s\n", st.error().message.c_str());
+            return 2;
+        }
 
     setup_logging(options);
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/supervisor.hpp"
 
+#include "lastcall/shutdown/metrics.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -716,6 +718,8 @@ void Supervisor::release_drain() {
     rearm_timer();
 }
 
+Supervisor::~Supervisor() = default;
+
 int Supervisor::finish() {
     // The main child's code; a component's requested code; without a main child, 0 for a clean
     // stop; 128+SIGKILL when the main child could not even be reaped.
@@ -759,6 +763,7 @@ int Supervisor::finish() {
             spdlog::debug("shutdown report written to {}", opts_.report_path);
     }
     if (auto st = tracker_->remove(); !st) spdlog::warn("{}", st.error().message);
+    ending_ = std::make_unique<Ending>(ending_of(in));
     for (auto* c : components_) c->finished(code);
     // The one line a shutdown prints at the default level; everything before it is -v.
     if (worth_a_line(in))

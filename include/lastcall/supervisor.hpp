@@ -24,6 +24,8 @@
 namespace lastcall {
 
 class JsonWriter;
+class MetricsWriter;
+struct Ending;
 class Supervisor;
 
 // A part that lives beside the main child (notify protocol, scheduler, services). The supervisor
@@ -46,6 +48,8 @@ class SupervisorComponent {
     virtual void reaped(const Reaped& /*r*/) {}
     // Extra keys for the shutdown report's top-level object.
     virtual void contribute_report(JsonWriter& /*j*/) {}
+    // Samples for --metrics-file (shutdown/metrics.hpp).
+    virtual void contribute_metrics(MetricsWriter& /*m*/) {}
     // After the report; shared resources (sockets, databases) close here, before logs flush.
     virtual void finished(int /*exit_code*/) {}
 };
@@ -57,6 +61,7 @@ Status block_handled_signals();
 class Supervisor final : private ShutdownActions {
   public:
     Supervisor(Options options, const Clock& clock);
+    ~Supervisor() override;
     // Runs the command to the end of its whole tree; returns lastcall's exit code.
     int run();
 
@@ -65,6 +70,8 @@ class Supervisor final : private ShutdownActions {
     EventLoop& loop() { return *loop_; }
     Admission& admission() { return admission_; }
     Tracker& tracker() { return *tracker_; }
+    // How the run ended, once finish() has worked it out (for the last metrics); null before.
+    const Ending* ending() const { return ending_.get(); }
     const Options& options() const { return opts_; }
     State state() const { return shutdown_.state(); }
     pid_t main_pid() const { return main_pid_; }
@@ -151,6 +158,7 @@ class Supervisor final : private ShutdownActions {
     UniqueFd pre_stop_out_;
     std::string pre_stop_partial_;
     bool children_gone_ = false;
+    std::unique_ptr<Ending> ending_;
     bool main_stopped_first_ = false;  // the stop signal already reached the main child
     bool gave_up_ = false;
     std::set<pid_t> helper_sessions_;  // sessions of lastcall's own helpers

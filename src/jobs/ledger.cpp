@@ -376,6 +376,20 @@ Result<std::vector<RunRecord>> Ledger::list(const RunFilter& filter) {
     return out;
 }
 
+Result<std::vector<Ledger::JobCount>> Ledger::count_runs() {
+    Stmt s(db_.get(),
+           "SELECT job, state, COUNT(*), COALESCE(MAX(CASE WHEN state = 'completed' THEN ended_ms "
+           "END), 0) FROM runs GROUP BY job, state ORDER BY job, state");
+    if (!s.ok()) return sql_error("prepare count runs");
+    std::vector<JobCount> out;
+    int rc;
+    while ((rc = s.step()) == SQLITE_ROW)
+        out.push_back({text(s.get(), 0), text(s.get(), 1), sqlite3_column_int64(s.get(), 2),
+                       sqlite3_column_int64(s.get(), 3)});
+    if (rc != SQLITE_DONE) return sql_error("count runs");
+    return out;
+}
+
 Result<std::optional<RunRecord>> Ledger::get(std::int64_t id) {
     Stmt s(db_.get(), std::string("SELECT ") + kColumns + " FROM runs WHERE id = ?1");
     if (!s.ok()) return sql_error("prepare get run");

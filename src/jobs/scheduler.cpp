@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/jobs/scheduler.hpp"
 
+#include "lastcall/shutdown/metrics.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -777,6 +779,27 @@ void JobScheduler::before_force() {
     for (auto& [id, run] : runs_) {
         if (run.recorded || run.phase == Phase::Lingering) continue;
         interrupt(run, {}, reason);
+    }
+}
+
+void JobScheduler::contribute_metrics(MetricsWriter& m) {
+    if (!ledger_) return;
+    auto counts = ledger_->count_runs();
+    if (!counts) return;  // the next write tries again; the ledger's own errors are logged
+    std::map<std::string, std::int64_t> last_success;
+    for (const auto& c : *counts) {
+        m.sample("lastcall_job_runs_total", "counter", "Runs of each job in the ledger, by state",
+                 {{"job", c.job}, {"state", c.state}}, static_cast<double>(c.runs));
+        last_success[c.job] = std::max(last_success[c.job], c.last_completed_ms);
+    }
+    for (const auto& job : jobs_) {
+        auto it = last_success.find(job.spec.name);
+        if (it != last_success.end() && it->second > 0)
+            m.sample("lastcall_job_last_success_timestamp_seconds", "gauge",
+                     "When each job's last completed run ended (Unix time)",
+                     {{"job", job.spec.name}}, static_cast<double>(it->second) / 1000.0);
+        m.sample("lastcall_job_running", "gauge", "Runs of each job in progress",
+                 {{"job", job.spec.name}}, job.running);
     }
 }
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/services/service_manager.hpp"
 
+#include "lastcall/shutdown/metrics.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -742,6 +744,17 @@ void ServiceManager::write_status() {
     auto st = write_status_file(opts_.state_path, f);
     if (!st && !status_failing_) spdlog::warn("status file not written: {}", st.error().message);
     status_failing_ = !st;
+}
+
+void ServiceManager::contribute_metrics(MetricsWriter& m) {
+    for (const auto& s : services_) {
+        m.sample("lastcall_service_restarts_total", "counter", "Restarts of each service",
+                 {{"service", s.spec.name}}, s.restarts());
+        m.sample("lastcall_service_state", "gauge",
+                 "1 for each service's current state (pending, starting, ready, backoff, exited, "
+                 "failed, stopping, stopped)",
+                 {{"service", s.spec.name}, {"state", std::string(to_string(s.state))}}, 1);
+    }
 }
 
 void ServiceManager::contribute_report(JsonWriter& j) {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/shutdown/report.hpp"
 
+#include "lastcall/shutdown/metrics.hpp"
+
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -253,6 +255,20 @@ int stop_signalled(const ReportInput& in) {
     int n = 0;
     for (const auto& r : in.book->records()) n += r.stop_signal != 0;
     return n;
+}
+
+Ending ending_of(const ReportInput& in) {
+    Ending e;
+    e.verdict = std::string(to_string(verdict_of(in)));
+    e.exit_code = in.exit_code;
+    const Shutdown& sd = *in.shutdown;
+    if (sd.trigger().kind != TriggerKind::None && sd.entered(State::Stopped))
+        e.shutdown_seconds =
+            static_cast<double>(ms_between(sd.trigger().at, *sd.entered(State::Stopped))) / 1000.0;
+    e.processes = static_cast<int>(in.book->records().size());
+    e.signalled = stop_signalled(in);
+    e.killed = static_cast<int>(in.book->forced().size());
+    return e;
 }
 
 bool worth_a_line(const ReportInput& in) {

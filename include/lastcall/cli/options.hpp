@@ -42,6 +42,7 @@ struct Options {
     ReadyOn ready_on = ReadyOn::Spawn;
     std::string pre_stop;
     std::string report_path;
+    std::string metrics_path;  // --metrics-file: Prometheus text, rewritten while running
 
     // Tree.
     Scope kill_scope = Scope::Tree;

@@ -106,6 +106,15 @@ class Ledger {
     // The scheduled time of the job's latest completed run.
     Result<std::optional<std::int64_t>> watermark(std::string_view job);
     Result<std::vector<RunRecord>> list(const RunFilter& filter);
+    // Runs per job and state, and each job's last completed run's end (ms since the epoch; 0:
+    // none), for the metrics: one aggregate query, not a scan in lastcall.
+    struct JobCount {
+        std::string job;
+        std::string state;
+        std::int64_t runs = 0;
+        std::int64_t last_completed_ms = 0;
+    };
+    Result<std::vector<JobCount>> count_runs();
     Result<std::optional<RunRecord>> get(std::int64_t id);
 
     // At start: every run a previous owner left scheduled or started becomes interrupted.

@@ -40,6 +40,7 @@ class JobScheduler final : public SupervisorComponent {
     void before_force() override;
     void reaped(const Reaped& r) override;
     void contribute_report(JsonWriter& j) override;
+    void contribute_metrics(MetricsWriter& m) override;
     void finished(int exit_code) override;
 
   private:

@@ -106,6 +106,8 @@ std::string render_report(const ReportInput& in);
 std::string summarize(const ReportInput& in);
 // Processes that were sent the stop signal.
 int stop_signalled(const ReportInput& in);
+// The facts of the report that the last metrics carry.
+struct Ending ending_of(const ReportInput& in);
 // Whether the summary is news at the default log level: a shutdown was asked for, or something
 // had to be stopped or killed. A command that simply ended, alone, is not (tini prints nothing).
 bool worth_a_line(const ReportInput& in);
