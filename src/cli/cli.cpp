@@ -36,14 +36,6 @@ int usage_error(const std::string& message) {
     return 2;
 }
 
-// CLI11 messages are multi-word sentences; keep them on one line.
-std::string one_line(std::string s) {
-    for (char& c : s)
-        if (c == '\n') c = ' ';
-    while (!s.empty() && s.back() == ' ') s.pop_back();
-    return s;
-}
-
 Scope parse_scope(const std::string& s) {
     if (s == "child") return Scope::Child;
     if (s == "group") return Scope::Group;
@@ -350,18 +342,7 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
         ->check(CLI::IsMember({"auto", "cgroup", "proc"}));
     GlobalOptions global;
     add_global_options(app, global);
-    std::vector<std::string> rest(args.begin() + 2, args.end());
-    std::reverse(rest.begin(), rest.end());  // CLI11 takes its argument vector reversed
-    try {
-        app.parse(rest);
-    } catch (const CLI::CallForHelp&) {
-        std::cout << app.help();
-        return {std::nullopt, 0};
-    } catch (const CLI::ParseError& e) {
-        std::fprintf(stderr, "lastcall up: %s (see lastcall up --help)\n",
-                     one_line(e.what()).c_str());
-        return {std::nullopt, 2};
-    }
+    if (auto code = parse_subcommand(app, args, "up")) return {std::nullopt, *code};
     o.log_level = global.level_or(o.log_level);
     if (global.log_format == "json") o.log_format = LogFormat::Json;
     up.env_file_given = app.count("--env") > 0;

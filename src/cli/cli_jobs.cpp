@@ -16,31 +16,6 @@ namespace lastcall {
 
 namespace {
 
-std::string one_line(std::string s) {
-    for (char& c : s)
-        if (c == '\n') c = ' ';
-    while (!s.empty() && s.back() == ' ') s.pop_back();
-    return s;
-}
-
-// Parses args[first..] with app; nullopt to go on, or the exit code (help printed: 0, usage: 2).
-std::optional<int> parse(CLI::App& app, const std::vector<std::string>& args, std::size_t first,
-                         const char* name) {
-    std::vector<std::string> rest(args.begin() + static_cast<long>(first), args.end());
-    std::reverse(rest.begin(), rest.end());  // CLI11 takes its argument vector reversed
-    try {
-        app.parse(rest);
-    } catch (const CLI::CallForHelp&) {
-        std::cout << app.help();
-        return 0;
-    } catch (const CLI::ParseError& e) {
-        std::fprintf(stderr, "lastcall %s: %s (see lastcall %s --help)\n", name,
-                     one_line(e.what()).c_str(), name);
-        return 2;
-    }
-    return std::nullopt;
-}
-
 // The state dir the way the supervisor picks it (resolve_state_dir).
 Result<std::string> state_dir_of(const std::string& flag, const std::string& config_path,
                                  const std::string& crontab_path) {
@@ -153,7 +128,7 @@ int run_runs(const std::vector<std::string>& args) {
         app.add_subcommand("release", "Let a held job run again: its interrupted run is retried");
     release->add_option("run_id", release_id, "The interrupted run")->required();
     release->fallthrough();  // --state-dir/--config may come after the run id too
-    if (auto code = parse(app, args, 2, "runs")) return *code;
+    if (auto code = parse_subcommand(app, args, "runs")) return *code;
     auto dir = state_dir_of(state_dir, config, crontab);
     if (!dir) {
         std::fprintf(stderr, "lastcall runs: %s\n", dir.error().message.c_str());
@@ -190,7 +165,7 @@ int run_jobs(const std::vector<std::string>& args) {
     app.add_option("--crontab", o.crontab_path, "Crontab file");
     app.add_option("--count", count, "How many fire times per job (default 3)")
         ->check(CLI::Range(1, 1000));
-    if (auto code = parse(app, args, 2, "jobs")) return *code;
+    if (auto code = parse_subcommand(app, args, "jobs")) return *code;
     if (o.config_path.empty() && o.crontab_path.empty()) {
         std::fprintf(stderr, "lastcall jobs: --config or --crontab is required\n");
         return 2;

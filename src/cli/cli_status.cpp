@@ -132,19 +132,7 @@ int run_status(const std::vector<std::string>& args) {
     app.add_flag("--json", json, "A JSON array instead of tables");
     GlobalOptions global;  // accepted before or after the name; status prints no log lines
     add_global_options(app, global);
-    std::vector<std::string> rest(args.begin() + 2, args.end());
-    std::reverse(rest.begin(), rest.end());  // CLI11 takes its argument vector reversed
-    try {
-        app.parse(rest);
-    } catch (const CLI::CallForHelp&) {
-        std::cout << app.help();
-        return 0;
-    } catch (const CLI::ParseError& e) {
-        std::string what = e.what();
-        std::replace(what.begin(), what.end(), '\n', ' ');
-        std::fprintf(stderr, "lastcall status: %s (see lastcall status --help)\n", what.c_str());
-        return 2;
-    }
+    if (auto code = parse_subcommand(app, args, "status")) return *code;
     auto live = read_live_status(
         [](const std::string& why) { std::fprintf(stderr, "lastcall status: %s\n", why.c_str()); });
     std::vector<Shown> shown;

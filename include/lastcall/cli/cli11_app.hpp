@@ -4,8 +4,13 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace lastcall {
 
@@ -46,6 +51,33 @@ inline void add_global_options(CLI::App& app, GlobalOptions& g) {
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
     app.add_option("--log-format", g.log_format, "text or json")
         ->check(CLI::IsMember({"text", "json"}));
+}
+
+// CLI11 messages are multi-word sentences; keep them on one line.
+inline std::string one_line(std::string s) {
+    for (char& c : s)
+        if (c == '\n') c = ' ';
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    return s;
+}
+
+// A subcommand's parse of args[2..]: nullopt to go on, or the exit code (help printed: 0; a
+// usage error, one line "lastcall NAME: ... (see lastcall NAME --help)": 2).
+inline std::optional<int> parse_subcommand(CLI::App& app, const std::vector<std::string>& args,
+                                           const char* name) {
+    std::vector<std::string> rest(args.begin() + 2, args.end());
+    std::reverse(rest.begin(), rest.end());  // CLI11 takes its argument vector reversed
+    try {
+        app.parse(rest);
+    } catch (const CLI::CallForHelp&) {
+        std::cout << app.help();
+        return 0;
+    } catch (const CLI::ParseError& e) {
+        std::fprintf(stderr, "lastcall %s: %s (see lastcall %s --help)\n", name,
+                     one_line(e.what()).c_str(), name);
+        return 2;
+    }
+    return std::nullopt;
 }
 
 // The subcommands, for the main help and for telling a subcommand from a command.
