@@ -15,6 +15,13 @@ import time
 from lctest import LASTCALL, LastcallTestCase, kill_marked
 
 
+# A background sleep, and the line is written once it runs `sleep`: between dash's fork and the
+# exec the child still has the parent's TERM trap, and a SIGTERM landing in that window is taken
+# by the trap and lost (the sleep then survives to the SIGKILL). Waiting for the exec (the comm
+# becomes "sleep") takes the test out of the shell's race.
+SLEEPING = 'sleep 100 & until read c < /proc/$!/comm && [ x$c = xsleep ]; do :; done;'
+
+
 def ledger_rows(state_dir, where="1", args=()):
     db = sqlite3.connect(os.path.join(state_dir, "ledger.sqlite"), timeout=10)
     try:
@@ -64,8 +71,10 @@ class EndingsTestCase(LastcallTestCase):
     def refuse_ledger_write(self, config, state):
         """Creates the ledger (one short lastcall), then a trigger that refuses every change of
         a run to `state`: the database fails that write as a full disk would."""
+        # Its job may fire too when this lastcall is slow (a sanitizer build crossing a second):
+        # that run's line must not reach the FIFO the test reads.
         r = subprocess.run([LASTCALL, "--config", config, "--state-dir", self.state, "--", "true"],
-                           env=self.env, capture_output=True, timeout=30)
+                           env=dict(self.env, EVENTS="/dev/null"), capture_output=True, timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)
         db = sqlite3.connect(os.path.join(self.state, "ledger.sqlite"))
         db.execute(f"""CREATE TRIGGER injected_failure BEFORE UPDATE OF state ON runs
@@ -130,7 +139,7 @@ command = "echo started $LASTCALL_RUN_ID > $EVENTS; exec sleep 100"
 [jobs.cleans]
 schedule = "@every 1s"
 on_interrupted = "hold"
-command = "trap 'exit 0' TERM; echo started $LASTCALL_RUN_ID > $EVENTS; sleep 100 & wait"
+command = "trap 'exit 0' TERM; {SLEEPING} echo started $LASTCALL_RUN_ID > $EVENTS; wait"
 """)
         run = self.start(["--config", cfg, "--state-dir", self.state, "--grace", "20s",
                           "--report", self.report])
@@ -161,7 +170,7 @@ command = "trap 'exit 0' TERM; echo started $LASTCALL_RUN_ID > $EVENTS; sleep 10
 schedule = "@every 1s"
 timeout = "500ms"
 output = "{self.out}/slow.txt"
-command = "trap 'echo partial > $LASTCALL_OUTPUT; exit 0' TERM; echo started $LASTCALL_RUN_ID > $EVENTS; sleep 100 & wait"
+command = "trap 'echo partial > $LASTCALL_OUTPUT; exit 0' TERM; {SLEEPING} echo started $LASTCALL_RUN_ID > $EVENTS; wait"
 """)
         run = self.start(["--config", cfg, "--state-dir", self.state])
         run_id = int(self.fifo.readline().split()[1])
@@ -235,7 +244,7 @@ command = "echo job ran > $EVENTS"
 [jobs.work]
 schedule = "@every 1s"
 output = "{self.out}/work.txt"
-command = "trap 'echo whole > $LASTCALL_OUTPUT; exit 0' TERM; echo started $LASTCALL_RUN_ID > $EVENTS; sleep 100 & wait"
+command = "trap 'echo whole > $LASTCALL_OUTPUT; exit 0' TERM; {SLEEPING} echo started $LASTCALL_RUN_ID > $EVENTS; wait"
 """)
         self.refuse_ledger_write(cfg, "interrupted")
         run = self.start(["--config", cfg, "--state-dir", self.state, "--grace", "20s",
