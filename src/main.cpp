@@ -18,6 +18,7 @@
 
 #include "lastcall/cli/cli.hpp"
 #include "lastcall/cli/jobs_cli.hpp"
+#include "lastcall/cli/report_cli.hpp"
 #include "lastcall/cli/status_cli.hpp"
 #include "lastcall/compat/compat.hpp"
 #include "lastcall/core/clock.hpp"
@@ -46,11 +47,11 @@ std::optional<int> run_subcommand(const std::vector<std::string>& args, const si
         int (*run)(const std::vector<std::string>& args);
     };
     static constexpr Subcommand kSubcommands[] = {
-        {"up", run_up},
-        {"status", run_status},
-        {"runs", run_runs},
-        {"jobs", run_jobs},
+        {"up", run_up},     {"status", run_status}, {"runs", run_runs},
+        {"jobs", run_jobs}, {"report", run_report},
     };
+    static_assert(std::size(kSubcommands) == kSubcommandNames.size(),
+                  "every name in kSubcommandNames (cli.hpp) has its entry point here");
     // Invoked as tini, docker-init or dumb-init, `NAME up` runs a program called up.
     if (args.size() < 2 || compat_mode_for_program(args[0])) return std::nullopt;
     for (const auto& sub : kSubcommands) {

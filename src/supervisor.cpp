@@ -234,7 +234,7 @@ void Supervisor::loop_until_stopped() {
             // Nothing can be waited for any more: end the tree now rather than leave it behind.
             spdlog::critical("event loop failed: {}; killing the tree", st.error().message);
             kill_tree();
-            reap_all(nullptr, [this](const Reaped& r) { book_.reaped(r, true); });
+            reap_all(nullptr, [this](const Reaped& r) { book_.reaped(r, true, clock_.now()); });
             return;
         }
         rearm_timer();
@@ -389,7 +389,11 @@ void Supervisor::stop_main_child_first(int sig) {
     if (!send_via_pidfd(main_pidfd_.get(), stop)) return;
     if (needs_sigcont(stop)) send_via_pidfd(main_pidfd_.get(), SIGCONT);
     main_stopped_first_ = true;
-    if (auto info = read_proc_stat(main_pid_)) book_.observe(*info).stop_signal = stop;
+    if (auto info = read_proc_stat(main_pid_)) {
+        auto& rec = book_.observe(*info);
+        rec.stop_signal = stop;
+        rec.signalled_at = clock_.now();
+    }
 }
 
 void Supervisor::forward(int sig, Scope scope) {
@@ -446,7 +450,7 @@ void Supervisor::on_sigchld() {
         want_info = [this](pid_t pid) { return !book_.knows(pid); };
     bool forcing = shutdown_.state() == State::Forcing;
     children_gone_ = reap_all(want_info, [&](const Reaped& r) {
-        book_.reaped(r, forcing);
+        book_.reaped(r, forcing, clock_.now());
         for (auto* c : components_) c->reaped(r);
         bool peer_logged = voice_.reaped(r.pid, r.status, r.pid == main_pid_);
         if (r.pid == main_pid_) {
@@ -461,6 +465,10 @@ void Supervisor::on_sigchld() {
             remove_helper_session(pre_stop_pid_);
             pre_stop_pid_ = -1;
             pre_stop_done = true;
+            if (pre_stop_run_) {
+                pre_stop_run_->ended = clock_.now();
+                pre_stop_run_->status = r.status;
+            }
             spdlog::debug("pre-stop hook {}", describe_wait_status(r.status));
         } else if (!peer_logged) {
             spdlog::debug("reaped pid {} ({})", r.pid, describe_wait_status(r.status));
@@ -515,6 +523,14 @@ void Supervisor::on_timer() {
     shutdown_.on_timer();
 }
 
+void Supervisor::note_stop_signal(const ProcInfo& p, int sig) {
+    if (shutdown_.state() == State::Running) return;  // not part of a shutdown's record
+    auto& rec = book_.observe(p);
+    if (rec.stop_signal) return;
+    rec.stop_signal = sig;
+    rec.signalled_at = clock_.now();
+}
+
 bool Supervisor::take_stop(const ProcInfo& p) {
     if (stop_scope_ == Scope::Group && p.pgid != main_pid_) return false;
     // lastcall's own helpers (the pre-stop hook, a job's verify) are not part of what is being
@@ -523,6 +539,7 @@ bool Supervisor::take_stop(const ProcInfo& p) {
     auto& rec = book_.observe(p);
     if (rec.stop_signal) return false;  // each process gets the stop signal once
     rec.stop_signal = stop_signal_;
+    rec.signalled_at = clock_.now();
     return true;
 }
 
@@ -611,6 +628,7 @@ void Supervisor::start_pre_stop() {
         return shutdown_.on_pre_stop_done();
     }
     pre_stop_pid_ = result.child->pid;
+    pre_stop_run_ = ReportInput::Hook{pre_stop_pid_, clock_.now(), std::nullopt, std::nullopt};
     add_helper_session(pre_stop_pid_);
     pre_stop_out_ = std::move(read_end);
     auto st = loop_->watch(pre_stop_out_.get(), EPOLLIN, [this](auto) { on_pre_stop_output(); });
@@ -752,6 +770,7 @@ int Supervisor::finish() {
     in.admission = admission_.stats();
     in.log_lines_lost = log_lines_lost();
     in.log_lines_waiting = log_lines_waiting();
+    in.pre_stop = pre_stop_run_;
     in.extra = [this](JsonWriter& j) {
         for (auto* c : components_) c->contribute_report(j);
     };

@@ -96,6 +96,10 @@ class Supervisor final : private ShutdownActions {
     // job's timeout kill). Outside the shutdown (a job timeout while running) it is not the
     // shutdown's doing and is not recorded.
     void record_force(ForceKind kind, std::string source, int count);
+    // A unit's own stop signal (a service's stop, a job's timeout) went to p: during the
+    // shutdown the report itemises it, and the tree's stop signal does not repeat it (each
+    // process gets a stop signal once).
+    void note_stop_signal(const ProcInfo& p, int sig);
 
   private:
     int run_guarded();
@@ -155,6 +159,7 @@ class Supervisor final : private ShutdownActions {
     std::optional<int> main_status_;
     std::optional<int> requested_exit_;
     pid_t pre_stop_pid_ = -1;
+    std::optional<ReportInput::Hook> pre_stop_run_;  // for the report's timeline
     UniqueFd pre_stop_out_;
     std::string pre_stop_partial_;
     bool children_gone_ = false;

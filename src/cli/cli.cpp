@@ -370,7 +370,8 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
 namespace lastcall {
 
 bool is_subcommand(std::string_view word) {
-    return word == "up" || word == "status" || word == "runs" || word == "jobs";
+    return std::find(kSubcommandNames.begin(), kSubcommandNames.end(), word) !=
+           kSubcommandNames.end();
 }
 
 }  // namespace lastcall

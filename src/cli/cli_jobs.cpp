@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `runs` and `jobs` subcommands. CLI11 parses them here, as cli.cpp does for the main line.
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -8,6 +9,8 @@
 #include "lastcall/cli/cli11_app.hpp"
 #include "lastcall/cli/jobs_cli.hpp"
 #include "lastcall/core/json.hpp"
+#include "lastcall/core/signals.hpp"
+#include "lastcall/core/text_table.hpp"
 #include "lastcall/core/timefmt.hpp"
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/ledger.hpp"
@@ -59,24 +62,28 @@ void print_json(const std::vector<RunRecord>& runs) {
     std::printf("%s\n", j.str().c_str());
 }
 
+// Times relative to now, as people read them (`--json` has the exact ones).
 void print_table(const std::vector<RunRecord>& runs) {
-    std::printf("%-6s %-20s %-12s %-20s %-8s %-24s %-5s %s\n", "ID", "JOB", "STATE", "SCHEDULED",
-                "PID", "ENDED", "EXIT", "REASON");
+    std::int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+    std::vector<std::vector<std::string>> rows{
+        {"ID", "JOB", "STATE", "SCHEDULED", "PID", "ENDED", "EXIT", "REASON"}};
     for (const auto& r : runs) {
         std::string exit = r.exit_code ? std::to_string(*r.exit_code)
-                           : r.signal  ? "sig" + std::to_string(*r.signal)
+                           : r.signal  ? std::string(signal_name(*r.signal))
                                        : "-";
         std::string reason = r.reason;
         if (!r.recovery.empty())
             reason += (reason.empty() ? "" : "; ") + ("recovery: " + r.recovery);
         if (r.retry_of)
             reason += (reason.empty() ? "" : "; ") + ("retry of " + std::to_string(*r.retry_of));
-        std::printf("%-6lld %-20s %-12s %-20s %-8s %-24s %-5s %s\n", static_cast<long long>(r.id),
-                    r.job.c_str(), std::string(to_string(r.state)).c_str(),
-                    iso_utc(r.scheduled_at).c_str(), r.pid ? std::to_string(*r.pid).c_str() : "-",
-                    r.ended_ms ? iso_utc_ms(*r.ended_ms).c_str() : "-", exit.c_str(),
-                    reason.c_str());
+        rows.push_back({std::to_string(r.id), r.job, std::string(to_string(r.state)),
+                        relative_time(r.scheduled_at * 1000, now),
+                        r.pid ? std::to_string(*r.pid) : "-",
+                        r.ended_ms ? relative_time(*r.ended_ms, now) : "-", exit, reason});
     }
+    std::fputs(format_table(rows).c_str(), stdout);
 }
 
 int runs_release(long long id, const std::string& state_dir) {

@@ -14,6 +14,7 @@
 #include "lastcall/cli/cli11_app.hpp"
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/json.hpp"
+#include "lastcall/core/text_table.hpp"
 #include "lastcall/services/service_status.hpp"
 
 namespace lastcall {
@@ -76,16 +77,12 @@ void print_table(const std::vector<Shown>& shown, std::time_t now) {
         std::printf("lastcall pid %d, instance %s%s%s (%s)\n", static_cast<int>(f.lastcall_pid),
                     f.instance.empty() ? "-" : f.instance.c_str(),
                     f.config.empty() ? "" : ", config ", f.config.c_str(), sh.status->path.c_str());
-        std::size_t width = 7;
-        for (const auto* s : sh.rows) width = std::max(width, s->name.size());
-        int w = static_cast<int>(width);
-        std::printf("%-*s  %-8s %-9s %-8s %s\n", w, "SERVICE", "PID", "STATE", "RESTARTS",
-                    "UPTIME");
-        for (const auto* s : sh.rows) {
-            std::string pid = s->pid > 0 ? std::to_string(s->pid) : "-";
-            std::printf("%-*s  %-8s %-9s %-8d %s\n", w, s->name.c_str(), pid.c_str(),
-                        s->state.c_str(), s->restarts, uptime_of(*s, now).c_str());
-        }
+        std::vector<std::vector<std::string>> rows{
+            {"SERVICE", "PID", "STATE", "RESTARTS", "UPTIME"}};
+        for (const auto* s : sh.rows)
+            rows.push_back({s->name, s->pid > 0 ? std::to_string(s->pid) : "-", s->state,
+                            std::to_string(s->restarts), uptime_of(*s, now)});
+        std::fputs(format_table(rows).c_str(), stdout);
     }
 }
 

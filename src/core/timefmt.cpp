@@ -29,6 +29,38 @@ std::string iso_utc(std::int64_t unix_seconds) {
     return buf;
 }
 
+std::optional<std::int64_t> parse_iso_utc_ms(std::string_view text) {
+    std::string s(text);
+    std::tm tm{};
+    int ms = 0, used = 0;
+    if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                    &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &used) != 6)
+        return std::nullopt;
+    std::string_view rest = std::string_view(s).substr(static_cast<std::size_t>(used));
+    if (rest.size() == 5 && rest[0] == '.' && rest[4] == 'Z') {
+        for (char c : rest.substr(1, 3))
+            if (c < '0' || c > '9') return std::nullopt;
+        ms = (rest[1] - '0') * 100 + (rest[2] - '0') * 10 + (rest[3] - '0');
+    } else if (rest != "Z") {
+        return std::nullopt;
+    }
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return static_cast<std::int64_t>(::timegm(&tm)) * 1000 + ms;
+}
+
+std::string relative_time(std::int64_t unix_ms, std::int64_t now_ms) {
+    std::int64_t d = now_ms - unix_ms;
+    bool future = d < 0;
+    std::int64_t s = (future ? -d : d) / 1000;
+    if (s < 1) return "just now";
+    std::string amount = s < 120      ? std::to_string(s) + "s"
+                         : s < 7200   ? std::to_string(s / 60) + "m"
+                         : s < 172800 ? std::to_string(s / 3600) + "h"
+                                      : std::to_string(s / 86400) + "d";
+    return future ? "in " + amount : amount + " ago";
+}
+
 std::string iso_utc_ms(std::int64_t unix_ms) {
     std::int64_t secs = floor_div(unix_ms, 1000);
     char buf[48];

@@ -697,7 +697,9 @@ void JobScheduler::on_timeout_timer() {
                           stop_pass_budget([] { return std::chrono::steady_clock::now(); }),
                           [&] { return one_hold(timed_out.scope->freeze()); }};
             send_stop_signal(io, SIGTERM, [&](const ProcInfo& p) {
-                return timed_out.stopped.insert(key_of(p)).second;
+                if (!timed_out.stopped.insert(key_of(p)).second) return false;
+                sup_->note_stop_signal(p, SIGTERM);
+                return true;
             });
         } else {
             spdlog::warn("job {}: run {} still running {} after its timeout: SIGKILL", spec.name,

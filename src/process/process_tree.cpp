@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -92,6 +93,21 @@ void cgroup_members(const std::string& dir, std::vector<ProcInfo>& out, std::set
         if (e.d_type == DT_DIR && e.d_name[0] != '.')
             cgroup_members(dir + "/" + e.d_name, out, seen);
     });
+}
+
+// How many processes the subtree holds: pids only, no /proc reads (cheap for 10,000). Read just
+// before a cgroup.kill, it is the count of processes the kill reaches: the list read after the
+// kill misses those the kernel has already taken out of the cgroup (an exiting task leaves
+// cgroup.procs at once), and a log line "SIGKILL to 0" for a kill that ended a process is wrong.
+std::size_t cgroup_pid_count(const std::string& dir) {
+    std::istringstream in(read_small_file(dir + "/cgroup.procs"));
+    std::size_t n = 0;
+    pid_t pid;
+    while (in >> pid) ++n;
+    for_each_entry(dir, [&](const dirent& e) {
+        if (e.d_type == DT_DIR && e.d_name[0] != '.') n += cgroup_pid_count(dir + "/" + e.d_name);
+    });
+    return n;
 }
 
 // Leaves first: a cgroup with children cannot be removed.
@@ -230,7 +246,9 @@ class CgroupScope final : public UnitScope {
     }
 
     int kill(const MemberFilter& record) override {
-        // The kill goes first and covers the subtree; the list read after it is the record.
+        // The kill covers the subtree; the list read after it is the record (the members it
+        // still shows), the pid count read just before it is how many it reached.
+        std::size_t reached = cgroup_pid_count(dir_);
         if (!write_cgroup_kill(dir_)) return kill_each(members(), record);
         int n = 0;
         for (const auto& p : members())
@@ -238,7 +256,7 @@ class CgroupScope final : public UnitScope {
                 ++n;
                 kill_zombie_leader(p);
             }
-        return n;
+        return std::max(n, static_cast<int>(reached));
     }
 
     Status remove() override {
@@ -305,6 +323,7 @@ class CgroupTracker final : public Tracker {
         // wait for 10,000 /proc reads. Then the list is read for the record: members still
         // listed were alive when SIGKILL went out; those already gone are recorded when reaped.
         // Descendants that left the cgroup get SIGKILL one by one.
+        std::size_t reached = cgroup_pid_count(dir_);  // see cgroup_pid_count
         if (!write_cgroup_kill(dir_)) return Tracker::kill_all(filter);
         std::vector<ProcInfo> inside;
         std::set<pid_t> seen;
@@ -315,7 +334,7 @@ class CgroupTracker final : public Tracker {
                 ++n;
                 kill_zombie_leader(p);
             }
-        return n + kill_each(outside(seen), filter);
+        return std::max(n, static_cast<int>(reached)) + kill_each(outside(seen), filter);
     }
 
     int spawn_cgroup_fd() const override { return main_->spawn_cgroup_fd(); }

@@ -579,7 +579,11 @@ int ServiceManager::send_stop(Service& s) {
                       return holds;
                   }};
     return send_stop_signal(io, s.spec.stop_signal,
-                            [&](const ProcInfo& p) { return s.signalled.insert(key_of(p)).second; })
+                            [&](const ProcInfo& p) {
+                                if (!s.signalled.insert(key_of(p)).second) return false;
+                                sup_->note_stop_signal(p, s.spec.stop_signal);
+                                return true;
+                            })
         .signalled;
 }
 

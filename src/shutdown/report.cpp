@@ -51,7 +51,7 @@ ProcessRecord& ProcessBook::observe(const ProcInfo& info) {
     return records_.back();
 }
 
-void ProcessBook::reaped(const Reaped& rp, bool forcing) {
+void ProcessBook::reaped(const Reaped& rp, bool forcing, MonoTime at) {
     ++reaped_;
     ProcessRecord* rec = nullptr;
     if (rp.info) {
@@ -61,6 +61,7 @@ void ProcessBook::reaped(const Reaped& rp, bool forcing) {
     }
     if (!rec) return;  // reaped before shutdown: counted, not itemised
     rec->status = rp.status;
+    rec->ended_at = at;
     // A SIGKILL death after the escalation went out is the escalation's doing, even for a child
     // forked after the enumeration (cgroup.kill catches those without us listing them).
     if (forcing && WIFSIGNALED(rp.status) && WTERMSIG(rp.status) == SIGKILL) rec->killed = true;
@@ -188,6 +189,20 @@ std::string render_report(const ReportInput& in) {
     j.end_object();
 
     j.field("tracker", in.tracker).field("kill_scope", in.kill_scope);
+    if (in.pre_stop) {
+        j.key("pre_stop").begin_object();
+        j.field("pid", static_cast<long long>(in.pre_stop->pid));
+        j.field("started_at", iso_time(in.pre_stop->started, in.now));
+        if (in.pre_stop->ended) j.field("ended_at", iso_time(*in.pre_stop->ended, in.now));
+        if (in.pre_stop->status) {
+            int st = *in.pre_stop->status;
+            if (WIFEXITED(st))
+                j.field("exit_code", WEXITSTATUS(st));
+            else
+                j.field("signal", signal_name(WTERMSIG(st)));
+        }
+        j.end_object();
+    }
     j.key("signals").begin_array();
     for (const auto& b : sd.bursts())
         j.begin_object()
@@ -205,7 +220,9 @@ std::string render_report(const ReportInput& in) {
         j.field("main", r.is_main);
         j.field("left_group", r.pgid != in.main_pid);
         if (r.stop_signal) j.field("stop_signal", signal_name(r.stop_signal));
+        if (r.signalled_at) j.field("signalled_at", iso_time(*r.signalled_at, in.now));
         write_ending(j, r);
+        if (r.ended_at) j.field("ended_at", iso_time(*r.ended_at, in.now));
         j.end_object();
     }
     j.end_array();

@@ -87,7 +87,7 @@ class EndingsTestCase(LastcallTestCase):
 class ForcedVerdictTest(EndingsTestCase):
     """Case 1: every SIGKILL lastcall sends makes the verdict forced, not only the escalation's."""
 
-    def test_a_service_sigkilled_at_its_own_grace_makes_the_verdict_forced(self):
+    def test_a_service_sigkilled_at_its_own_grace_is_forced_and_its_kill_counted(self):
         cfg = self.config("""
 [services.stubborn]
 command = "trap '' TERM; echo up > $EVENTS; exec sleep 100"
@@ -104,6 +104,18 @@ grace = "300ms"
         sources = [f["source"] for f in report["force_facts"]]
         self.assertIn("service stubborn: grace", sources)
         self.assertNotIn("forcing", [t["state"] for t in report["transitions"]])
+        # The kill's record names the process it reached (cgroup.kill empties cgroup.procs
+        # before a list read after it could see it), and the service's own stop signal is in
+        # the report's record of its process.
+        counts = [f["count"] for f in report["force_facts"]
+                  if f["source"] == "service stubborn: grace"]
+        self.assertEqual(counts, [1], report["force_facts"])
+        sleep = [p for p in report["processes"] if p["comm"] == "sleep"]
+        self.assertEqual(len(sleep), 1, report["processes"])
+        self.assertEqual(sleep[0]["stop_signal"], "SIGTERM")
+        self.assertEqual(sleep[0].get("signal"), "SIGKILL")
+        self.assertIn("signalled_at", sleep[0])
+        self.assertIn("ended_at", sleep[0])
         self.assertNoLeftovers()
 
     def test_a_job_sigkilled_at_its_timeout_during_the_drain_makes_the_verdict_forced(self):

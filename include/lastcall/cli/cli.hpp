@@ -2,6 +2,7 @@
 // Command line -> Options. CLI11 lives only in cli.cpp.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,7 +22,9 @@ struct ParsedCommandLine {
     std::vector<std::string> subcommand = {};
 };
 
-// up, status, runs, jobs: the words that name a subcommand (main.cpp runs them).
+// The words that name a subcommand (main.cpp maps each to its entry point).
+inline constexpr std::array<std::string_view, 5> kSubcommandNames{"up", "status", "runs", "jobs",
+                                                                  "report"};
 bool is_subcommand(std::string_view word);
 
 ParsedCommandLine parse_command_line(const std::vector<std::string>& args);

@@ -87,6 +87,7 @@ inline constexpr const char* kSubcommandHelp =
     "  status   show the services of running lastcall instances (or of one: NAME, PID, CONFIG)\n"
     "  runs     print the run ledger of scheduled jobs; runs release RUN_ID lets a held job run\n"
     "  jobs     print each job's next fire times\n"
+    "  report   draw a shutdown report (--report FILE): verdict, timeline, how each process ended\n"
     "Global options (-v, --log-level, --log-format) go before or after the subcommand. A program\n"
     "named like a subcommand runs as: lastcall -- NAME\n";
 

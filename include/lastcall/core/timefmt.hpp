@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace lastcall {
 
@@ -13,5 +15,10 @@ namespace lastcall {
 std::string iso_utc(std::int64_t unix_seconds);
 // Milliseconds since the Unix epoch -> "YYYY-MM-DDTHH:MM:SS.mmmZ".
 std::string iso_utc_ms(std::int64_t unix_ms);
+// Either format back to milliseconds since the epoch; nullopt if it is neither.
+std::optional<std::int64_t> parse_iso_utc_ms(std::string_view text);
+// How long before (or after) `now_ms` a time is, for people reading a table: "just now",
+// "42s ago", "3m ago", "5h ago", "2d ago", "in 10m".
+std::string relative_time(std::int64_t unix_ms, std::int64_t now_ms);
 
 }  // namespace lastcall

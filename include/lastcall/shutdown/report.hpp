@@ -34,6 +34,9 @@ struct ProcessRecord {
     int stop_signal = 0;        // the stop signal it was sent, 0 if none
     bool killed = false;        // it was alive when SIGKILL went out
     std::optional<int> status;  // wait status, when lastcall reaped it
+    // When the stop signal went out and when lastcall reaped it (the report's timeline).
+    std::optional<MonoTime> signalled_at;
+    std::optional<MonoTime> ended_at;
 };
 
 class ProcessBook {
@@ -42,7 +45,7 @@ class ProcessBook {
     // Records a member seen alive; returns its record (existing or new).
     ProcessRecord& observe(const ProcInfo& info);
     // Records a reap. `forcing`: SIGKILL had gone out, so a SIGKILL death is lastcall's doing.
-    void reaped(const Reaped& r, bool forcing);
+    void reaped(const Reaped& r, bool forcing, MonoTime at);
     const std::vector<ProcessRecord>& records() const { return records_; }
     // A live record exists for this pid (seen alive, not yet reaped).
     bool knows(pid_t pid) const { return live_.count(pid) != 0; }
@@ -96,6 +99,14 @@ struct ReportInput {
     std::uint64_t log_lines_lost = 0;
     std::uint64_t log_lines_waiting = 0;
     std::optional<MonoTime> trigger_arrival;  // when the trigger's signal was dequeued
+    // The pre-stop hook, when one ran: its start, its end and its wait status.
+    struct Hook {
+        pid_t pid = 0;
+        MonoTime started{};
+        std::optional<MonoTime> ended;
+        std::optional<int> status;
+    };
+    std::optional<Hook> pre_stop;
     // Extra top-level keys (components: interrupted runs, services).
     std::function<void(JsonWriter&)> extra;
 };
