@@ -31,6 +31,7 @@
 #include "lastcall/services/service_status.hpp"
 #include "lastcall/services/up.hpp"
 #include "lastcall/shutdown/metrics.hpp"
+#include "lastcall/shutdown/metrics_http.hpp"
 #include "lastcall/supervisor.hpp"
 #include "lastcall/systemd/notifier.hpp"
 #include "lastcall/systemd/socket_activation.hpp"
@@ -107,6 +108,7 @@ struct Components {
     std::unique_ptr<ServiceManager> services;
     std::unique_ptr<JobScheduler> scheduler;
     std::unique_ptr<MetricsFile> metrics;
+    std::unique_ptr<MetricsServer> metrics_server;
 
     void attach_to(Supervisor& supervisor) {
         supervisor.add_component(activation.get());
@@ -114,14 +116,17 @@ struct Components {
         // Before the services and the scheduler: its last write (at `finished`) reads the
         // ledger, which the scheduler closes in its own `finished`.
         if (metrics) supervisor.add_component(metrics.get());
+        if (metrics_server) supervisor.add_component(metrics_server.get());
         if (!services->empty()) supervisor.add_component(services.get());
         if (scheduler) supervisor.add_component(scheduler.get());
     }
 };
 
 Result<Components> create_components(const Options& options, Configuration& config,
-                                     const Clock& clock) {
+                                     const Clock& clock,
+                                     std::unique_ptr<MetricsServer> metrics_server) {
     Components c;
+    c.metrics_server = std::move(metrics_server);
     // Socket activation first: its fds must be checked before lastcall opens any of its own.
     auto activation = SocketActivation::from_environment();
     if (!activation) return activation.error();
@@ -147,11 +152,11 @@ Result<Components> create_components(const Options& options, Configuration& conf
         c.scheduler =
             std::make_unique<JobScheduler>(std::move(config.jobs.jobs), std::move(*ledger));
     }
-    if (!options.metrics_path.empty()) {
-        std::vector<SupervisorComponent*> sources{c.scheduler.get()};
-        if (!c.services->empty()) sources.push_back(c.services.get());
-        c.metrics = std::make_unique<MetricsFile>(options.metrics_path, sources, clock);
-    }
+    std::vector<SupervisorComponent*> metric_sources{c.scheduler.get()};
+    if (!c.services->empty()) metric_sources.push_back(c.services.get());
+    if (!options.metrics_path.empty())
+        c.metrics = std::make_unique<MetricsFile>(options.metrics_path, metric_sources, clock);
+    if (c.metrics_server) c.metrics_server->set_sources(metric_sources);
     return c;
 }
 
@@ -192,6 +197,18 @@ int main(int argc, char** argv) {
             return 2;
         }
 
+    // Bound before anything starts: a port in use or a missing libmicrohttpd is a start-up
+    // error, not a run without the metrics it was asked for.
+    std::unique_ptr<MetricsServer> metrics_server;
+    if (!options.metrics_listen.empty()) {
+        auto server = MetricsServer::open(options.metrics_listen);
+        if (!server) {
+            std::fprintf(stderr, "lastcall: %s\n", server.error().message.c_str());
+            return 2;
+        }
+        metrics_server = std::move(*server);
+    }
+
     setup_logging(options);
 
     // Signals were blocked at the top of main(), so none is lost between the child's spawn and
@@ -199,7 +216,7 @@ int main(int argc, char** argv) {
     // and as a subreaper it would orphan the tree. Errors are logged and the teardown goes on.
 
     SteadyClock clock;
-    auto components = create_components(options, *config, clock);
+    auto components = create_components(options, *config, clock, std::move(metrics_server));
     if (!components) {
         spdlog::critical("{}", components.error().message);
         return 1;

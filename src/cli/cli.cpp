@@ -145,6 +145,9 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
     app.add_option("--metrics-file", o.metrics_path,
                    "Write metrics here in the Prometheus text format (atomically; at start, "
                    "every 15s, and at exit), for node_exporter's textfile collector");
+    app.add_option("--metrics-listen", o.metrics_listen,
+                   "Serve the same metrics at http://ADDR/metrics (HOST:PORT, :PORT for every "
+                   "interface, [IPV6]:PORT); needs libmicrohttpd12");
     app.add_option("--kill-scope", kill_scope, "Who receives the stop signal")
         ->check(CLI::IsMember({"tree", "group", "child"}));
     app.add_option("--forward-to", forward_to, "Who receives forwarded signals (default group)")
@@ -299,6 +302,7 @@ ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::
     if (has("--state-dir")) o.state_dir = n.state_dir;
     if (has("--report")) o.report_path = n.report_path;
     if (has("--metrics-file")) o.metrics_path = n.metrics_path;
+    if (has("--metrics-listen")) o.metrics_listen = n.metrics_listen;
     if (has("--kill-scope")) o.kill_scope = n.kill_scope;
     if (has("--forward-to")) o.forward_to = n.forward_to;
     if (has("--tracker")) o.tracker = n.tracker;

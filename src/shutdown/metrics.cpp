@@ -108,11 +108,11 @@ void MetricsFile::finished(int /*exit_code*/) {
     write();
 }
 
-void MetricsFile::write() {
+std::string metrics_text(const Supervisor* sup, const std::vector<SupervisorComponent*>& sources) {
     MetricsWriter m;
     m.sample("lastcall_info", "gauge", "lastcall's version; always 1",
              {{"version", LASTCALL_VERSION}}, 1);
-    const Ending* end = sup_ ? sup_->ending() : nullptr;
+    const Ending* end = sup ? sup->ending() : nullptr;
     m.sample("lastcall_running", "gauge", "1 while lastcall runs, 0 in the file it leaves at exit",
              {}, end ? 0 : 1);
     if (end) {
@@ -133,9 +133,13 @@ void MetricsFile::write() {
         m.sample("lastcall_shutdown_processes", "gauge", "", {{"treatment", "killed"}},
                  end->killed);
     }
-    for (auto* c : sources_)
+    for (auto* c : sources)
         if (c) c->contribute_metrics(m);
-    auto st = write_metrics_file(path_, m.text());
+    return m.text();
+}
+
+void MetricsFile::write() {
+    auto st = write_metrics_file(path_, metrics_text(sup_, sources_));
     if (!st && !failing_) spdlog::warn("metrics file not written: {}", st.error().message);
     failing_ = !st;
 }

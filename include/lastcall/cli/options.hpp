@@ -42,7 +42,8 @@ struct Options {
     ReadyOn ready_on = ReadyOn::Spawn;
     std::string pre_stop;
     std::string report_path;
-    std::string metrics_path;  // --metrics-file: Prometheus text, rewritten while running
+    std::string metrics_path;    // --metrics-file: Prometheus text, rewritten while running
+    std::string metrics_listen;  // --metrics-listen: the same text over HTTP
 
     // Tree.
     Scope kill_scope = Scope::Tree;

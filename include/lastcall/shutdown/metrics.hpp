@@ -54,6 +54,10 @@ struct Ending {
     int killed = 0;                          // forced with SIGKILL
 };
 
+// The exposition text of this moment: lastcall's own figures, the ending once there is one, and
+// what each source contributes (SupervisorComponent::contribute_metrics). sup may be null.
+std::string metrics_text(const Supervisor* sup, const std::vector<SupervisorComponent*>& sources);
+
 // The --metrics-file component: writes the file at start, a second later (once the services have
 // started), then every `interval` while running, and a last time at the end with how the run
 // ended. What to say comes from the other components
