@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     const date::time_zone* zone = date::locate_zone(argv[1]);
     offset = static_cast<long>(zone->get_info(instant).offset.count());
 #else
-    auto zone = lastcall::TimeZone::load(argv[1]);
+    auto zone = lastcall::cron::TimeZone::load(argv[1]);
     if (!zone) {
         std::fprintf(stderr, "%s\n", zone.error().message.c_str());
         return 1;
