@@ -24,6 +24,7 @@
 #include "lastcall/core/clock.hpp"
 #include "lastcall/core/instance.hpp"
 #include "lastcall/core/log.hpp"
+#include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/signals.hpp"
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/scheduler.hpp"
@@ -85,20 +86,6 @@ Result<Configuration> load_configuration(const Options& options) {
         return Error{(options.config_path.empty() ? options.crontab_path : options.config_path) +
                      ": defines no service and no job, and no command was given"};
     return Configuration{std::move(*services), std::move(*jobs)};
-}
-
-// Where the report (or the metrics) will go must exist when lastcall starts, not be found
-// missing at exit, when the record of how the run ended is lost and nothing can be done about it.
-Status check_output_path(const char* flag, const std::string& path) {
-    if (path.empty()) return Ok{};
-    auto slash = path.rfind('/');
-    std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-    std::string what = std::string(flag) + " " + path;
-    struct stat st {};
-    if (::stat(dir.c_str(), &st) != 0) return sys_error(what + ": directory " + dir, errno);
-    if (!S_ISDIR(st.st_mode)) return Error{what + ": " + dir + " is not a directory"};
-    if (::access(dir.c_str(), W_OK) != 0) return sys_error(what + ": directory " + dir, errno);
-    return Ok{};
 }
 
 // The parts that live beside the main child for the whole run.
@@ -192,7 +179,7 @@ int main(int argc, char** argv) {
     }
     for (auto [flag, path] : {std::pair{"--report", &options.report_path},
                               std::pair{"--metrics-file", &options.metrics_path}})
-        if (auto st = check_output_path(flag, *path); !st) {
+        if (auto st = check_output_dir(flag, *path); !st) {
             std::fprintf(stderr, "lastcall: %s\n", st.error().message.c_str());
             return 2;
         }

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -222,6 +223,20 @@ Result<UniqueFd> open_owned_regular(int dirfd, const std::string& name, uid_t ow
         return Error{shown + " has " + std::to_string(st.st_nlink) + " hard links"};
     if (out) *out = st;
     return fd;
+}
+
+// Where the report (or the metrics) will go must exist when lastcall starts, not be found
+// missing at exit, when the record of how the run ended is lost and nothing can be done about it.
+Status check_output_dir(const char* flag, const std::string& path) {
+    if (path.empty()) return Ok{};
+    auto slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    std::string what = std::string(flag) + " " + path;
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0) return sys_error(what + ": directory " + dir, errno);
+    if (!S_ISDIR(st.st_mode)) return Error{what + ": " + dir + " is not a directory"};
+    if (::access(dir.c_str(), W_OK) != 0) return sys_error(what + ": directory " + dir, errno);
+    return Ok{};
 }
 
 }  // namespace lastcall

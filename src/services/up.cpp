@@ -2,6 +2,7 @@
 #include "lastcall/services/up.hpp"
 #include "lastcall/core/atomic_file.hpp"
 #include "lastcall/core/instance.hpp"
+#include "lastcall/core/safe_path.hpp"
 
 #include <unistd.h>
 
@@ -62,6 +63,8 @@ int run_up(const std::vector<std::string>& args) {
         std::fprintf(stderr, "lastcall up: %s\n", e.message.c_str());
         return 2;
     };
+    if (auto st = check_output_dir("--report", up.options.report_path); !st)
+        return fail(st.error());
     auto text = read_file(up.procfile);
     if (!text) return fail(text.error());
     auto entries = parse_procfile(*text, up.procfile);

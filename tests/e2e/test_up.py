@@ -171,6 +171,16 @@ class Up(LastcallTestCase):
         self.assertEqual(r.returncode, 2)
         self.assertEqual(r.stderr.strip(), "lastcall up: .env:2: expected KEY=value")
 
+    def test_a_report_into_a_missing_directory_is_an_error_before_anything_starts(self):
+        self.write("Procfile", "web: echo started > $EVENTS; exec sleep 100\n")
+        r = self.up("--report", "/nonexistent-lastcall/report.json")
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stderr.strip(),
+                         "lastcall up: --report /nonexistent-lastcall/report.json: directory "
+                         "/nonexistent-lastcall: No such file or directory")
+        with self.assertRaises(TimeoutError):
+            self.fifo.readline(timeout=0.2)  # web never started
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -30,6 +30,10 @@ std::pair<std::string, std::string> split_path(const std::string& path);
 // A directory as a descriptor (O_RDONLY | O_DIRECTORY), reached as described above.
 Result<UniqueFd> open_dir_safely(const std::string& dir);
 
+// The directory of an output file given as `flag PATH` (--report, --metrics-file) exists and is
+// writable: checked when lastcall starts, not found missing at exit when the record is lost.
+Status check_output_dir(const char* flag, const std::string& path);
+
 // openat2(dirfd, name, flags | O_NOFOLLOW | O_CLOEXEC, RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH),
 // or openat with O_NOFOLLOW on kernels before 5.6. `name` is one component.
 int open_beneath(int dirfd, const std::string& name, int flags, mode_t mode = 0);
