@@ -160,7 +160,7 @@ class DebianPackageTest(unittest.TestCase):
                                  f"no text for license {name}")
             # Every piece the static binary links in is listed (packaging/static.cmake).
             for piece in ("GNU C Library", "GCC runtime", "SQLite", "spdlog", "{fmt}", "toml++",
-                          "CLI11"):
+                          "nlohmann-json", "CLI11"):
                 self.assertIn(piece, copyright_text)
         finally:
             shutil.rmtree(root, ignore_errors=True)
