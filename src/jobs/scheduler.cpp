@@ -4,6 +4,7 @@
 #include "lastcall/shutdown/metrics.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
@@ -26,6 +27,7 @@
 #include "lastcall/core/timefmt.hpp"
 #include "lastcall/process/environment.hpp"
 #include "lastcall/process/process_ref.hpp"
+#include "lastcall/process/process_tree.hpp"
 #include "lastcall/process/stop.hpp"
 
 namespace lastcall {
@@ -135,11 +137,13 @@ void JobScheduler::recover() {
         spdlog::error("run ledger recovery: {}", fixed.error().message);
         return;
     }
-    for (const auto& r : *fixed)
+    for (const auto& r : *fixed) {
         spdlog::warn(
             "run {} of job {} (scheduled {}) was left {} by a previous lastcall: now "
             "interrupted",
             r.id, r.job, iso_utc(r.scheduled_at), r.started_ms ? "started" : "scheduled");
+        if (r.started_ms) kill_leftovers(r);
+    }
     auto pending = ledger_->awaiting_recovery();
     if (!pending) {
         spdlog::error("run ledger recovery: {}", pending.error().message);
@@ -175,6 +179,39 @@ void JobScheduler::recover() {
         spdlog::info("job {}: retrying interrupted run(s) now (on_interrupted = {})", spec.name,
                      released ? "released" : to_string(spec.on_interrupted));
         retries_.push_back(Retry{j, slot, ids, keep});
+    }
+}
+
+// A run that a killed lastcall left `started` may still have processes: a background writer that
+// left the run's session, with no cgroup to hold it (the /proc tracker) and no pdeathsig (fork
+// clears it). It would go on writing into what a retry is about to produce, so it is found by the
+// variables the run's processes were given (this ledger's path and the run id), killed through
+// a pidfd, and waited for (at most 2 s) before any retry starts.
+void JobScheduler::kill_leftovers(const RunRecord& run) {
+    auto found = processes_with_environment(
+        {"LASTCALL_LEDGER=" + ledger_->path(), "LASTCALL_RUN_ID=" + std::to_string(run.id)});
+    std::vector<ProcessRef> killed;
+    std::string pids;
+    for (const auto& p : found) {
+        auto ref = ProcessRef::open(p);
+        if (!ref || !ref->signal(SIGKILL)) continue;
+        pids += (pids.empty() ? "" : ", ") + std::to_string(p.pid);
+        killed.push_back(std::move(*ref));
+    }
+    if (killed.empty()) return;
+    spdlog::warn("run {} of job {}: killed {} process(es) the previous lastcall left running ({})",
+                 run.id, run.job, killed.size(), pids);
+    // A pidfd is readable once its process has exited (a zombie included).
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (const auto& ref : killed) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        pollfd pfd{ref.pidfd(), POLLIN, 0};
+        if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) == 0) {
+            spdlog::error("run {} of job {}: pid {} did not end within 2s of SIGKILL", run.id,
+                          run.job, ref.pid());
+            break;
+        }
     }
 }
 
@@ -303,6 +340,9 @@ std::vector<std::string> JobScheduler::environment(const Run& run, const std::st
     for (const auto& kv : spec.env) env.set(kv);
     env.set("LASTCALL_JOB", spec.name);
     env.set("LASTCALL_RUN_ID", std::to_string(run.id));
+    // With the run id, what identifies the run's processes to a later lastcall on this ledger
+    // (kill_leftovers); not part of the documented interface.
+    env.set("LASTCALL_LEDGER", ledger_->path());
     env.set("LASTCALL_SCHEDULED_TIME", iso_utc(run.scheduled_at));
     // One key for a fire time and all its retries (also after `runs release`): what a job uses
     // to make its side effects idempotent.

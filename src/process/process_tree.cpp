@@ -476,6 +476,27 @@ bool is_alive(const ProcInfo& p) {
     return numeric_entries("/proc/" + std::to_string(p.pid) + "/task").size() > 1;
 }
 
+std::vector<ProcInfo> processes_with_environment(const std::vector<std::string>& entries) {
+    std::vector<ProcInfo> out;
+    pid_t self = ::getpid();
+    for (pid_t pid : numeric_entries("/proc")) {
+        if (pid == self) continue;
+        std::string env = read_small_file("/proc/" + std::to_string(pid) + "/environ");
+        if (env.empty()) continue;  // gone, a kernel thread, or not ours to read
+        std::size_t found = 0;
+        for (std::size_t pos = 0; pos < env.size();) {
+            std::size_t end = env.find('\0', pos);
+            if (end == std::string::npos) end = env.size();
+            std::string_view var(env.data() + pos, end - pos);
+            for (const auto& e : entries) found += var == e;
+            pos = end + 1;
+        }
+        if (found < entries.size()) continue;
+        if (auto info = read_proc_stat(pid); info && is_alive(*info)) out.push_back(*info);
+    }
+    return out;
+}
+
 std::vector<ProcInfo> descendants_of(pid_t root) {
     std::vector<ProcInfo> out;
     if (have_proc_children()) {

@@ -505,8 +505,9 @@ class SurvivingWriterTest(EndingsTestCase):
     def test_a_writer_left_by_a_killed_lastcall_cannot_tear_the_retrys_artifact(self):
         """Case 11: lastcall (not PID 1, /proc tracker) is SIGKILLed; the job's background
         writer (setsid, so the leader's pdeathsig does not reach it) survives and keeps writing
-        to the $LASTCALL_OUTPUT it was given. The retry writes its own staging file, so its
-        promoted artifact is exactly what the retry wrote."""
+        to the $LASTCALL_OUTPUT it was given. The next lastcall kills it before the retry runs,
+        and the retry writes its own staging file: its promoted artifact is exactly what the
+        retry wrote."""
         again = os.path.join(self.dir, "again")
         cfg = self.config(f"""
 [jobs.work]
@@ -528,3 +529,8 @@ command = \'\'\'if [ -e {again} ]; then echo first > $LASTCALL_OUTPUT; sleep 0.5
         self.assertEqual(row["state"], "completed", row)
         with open(f"{self.out}/work.txt") as f:
             self.assertEqual(f.read(), "first\nlast\n", "the retry's artifact was torn")
+        # The writer did not outlive the recovery: the second lastcall killed it before the
+        # retry ran (found by the run's environment), so nothing of either run is left.
+        self.assertNoLeftovers()
+        self.assertRegex(run.output(), rf"run {first} of job work: killed \d+ process\(es\) "
+                                       r"the previous lastcall left running")

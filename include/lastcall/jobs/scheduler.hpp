@@ -84,6 +84,7 @@ class JobScheduler final : public SupervisorComponent {
     };
 
     void recover();
+    void kill_leftovers(const RunRecord& run);
     void on_fire_timer();
     void on_timeout_timer();
     void arm_fire_timer();

@@ -157,6 +157,11 @@ Result<std::string> own_cgroup_dir();
 // kernel has it (CONFIG_PROC_CHILDREN), else one scan of /proc/[0-9]*/stat building the parent map.
 std::vector<ProcInfo> descendants_of(pid_t root);
 
+// Live processes (other than lastcall) whose environment holds every one of `entries`
+// ("NAME=value", exact): the processes of a unit that a previous lastcall left behind, found by
+// the variables it gave them when it is no longer there to ask.
+std::vector<ProcInfo> processes_with_environment(const std::vector<std::string>& entries);
+
 // One reaped process.
 struct Reaped {
     pid_t pid;
