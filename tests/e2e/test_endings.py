@@ -228,6 +228,32 @@ command = '''if [ -e {again} ]; then echo retry $LASTCALL_RUN_ID ${{LASTCALL_RUN
         self.assertTrue(resume.endswith(f".work.txt.{first}.lastcall-staging"), resume)
 
 
+class CommitStepTest(EndingsTestCase):
+    def test_a_verify_step_under_way_when_the_shutdown_begins_runs_to_its_end(self):
+        """Case 3: the run ended by itself (exit 0) and its commit step (verify, then promote)
+        had begun when SIGTERM came: the tree's stop signal does not reach lastcall's own
+        helper, the step finishes inside the grace, and the run is completed, its artifact
+        promoted."""
+        cfg = self.config(f"""
+[jobs.commit]
+schedule = "@every 1s"
+output = "{self.out}/commit.txt"
+command = "echo ok > $LASTCALL_OUTPUT"
+verify = "echo verifying > {self.fifo.path}; sleep 1; grep -q ok \\"$1\\""
+""")
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--grace", "20s",
+                          "--report", self.report], quiet=True)
+        self.assertEqual(self.fifo.readline(), "verifying")
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 0, run.output())
+        rows = ledger_rows(self.state, "job = 'commit' AND state <> 'skipped'")
+        self.assertEqual([r["state"] for r in rows], ["completed"], rows)
+        with open(f"{self.out}/commit.txt") as f:
+            self.assertEqual(f.read(), "ok\n")
+        self.assertEqual(self.read_report()["verdict"], "clean")
+        self.assertNoLeftovers()
+
+
 class LedgerWriteFailureTest(EndingsTestCase):
     def test_a_run_whose_started_record_cannot_be_written_is_not_started(self):
         """Case 7: `started` refused by the database: the job never runs."""
