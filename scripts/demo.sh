@@ -18,7 +18,9 @@ sleep 0.3
 echo "== kill -TERM $pid"
 kill -TERM "$pid"
 status=0; wait "$pid" || status=$?
-echo "== lastcall exited with $status; the report:"
+echo "== lastcall exited with $status; lastcall report $work/report.json:"
+"$LASTCALL" report --width 100 "$work/report.json"
+echo "== the same report as JSON (docs/report.md):"
 python3 -m json.tool "$work/report.json"
 echo "== leftover processes from the demo tree:"
 pgrep -f 'sleep 100[01]' || echo "(none)"

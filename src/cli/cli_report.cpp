@@ -149,7 +149,17 @@ class Renderer {
                                 (main ? "was reaped" : "was not reaped"));
         }
         std::string cmd = command_line(sub(r_, "command"));
-        // One line: a long command is cut to the width.
+        // One line: a script's newlines and indentation read as single spaces, and a long
+        // command is cut to the width.
+        std::string flat;
+        for (char ch : cmd) {
+            bool blank = ch == '\n' || ch == '\t' || ch == '\r' || ch == ' ';
+            if (!blank)
+                flat += ch;
+            else if (!flat.empty() && flat.back() != ' ')
+                flat += ' ';
+        }
+        cmd = std::move(flat);
         std::size_t room = static_cast<std::size_t>(std::max(20, view_.width - 12));
         if (cmd.size() > room) cmd = cmd.substr(0, room - 3) + "...";
         if (!cmd.empty()) row("command", cmd);
