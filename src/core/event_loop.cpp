@@ -75,4 +75,12 @@ void DeadlineTimer::consume() {
     [[maybe_unused]] auto r = ::read(fd_.get(), &expirations, sizeof expirations);
 }
 
+Status watch_new_timer(EventLoop& loop, std::optional<DeadlineTimer>& slot,
+                       std::function<void()> on_expiry) {
+    auto timer = DeadlineTimer::create();
+    if (!timer) return timer.error();
+    slot.emplace(std::move(*timer));
+    return loop.watch(slot->fd(), EPOLLIN, [f = std::move(on_expiry)](auto) { f(); });
+}
+
 }  // namespace lastcall

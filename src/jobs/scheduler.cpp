@@ -102,15 +102,10 @@ Status JobScheduler::attach(Supervisor& s) {
     sup_ = &s;
     fire_timer_.reset(::timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC | TFD_NONBLOCK));
     if (!fire_timer_) return sys_error("timerfd_create CLOCK_REALTIME", errno);
-    auto timeout = DeadlineTimer::create();
-    if (!timeout) return timeout.error();
-    timeout_timer_.emplace(std::move(*timeout));
     if (auto st = s.loop().watch(fire_timer_.get(), EPOLLIN, [this](auto) { on_fire_timer(); });
         !st)
         return st;
-    if (auto st =
-            s.loop().watch(timeout_timer_->fd(), EPOLLIN, [this](auto) { on_timeout_timer(); });
-        !st)
+    if (auto st = watch_new_timer(s.loop(), timeout_timer_, [this] { on_timeout_timer(); }); !st)
         return st;
     recover();
     auto now = cron::sys_seconds{std::chrono::seconds{now_unix()}};

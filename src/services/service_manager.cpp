@@ -116,11 +116,7 @@ ServiceManager::~ServiceManager() = default;
 
 Status ServiceManager::attach(Supervisor& sup) {
     sup_ = &sup;
-    auto timer = DeadlineTimer::create();
-    if (!timer) return timer.error();
-    timer_.emplace(std::move(*timer));
-    if (auto st = sup.loop().watch(timer_->fd(), EPOLLIN, [this](auto) { on_timer(); }); !st)
-        return st;
+    if (auto st = watch_new_timer(sup.loop(), timer_, [this] { on_timer(); }); !st) return st;
     spdlog::info("starting {} service(s) in dependency order", services_.size());
     write_status();
     start_eligible();

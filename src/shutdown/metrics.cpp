@@ -87,11 +87,7 @@ MetricsFile::MetricsFile(std::string path, std::vector<SupervisorComponent*> sou
 
 Status MetricsFile::attach(Supervisor& sup) {
     sup_ = &sup;
-    auto timer = DeadlineTimer::create();
-    if (!timer) return timer.error();
-    timer_.emplace(std::move(*timer));
-    if (auto st = sup.loop().watch(timer_->fd(), EPOLLIN, [this](auto) { on_timer(); }); !st)
-        return st;
+    if (auto st = watch_new_timer(sup.loop(), timer_, [this] { on_timer(); }); !st) return st;
     write();
     // The first refresh comes soon: at attach the services have not started yet.
     return timer_->arm(clock_.now() + std::min(interval_, Millis{1000}));

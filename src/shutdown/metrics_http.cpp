@@ -196,14 +196,11 @@ std::string MetricsServer::text() const {
 
 Status MetricsServer::attach(Supervisor& sup) {
     sup_ = &sup;
-    auto timer = DeadlineTimer::create();
-    if (!timer) return timer.error();
-    timer_.emplace(std::move(*timer));
-    if (auto st = sup.loop().watch(timer_->fd(), EPOLLIN,
-                                   [this](auto) {
-                                       timer_->consume();
-                                       run_daemon();
-                                   });
+    if (auto st = watch_new_timer(sup.loop(), timer_,
+                                  [this] {
+                                      timer_->consume();
+                                      run_daemon();
+                                  });
         !st)
         return st;
     if (auto st = sup.loop().watch(epoll_fd_, EPOLLIN, [this](auto) { run_daemon(); }); !st)

@@ -44,4 +44,9 @@ class DeadlineTimer {
     UniqueFd fd_;
 };
 
+// Creates a DeadlineTimer in `slot` and watches it on `loop`: on_expiry runs when it fires (and
+// reads the expiration with slot->consume()). The slot must outlive the watch.
+Status watch_new_timer(EventLoop& loop, std::optional<DeadlineTimer>& slot,
+                       std::function<void()> on_expiry);
+
 }  // namespace lastcall
