@@ -130,7 +130,7 @@ Result<Components> create_components(const Options& options, Configuration& conf
             ::realpath(options.config_path.c_str(), absolute) ? absolute : options.config_path;
     }
     c.services =
-        std::make_unique<ServiceManager>(std::move(config.services), service_options, clock);
+        std::make_unique<ServiceManager>(std::move(config.services), service_options);
     // The run ledger opens before anything starts: a read-only or full state dir stops lastcall
     // here with the reason, instead of runs that go unrecorded.
     if (!config.jobs.jobs.empty()) {

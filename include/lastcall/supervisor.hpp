@@ -70,6 +70,7 @@ class Supervisor final : private ShutdownActions {
     EventLoop& loop() { return *loop_; }
     Admission& admission() { return admission_; }
     Tracker& tracker() { return *tracker_; }
+    const Clock& clock() const { return clock_; }
     // How the run ended, once finish() has worked it out (for the last metrics); null before.
     const Ending* ending() const { return ending_.get(); }
     const Options& options() const { return opts_; }

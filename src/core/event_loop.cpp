@@ -33,10 +33,10 @@ void EventLoop::unwatch(int fd) {
 
 Status EventLoop::run_once() {
     epoll_event events[16];
-    int n = ::epoll_wait(epfd_.get(), events, 16, -1);
+    int n = ::epoll_wait(epfd_.get(), events, 16, posted_.empty() ? -1 : 0);
     if (n < 0) {
-        if (errno == EINTR) return Ok{};  // SIGSTOP/SIGCONT of lastcall itself interrupts the wait
-        return sys_error("epoll_wait", errno);
+        if (errno != EINTR) return sys_error("epoll_wait", errno);
+        n = 0;  // SIGSTOP/SIGCONT of lastcall itself interrupts the wait
     }
     for (int i = 0; i < n; ++i) {
         auto it = handlers_.find(events[i].data.fd);
@@ -45,7 +45,16 @@ Status EventLoop::run_once() {
         auto handler = it->second;  // copy: the handler may unwatch itself
         handler(events[i].events);
     }
+    run_posted();
     return Ok{};
+}
+
+void EventLoop::run_posted() {
+    // Only what was posted before this turn's tasks ran: a task that posts again (a chain of
+    // re-entries) yields to the next epoll_wait, so it cannot starve the descriptors.
+    auto batch = std::move(posted_);
+    posted_.clear();
+    for (auto& task : batch) task();
 }
 
 Result<DeadlineTimer> DeadlineTimer::create() {

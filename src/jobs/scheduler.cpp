@@ -8,7 +8,6 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
-#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +28,7 @@
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/process_tree.hpp"
 #include "lastcall/process/stop.hpp"
+#include "lastcall/supervisor_host.hpp"
 
 namespace lastcall {
 
@@ -44,12 +44,6 @@ RunOutcome outcome_of(int status) {
     if (WIFEXITED(status)) o.exit_code = WEXITSTATUS(status);
     if (WIFSIGNALED(status)) o.signal = WTERMSIG(status);
     return o;
-}
-
-std::int64_t now_unix() {
-    return std::chrono::duration_cast<std::chrono::seconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-        .count();
 }
 
 // Removes a leftover staging file; a missing one is the normal case. Through the output
@@ -98,17 +92,21 @@ JobScheduler::JobScheduler(std::vector<JobSpec> jobs, Ledger ledger) : ledger_(s
     for (auto& spec : jobs) jobs_.push_back(JobState{std::move(spec), {}, {}, 0, 0});
 }
 
-Status JobScheduler::attach(Supervisor& s) {
-    sup_ = &s;
-    fire_timer_.reset(::timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC | TFD_NONBLOCK));
-    if (!fire_timer_) return sys_error("timerfd_create CLOCK_REALTIME", errno);
-    if (auto st = s.loop().watch(fire_timer_.get(), EPOLLIN, [this](auto) { on_fire_timer(); });
-        !st)
-        return st;
-    if (auto st = watch_new_timer(s.loop(), timeout_timer_, [this] { on_timeout_timer(); }); !st)
-        return st;
+Status JobScheduler::attach(Supervisor& sup) {
+    own_host_ = make_supervisor_host(sup);
+    return attach_host(*own_host_);
+}
+
+Status JobScheduler::attach_host(UnitHost& host) {
+    host_ = &host;
+    auto fire = host.new_wall_timer([this] { on_fire_timer(); });
+    if (!fire) return fire.error();
+    fire_timer_ = std::move(*fire);
+    auto timeout = host.new_timer([this] { on_timeout_timer(); });
+    if (!timeout) return timeout.error();
+    timeout_timer_ = std::move(*timeout);
     recover();
-    auto now = cron::sys_seconds{std::chrono::seconds{now_unix()}};
+    auto now = wall_seconds();
     for (auto& j : jobs_) {
         j.next_fire = j.spec.schedule->next_after(now);
         if (j.next_fire)
@@ -210,34 +208,33 @@ void JobScheduler::kill_leftovers(const RunRecord& run) {
     }
 }
 
+cron::sys_seconds JobScheduler::wall_seconds() const {
+    return std::chrono::floor<std::chrono::seconds>(host_->wall_now());
+}
+
 void JobScheduler::arm_fire_timer() {
-    itimerspec spec{};
+    std::optional<WallTime> at;
     if (!retries_.empty()) {
-        spec.it_value.tv_nsec = 1;  // the past: fires on the loop's first turn
+        at = WallTime{};  // the past: fires on the loop's first turn
     } else {
-        std::optional<cron::sys_seconds> next;
         for (const auto& j : jobs_)
-            if (j.next_fire && (!next || *j.next_fire < *next)) next = j.next_fire;
-        if (next) spec.it_value.tv_sec = next->time_since_epoch().count();
+            if (j.next_fire && (!at || *j.next_fire < *at)) at = WallTime{*j.next_fire};
     }
-    // Absolute on CLOCK_REALTIME: a clock step moves the fire with it, as cron expects.
-    if (::timerfd_settime(fire_timer_.get(), TFD_TIMER_ABSTIME, &spec, nullptr) != 0)
-        spdlog::error("timerfd_settime (job schedule): {}", std::strerror(errno));
+    if (auto st = fire_timer_->arm(at); !st)
+        spdlog::error("job schedule timer: {}", st.error().message);
 }
 
 void JobScheduler::on_fire_timer() {
-    std::uint64_t expirations;
-    [[maybe_unused]] auto n = ::read(fire_timer_.get(), &expirations, sizeof expirations);
     auto retries = std::move(retries_);
     retries_.clear();
     for (auto& r : retries) {
-        if (!sup_->admission().is_open()) {
+        if (!host_->admission().is_open()) {
             record_skipped(r.job, r.scheduled_at, kShuttingDown);
             continue;
         }
         start_run(r.job, r.scheduled_at, std::nullopt, r.of, r.keep_staging);
     }
-    auto now = cron::sys_seconds{std::chrono::seconds{now_unix()}};
+    auto now = wall_seconds();
     for (std::size_t j = 0; j < jobs_.size(); ++j) {
         auto& job = jobs_[j];
         if (!job.next_fire || *job.next_fire > now) continue;
@@ -274,7 +271,7 @@ void JobScheduler::record_skipped(std::size_t job, std::int64_t scheduled_at,
 
 void JobScheduler::fire(std::size_t j, std::int64_t scheduled_at) {
     auto& job = jobs_[j];
-    if (!sup_->admission().is_open()) return record_skipped(j, scheduled_at, kShuttingDown);
+    if (!host_->admission().is_open()) return record_skipped(j, scheduled_at, kShuttingDown);
     auto held = ledger_->held_run(job.spec.name);
     if (!held) {
         spdlog::error("job {}: {}", job.spec.name, held.error().message);
@@ -381,7 +378,7 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
     const JobSpec& spec = job.spec;
     // Registered before anything starts: after the drain closed intake this is refused, so no
     // run begins once the drain has counted the active work.
-    auto ticket = sup_->admission().try_admit(EntryPath::JobFire);
+    auto ticket = host_->admission().try_admit(EntryPath::JobFire);
     if (!ticket) {
         if (existing_id) {
             ++skipped_at_shutdown_;
@@ -433,7 +430,7 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
     }
     // The run is a unit of work with its own scope: a timeout stops all of it, setsid
     // descendants included, and "the run is over" means its scope is empty.
-    run.scope = make_unit_scope(sup_->tracker(), "job-" + spec.name + "." + std::to_string(run.id));
+    run.scope = host_->new_scope("job-" + spec.name + "." + std::to_string(run.id));
     SpawnSpec sp;
     sp.argv = spec.command;
     sp.env = environment(run, run.staging);
@@ -441,8 +438,8 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
     sp.cgroup_procs_fd = run.scope->spawn_cgroup_fd();
     sp.pdeathsig = SIGKILL;      // a job must not outlive a lastcall that was killed
     sp.credentials = spec.user;  // its `user`/`group`, else --user (main.cpp)
-    sp.no_new_privs = sup_->options().no_new_privs;
-    auto result = spawn(sp);
+    sp.no_new_privs = host_->settings().no_new_privs;
+    auto result = host_->spawn(sp);
     if (!result.child) {
         std::string why = result.error ? result.error->message : result.failure->message();
         ticket->rollback();
@@ -455,7 +452,7 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
     run.ticket = std::move(ticket);
     run.pid = result.child->pid;
     run.scope->started(run.pid);
-    if (spec.timeout) run.deadline = std::chrono::steady_clock::now() + *spec.timeout;
+    if (spec.timeout) run.deadline = host_->clock().now() + *spec.timeout;
     if (auto st = ledger_->set_pid(run.id, run.pid); !st)
         spdlog::error("job {}: run {} started as pid {}, the pid not recorded: {}", spec.name,
                       run.id, run.pid, st.error().message);
@@ -498,7 +495,7 @@ void JobScheduler::on_leader_exit(Run& run, int status) {
     }
     auto decision =
         decide_run_end(run.first, status, spec.timeout ? format_duration(*spec.timeout) : "",
-                       signal_name(sup_->stop_signal()));
+                       signal_name(host_->stop_signal()));
     if (decision.end == RunEnd::Interrupted) {
         interrupt(run, outcome_of(status), decision.reason);
         return after_exit(run);
@@ -544,8 +541,8 @@ void JobScheduler::start_verify(Run& run) {
     sp.cgroup_procs_fd = run.scope->spawn_cgroup_fd();
     sp.pdeathsig = SIGKILL;
     sp.credentials = spec.user;  // verify judges the job's output as the job's own user
-    sp.no_new_privs = sup_->options().no_new_privs;
-    auto result = spawn(sp);
+    sp.no_new_privs = host_->settings().no_new_privs;
+    auto result = host_->spawn(sp);
     if (!result.child) {
         std::string why = result.error ? result.error->message : result.failure->message();
         fail(run, {0, {}}, "verify did not start: " + why);
@@ -554,14 +551,14 @@ void JobScheduler::start_verify(Run& run) {
     // The verify command runs under the run's ticket and timeout; the loop goes on meanwhile.
     run.phase = Phase::Verifying;
     run.verify_pid = result.child->pid;
-    sup_->add_helper_session(run.verify_pid);
+    host_->add_helper_session(run.verify_pid);
     spdlog::info("job {}: run {}: verifying {} (pid {})", spec.name, run.id, staging,
                  run.verify_pid);
 }
 
 void JobScheduler::on_verify_exit(Run& run, int status) {
     const JobSpec& spec = jobs_[run.job].spec;
-    sup_->remove_helper_session(run.verify_pid);
+    host_->remove_helper_session(run.verify_pid);
     run.phase = Phase::Running;  // after_exit() moves it on
     if (run.recorded) {
         spdlog::warn(
@@ -715,8 +712,7 @@ void JobScheduler::arm_timeout_timer() {
 }
 
 void JobScheduler::on_timeout_timer() {
-    timeout_timer_->consume();
-    auto now = std::chrono::steady_clock::now();
+    auto now = host_->clock().now();
     for (auto& [id, run] : runs_) {
         if (!run.deadline || *run.deadline > now) continue;
         if (run.phase == Phase::Lingering) continue;
@@ -728,19 +724,20 @@ void JobScheduler::on_timeout_timer() {
                          spec.name, run.id, format_duration(*spec.timeout));
             // A named reference: clang 14 cannot capture a structured binding in a lambda.
             Run& timed_out = run;
-            StopPassIo io{[&] { return timed_out.scope->members(); }, signal_exact,
-                          stop_pass_budget([] { return std::chrono::steady_clock::now(); }),
+            StopPassIo io{[&] { return timed_out.scope->members(); },
+                          [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); },
+                          stop_pass_budget([this] { return host_->clock().now(); }),
                           [&] { return one_hold(timed_out.scope->freeze()); }};
             send_stop_signal(io, SIGTERM, [&](const ProcInfo& p) {
                 if (!timed_out.stopped.insert(key_of(p)).second) return false;
-                sup_->note_stop_signal(p, SIGTERM);
+                host_->note_stop_signal(p, SIGTERM);
                 return true;
             });
         } else {
             spdlog::warn("job {}: run {} still running {} after its timeout: SIGKILL", spec.name,
                          run.id, format_duration(kTimeoutKillAfter));
             int n = run.scope->kill([](const ProcInfo&) { return true; });
-            sup_->record_force(ForceKind::Sigkill, "job " + spec.name + ": timeout", n);
+            host_->record_force(ForceKind::Sigkill, "job " + spec.name + ": timeout", n);
         }
         run.deadline =
             run.timed_out ? std::nullopt : std::optional<MonoTime>(now + kTimeoutKillAfter);
@@ -751,7 +748,7 @@ void JobScheduler::on_timeout_timer() {
 }
 
 void JobScheduler::state_changed(State from, State to) {
-    if (to == State::Stopping && sup_->stop_reaches_tree()) {
+    if (to == State::Stopping && host_->stop_reaches_tree()) {
         // The stop signal goes to the tree right after this: every run whose leader still runs
         // is reached by lastcall's stop request, and ends `interrupted` however it then exits.
         // A run past its leader (verify, promotion) is in its commit step: that runs to its end.
@@ -760,7 +757,7 @@ void JobScheduler::state_changed(State from, State to) {
                 run.first = first_of(run.first, Intervention::StopRequest);
     }
     if (from != State::Running) return;
-    drain_started_ = std::chrono::steady_clock::now();
+    drain_started_ = host_->clock().now();
     // Intake is closed (the supervisor closed admission first): a queued run will not start.
     for (std::size_t j = 0; j < jobs_.size(); ++j) {
         auto& job = jobs_[j];
@@ -809,8 +806,8 @@ void JobScheduler::note_unwritten(const Run& run, std::string_view state,
 void JobScheduler::before_force() {
     // The grace ran out (or the stop was escalated) and SIGKILL goes out next. Every run still
     // in flight is interrupted now, so that nothing after the kill can pass for its result.
-    bool grace_over = drain_started_ && std::chrono::steady_clock::now() - *drain_started_ >=
-                                            sup_->options().grace - std::chrono::milliseconds(50);
+    bool grace_over = drain_started_ && host_->clock().now() - *drain_started_ >=
+                                            host_->settings().grace - std::chrono::milliseconds(50);
     std::string reason = grace_over ? "grace expired at shutdown"
                                     : "shutdown escalated to SIGKILL before the grace ran out";
     for (auto& [id, run] : runs_) {
@@ -875,10 +872,6 @@ void JobScheduler::finished(int /*exit_code*/) {
     for (auto& [id, run] : runs_)
         if (run.ticket) run.ticket->release();
     runs_.clear();
-    if (sup_) {
-        sup_->loop().unwatch(fire_timer_.get());
-        sup_->loop().unwatch(timeout_timer_->fd());
-    }
     ledger_.reset();  // the database closes after the last record, before the logs flush
 }
 

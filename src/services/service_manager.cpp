@@ -27,6 +27,7 @@
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/stop.hpp"
 #include "lastcall/services/service_status.hpp"
+#include "lastcall/supervisor_host.hpp"
 
 namespace lastcall {
 
@@ -98,9 +99,8 @@ struct ServiceManager::Service {
     int restarts() const { return starts > 1 ? starts - 1 : 0; }
 };
 
-ServiceManager::ServiceManager(std::vector<ServiceSpec> specs, ServiceManagerOptions options,
-                               const Clock& clock)
-    : opts_(std::move(options)), clock_(clock) {
+ServiceManager::ServiceManager(std::vector<ServiceSpec> specs, ServiceManagerOptions options)
+    : opts_(std::move(options)) {
     services_.reserve(specs.size());
     for (auto& s : specs) {
         name_width_ = std::max(name_width_, s.name.size());
@@ -115,13 +115,26 @@ ServiceManager::ServiceManager(std::vector<ServiceSpec> specs, ServiceManagerOpt
 ServiceManager::~ServiceManager() = default;
 
 Status ServiceManager::attach(Supervisor& sup) {
-    sup_ = &sup;
-    if (auto st = watch_new_timer(sup.loop(), timer_, [this] { on_timer(); }); !st) return st;
+    own_host_ = make_supervisor_host(sup);
+    return attach_host(*own_host_);
+}
+
+Status ServiceManager::attach_host(UnitHost& host) {
+    host_ = &host;
+    auto timer = host.new_timer([this] { on_timer(); });
+    if (!timer) return timer.error();
+    timer_ = std::move(*timer);
     spdlog::info("starting {} service(s) in dependency order", services_.size());
     write_status();
     start_eligible();
     rearm();
     return Ok{};
+}
+
+std::optional<ServiceState> ServiceManager::state_of(std::string_view name) const {
+    for (const auto& s : services_)
+        if (s.spec.name == name) return s.state;
+    return std::nullopt;
 }
 
 bool ServiceManager::apply(Service& s, ServiceEvent e) {
@@ -148,7 +161,7 @@ void ServiceManager::start(Service& s) {
     // A start (first or restart) is a unit of work like any other: once the shutdown has begun,
     // admission refuses it, and nothing new appears while the tree is being drained.
     auto ticket =
-        sup_->admission().try_admit(s.starts > 0 ? EntryPath::Restart : EntryPath::ServiceStart);
+        host_->admission().try_admit(s.starts > 0 ? EntryPath::Restart : EntryPath::ServiceStart);
     if (!ticket) {
         ++refused_;
         spdlog::info("service {}: not started, the shutdown has begun", s.spec.name);
@@ -156,8 +169,7 @@ void ServiceManager::start(Service& s) {
         return;
     }
     if (s.scope) s.retired.push_back(std::move(s.scope));
-    s.scope =
-        make_unit_scope(sup_->tracker(), "svc-" + s.spec.name + "." + std::to_string(s.starts + 1));
+    s.scope = host_->new_scope("svc-" + s.spec.name + "." + std::to_string(s.starts + 1));
     SpawnSpec spec;
     spec.argv = s.spec.argv;
     spec.env = service_environment(opts_.extra_env, s.spec.env);
@@ -165,7 +177,7 @@ void ServiceManager::start(Service& s) {
     spec.cgroup_procs_fd = s.scope->spawn_cgroup_fd();
     spec.workdir = s.spec.workdir;
     spec.credentials = s.spec.user;  // its `user`/`group`, else --user (main.cpp)
-    spec.no_new_privs = sup_->options().no_new_privs;
+    spec.no_new_privs = host_->settings().no_new_privs;
     UniqueFd out_read, out_write;
     if (s.spec.capture_output) {
         int fds[2];
@@ -183,10 +195,10 @@ void ServiceManager::start(Service& s) {
     // Through a checked directory: the service may have planted links on the way.
     if (s.spec.ready.kind == ReadyCheck::Kind::File) (void)remove_file_safely(s.spec.ready.file);
 
-    auto result = spawn(spec);
+    auto result = host_->spawn(spec);
     out_write.reset();  // only the service holds the write end now: EOF means it and its tree left
     std::size_t index = static_cast<std::size_t>(&s - services_.data());
-    s.started = clock_.now();
+    s.started = host_->clock().now();
     s.started_wall = std::time(nullptr);
     ++s.starts;
     s.recent_starts.push_back(s.started);
@@ -213,7 +225,7 @@ void ServiceManager::start(Service& s) {
     if (s.spec.ready.kind == ReadyCheck::Kind::None) {
         mark_ready(s);
     } else {
-        s.wake = clock_.now();
+        s.wake = host_->clock().now();
         rearm();
     }
 }
@@ -228,7 +240,7 @@ void ServiceManager::mark_ready(Service& s) {
 }
 
 void ServiceManager::instance_ended(Service& s, int status) {
-    MonoTime now = clock_.now();
+    MonoTime now = host_->clock().now();
     s.pid = -1;
     if (s.ticket) s.ticket->release();
     s.ticket.reset();
@@ -252,7 +264,7 @@ void ServiceManager::instance_ended(Service& s, int status) {
     if (s.spec.main) {
         apply(s, ServiceEvent::ExitedFinal);
         spdlog::info("service {} is main: stopping everything", s.spec.name);
-        sup_->request_shutdown(exit_code_of(status));
+        host_->request_shutdown(exit_code_of(status));
         return;
     }
     if (should_restart(s.spec.restart, status) && limit_reached(s, now)) {
@@ -328,8 +340,7 @@ void ServiceManager::reaped(const Reaped& r) {
 }
 
 void ServiceManager::on_timer() {
-    timer_->consume();
-    MonoTime now = clock_.now();
+    MonoTime now = host_->clock().now();
     if (stop_begin_ && now >= *stop_begin_) {
         stop_begin_.reset();
         stop_eligible();
@@ -365,7 +376,7 @@ void ServiceManager::rearm() {
 // ---- readiness ----
 
 void ServiceManager::probe(Service& s) {
-    MonoTime now = clock_.now();
+    MonoTime now = host_->clock().now();
     const ReadyCheck& r = s.spec.ready;
     switch (r.kind) {
         case ReadyCheck::Kind::None:
@@ -376,7 +387,7 @@ void ServiceManager::probe(Service& s) {
             return;
         case ReadyCheck::Kind::Tcp: {
             if (s.probe_sock) {  // a connect that hung for kProbeTimeout: try afresh
-                sup_->loop().unwatch(s.probe_sock.get());
+                host_->unwatch(s.probe_sock.get());
                 s.probe_sock.reset();
             }
             sockaddr_storage addr{};
@@ -409,12 +420,12 @@ void ServiceManager::probe(Service& s) {
                 return;
             }
             std::size_t index = static_cast<std::size_t>(&s - services_.data());
-            auto st = sup_->loop().watch(sock.get(), EPOLLOUT, [this, index](auto) {
+            auto st = host_->watch(sock.get(), EPOLLOUT, [this, index](auto) {
                 Service& svc = services_[index];
                 int err = 0;
                 socklen_t elen = sizeof err;
                 ::getsockopt(svc.probe_sock.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
-                sup_->loop().unwatch(svc.probe_sock.get());
+                host_->unwatch(svc.probe_sock.get());
                 svc.probe_sock.reset();
                 probe_finished(svc, err == 0);
                 rearm();
@@ -430,18 +441,18 @@ void ServiceManager::probe(Service& s) {
         case ReadyCheck::Kind::Exec: {
             if (s.probe_pid > 0) {
                 // Still running after kProbeTimeout: its reap schedules the next probe.
-                ::kill(-s.probe_pid, SIGKILL);
+                host_->signal_child_group(s.probe_pid, SIGKILL);
                 return;
             }
             SpawnSpec spec;
             spec.argv = r.exec;
             spec.env = service_environment(opts_.extra_env, s.spec.env);
             spec.session = SpawnSpec::Session::NewGroup;
-            spec.cgroup_procs_fd = sup_->tracker().spawn_cgroup_fd();
+            spec.cgroup_procs_fd = host_->helper_cgroup_fd();
             spec.workdir = s.spec.workdir;
             spec.credentials = s.spec.user;
-            spec.no_new_privs = sup_->options().no_new_privs;
-            auto result = spawn(spec);
+            spec.no_new_privs = host_->settings().no_new_privs;
+            auto result = host_->spawn(spec);
             if (!result.child) {
                 spdlog::warn("service {}: ready.exec: {}", s.spec.name,
                              result.failure ? result.failure->message() : result.error->message);
@@ -458,17 +469,17 @@ void ServiceManager::probe(Service& s) {
 void ServiceManager::probe_finished(Service& s, bool ok) {
     if (s.state != ServiceState::Starting) return;
     if (ok) return mark_ready(s);
-    s.wake = clock_.now() + s.spec.ready.interval;
+    s.wake = host_->clock().now() + s.spec.ready.interval;
     rearm();
 }
 
 void ServiceManager::cancel_probe(Service& s) {
     if (s.probe_sock) {
-        sup_->loop().unwatch(s.probe_sock.get());
+        host_->unwatch(s.probe_sock.get());
         s.probe_sock.reset();
     }
     // The probe's own group; it is reaped like any child and then ignored (state != Starting).
-    if (s.probe_pid > 0) ::kill(-s.probe_pid, SIGKILL);
+    if (s.probe_pid > 0) host_->signal_child_group(s.probe_pid, SIGKILL);
     if (s.state == ServiceState::Starting) s.wake.reset();
 }
 
@@ -481,8 +492,8 @@ void ServiceManager::state_changed(State from, State to) {
 
 void ServiceManager::begin_ordered_stop() {
     shutting_down_ = true;
-    MonoTime now = clock_.now();
-    global_deadline_ = now + sup_->options().grace;
+    MonoTime now = host_->clock().now();
+    global_deadline_ = now + host_->settings().grace;
     for (auto& s : services_) {
         if (s.state == ServiceState::Pending || s.state == ServiceState::Backoff) {
             s.wake.reset();
@@ -492,9 +503,9 @@ void ServiceManager::begin_ordered_stop() {
     }
     // Nothing is signalled from inside the supervisor's state change: the stop starts from the
     // timer, after the drain delay (readiness off and the delay come before any signal).
-    sup_->hold_drain();
+    host_->hold_drain();
     holding_drain_ = true;
-    stop_begin_ = now + sup_->options().drain_delay;
+    stop_begin_ = now + host_->settings().drain_delay;
     spdlog::info("stopping {} service(s) in reverse dependency order", services_.size());
     rearm();
 }
@@ -540,12 +551,12 @@ void ServiceManager::stop_eligible() {
     if (!waiting && holding_drain_) {
         holding_drain_ = false;
         spdlog::info("all services stopped");
-        sup_->release_drain();
+        host_->release_drain();
     }
 }
 
 void ServiceManager::begin_stop(Service& s) {
-    MonoTime now = clock_.now();
+    MonoTime now = host_->clock().now();
     bool exited = s.state == ServiceState::Exited || s.state == ServiceState::Failed;
     if (members_of(s).empty()) {
         // Nothing left to stop. A running one's leader is a zombie whose reap is on the way;
@@ -555,7 +566,7 @@ void ServiceManager::begin_stop(Service& s) {
     }
     apply(s, ServiceEvent::StopRequested);
     // Per-service graces are capped by the global one: the whole stop is bounded by it.
-    Millis grace = s.spec.grace.value_or(sup_->options().grace);
+    Millis grace = s.spec.grace.value_or(host_->settings().grace);
     s.stop_deadline = std::min(now + grace, global_deadline_);
     int n = send_stop(s);
     spdlog::info("service {}: sent {} to {} process(es), grace {}", s.spec.name,
@@ -566,8 +577,9 @@ void ServiceManager::begin_stop(Service& s) {
 
 int ServiceManager::send_stop(Service& s) {
     // A fork storm in one service must not keep the loop from the other services' graces.
-    StopPassIo io{[&] { return members_of(s); }, signal_exact,
-                  stop_pass_budget([this] { return clock_.now(); }),
+    StopPassIo io{[&] { return members_of(s); },
+                  [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); },
+                  stop_pass_budget([this] { return host_->clock().now(); }),
                   [&] {
                       std::vector<FreezeHold> holds;
                       if (s.scope) holds.push_back(s.scope->freeze());
@@ -577,7 +589,7 @@ int ServiceManager::send_stop(Service& s) {
     return send_stop_signal(io, s.spec.stop_signal,
                             [&](const ProcInfo& p) {
                                 if (!s.signalled.insert(key_of(p)).second) return false;
-                                sup_->note_stop_signal(p, s.spec.stop_signal);
+                                host_->note_stop_signal(p, s.spec.stop_signal);
                                 return true;
                             })
         .signalled;
@@ -585,7 +597,7 @@ int ServiceManager::send_stop(Service& s) {
 
 void ServiceManager::check_stop(Service& s) {
     if (s.state != ServiceState::Stopping) return;
-    MonoTime now = clock_.now();
+    MonoTime now = host_->clock().now();
     auto members = members_of(s);
     if (members.empty()) {
         s.wake.reset();
@@ -598,7 +610,7 @@ void ServiceManager::check_stop(Service& s) {
     if (!s.killed && s.stop_deadline && now >= *s.stop_deadline) {
         s.killed = true;
         int n = kill_members(s);
-        sup_->record_force(ForceKind::Sigkill, "service " + s.spec.name + ": grace", n);
+        host_->record_force(ForceKind::Sigkill, "service " + s.spec.name + ": grace", n);
         spdlog::warn("service {}: still {} process(es) at the end of its grace: sent SIGKILL to {}",
                      s.spec.name, members.size(), n);
         // Its dependencies need not wait for the kernel to finish the kill.
@@ -662,8 +674,7 @@ void ServiceManager::retire_scopes(Service& s) {
 
 void ServiceManager::watch_output(std::size_t service, UniqueFd fd) {
     int raw = fd.get();
-    auto st =
-        sup_->loop().watch(raw, EPOLLIN, [this, raw](auto) { on_output(raw, kOutputPerTurn); });
+    auto st = host_->watch(raw, EPOLLIN, [this, raw](auto) { on_output(raw, kOutputPerTurn); });
     if (!st) {
         spdlog::warn("service {}: output not captured: {}", services_[service].spec.name,
                      st.error().message);
@@ -699,7 +710,7 @@ void ServiceManager::on_output(int fd, std::size_t budget) {
         if (n < 0 && errno == EAGAIN) return;
         // EOF: the instance and everything it started closed the pipe.
         if (!st.partial.empty()) emit_line(st.service, st.partial);
-        sup_->loop().unwatch(fd);
+        host_->unwatch(fd);
         streams_.erase(it);
         return;
     }

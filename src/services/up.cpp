@@ -90,7 +90,7 @@ int run_up(const std::vector<std::string>& args) {
         return 1;
     }
     SteadyClock clock;
-    ServiceManager services(std::move(*specs), std::move(mo), clock);
+    ServiceManager services(std::move(*specs), std::move(mo));
     Supervisor supervisor(std::move(up.options), clock);
     supervisor.add_component(&services);
     int code = supervisor.run();

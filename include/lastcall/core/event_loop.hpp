@@ -3,6 +3,7 @@
 // There is no tick: when nothing happens, lastcall sleeps in epoll_wait(-1).
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -21,13 +22,20 @@ class EventLoop {
 
     Status watch(int fd, std::uint32_t events, Handler handler);
     void unwatch(int fd);
-    // Waits for one batch of events and dispatches them. Returns false on a fatal epoll error.
+    // Runs `task` after the current batch of events, in the order posted: a handler that must
+    // not re-enter another part mid-update (a service asking for the shutdown from inside its
+    // reap) posts the call instead of making it.
+    void post(std::function<void()> task) { posted_.push_back(std::move(task)); }
+    // Waits for one batch of events (not at all while tasks are posted), dispatches them, then
+    // runs the posted tasks. Returns an error on a fatal epoll error.
     Status run_once();
 
   private:
     explicit EventLoop(UniqueFd epfd) : epfd_(std::move(epfd)) {}
+    void run_posted();
     UniqueFd epfd_;
     std::map<int, Handler> handlers_;
+    std::deque<std::function<void()>> posted_;
 };
 
 // One timerfd holding the nearest deadline (CLOCK_MONOTONIC, absolute), disarmed when none.

@@ -28,6 +28,7 @@
 #include "lastcall/process/stop.hpp"
 #include "lastcall/shutdown/admission.hpp"
 #include "lastcall/supervisor.hpp"
+#include "lastcall/unit_host.hpp"
 
 namespace lastcall {
 
@@ -35,7 +36,9 @@ class JobScheduler final : public SupervisorComponent {
   public:
     JobScheduler(std::vector<JobSpec> jobs, Ledger ledger);
 
-    Status attach(Supervisor& s) override;
+    Status attach(Supervisor& sup) override;
+    // The same on any host (the unit tests' fake): what attach() does once it has one.
+    Status attach_host(UnitHost& host);
     void state_changed(State from, State to) override;
     void before_force() override;
     void reaped(const Reaped& r) override;
@@ -83,6 +86,7 @@ class JobScheduler final : public SupervisorComponent {
         std::string reason;
     };
 
+    cron::sys_seconds wall_seconds() const;
     void recover();
     void kill_leftovers(const RunRecord& run);
     void on_fire_timer();
@@ -111,9 +115,10 @@ class JobScheduler final : public SupervisorComponent {
 
     std::vector<JobState> jobs_;
     std::optional<Ledger> ledger_;
-    Supervisor* sup_ = nullptr;
-    UniqueFd fire_timer_;  // CLOCK_REALTIME: fire times are wall-clock times
-    std::optional<DeadlineTimer> timeout_timer_;
+    std::unique_ptr<UnitHost> own_host_;  // attach(Supervisor&) makes it
+    UnitHost* host_ = nullptr;
+    std::unique_ptr<WallTimer> fire_timer_;  // fire times are wall-clock times
+    std::unique_ptr<WakeTimer> timeout_timer_;
     std::map<std::int64_t, Run> runs_;
     // Retries of interrupted runs, started on the first turn of the loop (not from attach(),
     // which runs before the main child exists).

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -35,6 +36,7 @@
 #include "lastcall/services/services.hpp"
 #include "lastcall/shutdown/admission.hpp"
 #include "lastcall/supervisor.hpp"
+#include "lastcall/unit_host.hpp"
 
 namespace lastcall {
 
@@ -49,15 +51,18 @@ struct ServiceManagerOptions {
 
 class ServiceManager final : public SupervisorComponent {
   public:
-    ServiceManager(std::vector<ServiceSpec> specs, ServiceManagerOptions options,
-                   const Clock& clock);
+    ServiceManager(std::vector<ServiceSpec> specs, ServiceManagerOptions options);
     ~ServiceManager() override;
     ServiceManager(const ServiceManager&) = delete;
     ServiceManager& operator=(const ServiceManager&) = delete;
 
     bool empty() const { return services_.empty(); }
+    // A service's current state (none: no such service). For `lastcall status` and the tests.
+    std::optional<ServiceState> state_of(std::string_view name) const;
 
     Status attach(Supervisor& sup) override;
+    // The same on any host (the unit tests' fake): what attach() does once it has one.
+    Status attach_host(UnitHost& host);
     void state_changed(State from, State to) override;
     void before_force() override;
     void reaped(const Reaped& r) override;
@@ -104,9 +109,9 @@ class ServiceManager final : public SupervisorComponent {
 
     std::vector<Service> services_;
     ServiceManagerOptions opts_;
-    const Clock& clock_;
-    Supervisor* sup_ = nullptr;
-    std::optional<DeadlineTimer> timer_;
+    std::unique_ptr<UnitHost> own_host_;  // attach(Supervisor&) makes it
+    UnitHost* host_ = nullptr;
+    std::unique_ptr<WakeTimer> timer_;
     std::map<int, Stream> streams_;
     std::size_t name_width_ = 0;
 

@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: Apache-2.0
+// A UnitHost without processes, for the orchestration's unit tests (ServiceManager,
+// JobScheduler): spawns make fake processes, signals are recorded, a fake process ends when the
+// test calls exit(), and time moves only when the test advances the FakeClock, firing the timers
+// whose deadline it passes in deadline order. Nothing here sleeps or forks.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lastcall/supervisor.hpp"
+#include "lastcall/unit_host.hpp"
+
+namespace lastcall::test {
+
+class FakeHost;
+
+struct FakeProc {
+    pid_t pid = 0;
+    std::vector<std::string> argv;
+    std::string scope;  // the unit it was spawned into ("" for a helper such as a probe)
+    std::vector<std::pair<int, MonoTime>> signals;  // every signal, with the fake time it came
+    bool alive = true;
+    bool killed = false;  // by its scope's kill (SIGKILL / cgroup.kill)
+};
+
+class FakeHost final : public UnitHost {
+  public:
+    FakeHost() { wall_ = WallTime{std::chrono::seconds{1767225600}}; }  // 2026-01-01T00:00Z
+
+    // -- what the test drives
+    // The component whose reaped() hears of fake exits.
+    void deliver_to(SupervisorComponent* c) { component_ = c; }
+    // Moves the clock (and the wall clock with it) to now + d, firing on the way every timer
+    // whose deadline is passed, at its deadline, in order. A timer a callback arms within the
+    // span fires too.
+    void advance(std::chrono::milliseconds d) {
+        MonoTime end = clock_.now() + d;
+        for (;;) {
+            FakeWake* next = nullptr;
+            for (auto* t : wakes_)
+                if (t->deadline && *t->deadline <= end && (!next || *t->deadline < *next->deadline))
+                    next = t;
+            if (!next) break;
+            if (*next->deadline > clock_.now()) move_to(*next->deadline);
+            next->deadline.reset();
+            next->fire();
+            run_posted();
+        }
+        move_to(end);
+    }
+    // Jumps the wall clock to `at` and fires the wall timer if it is due (a job's fire time).
+    void set_wall(WallTime at) {
+        wall_ = at;
+        for (auto* t : walls_)
+            if (t->at && *t->at <= wall_) {
+                t->at.reset();
+                t->fire();
+                run_posted();
+            }
+    }
+    // The fake process ends with a wait status; its unit hears of it through reaped().
+    void exit(pid_t pid, int status) {
+        auto& p = procs_.at(pid);
+        p.alive = false;
+        if (component_) component_->reaped(Reaped{pid, status, std::nullopt});
+        run_posted();
+    }
+    // Every process its scope's kill reached ends of SIGKILL (the kernel's part of the kill).
+    void reap_killed() {
+        std::vector<pid_t> dead;
+        for (const auto& [pid, p] : procs_)
+            if (p.alive && p.killed) dead.push_back(pid);
+        for (pid_t pid : dead) exit(pid, SIGKILL);  // a wait status: killed by signal 9
+    }
+    // A process the unit's leader forked (a worker, a daemon): a member of the same scope.
+    pid_t fork_child(pid_t parent) {
+        FakeProc child;
+        child.pid = next_pid_++;
+        child.argv = {"child-of-" + std::to_string(parent)};
+        child.scope = procs_.at(parent).scope;
+        procs_[child.pid] = child;
+        return child.pid;
+    }
+    // The tasks the loop would run after the current event (request_shutdown, release_drain).
+    void run_posted() {
+        auto batch = std::move(posted_);
+        posted_.clear();
+        for (auto& t : batch) t();
+    }
+
+    // -- what the test observes
+    const FakeProc& proc(pid_t pid) const { return procs_.at(pid); }
+    std::vector<pid_t> spawned_argv0(const std::string& argv0) const {
+        std::vector<pid_t> out;
+        for (const auto& [pid, p] : procs_)
+            if (!p.argv.empty() && p.argv[0] == argv0) out.push_back(pid);
+        return out;
+    }
+    // The live process whose argv[0] is `argv0` (the current instance of a service).
+    std::optional<pid_t> live(const std::string& argv0) const {
+        for (const auto& [pid, p] : procs_)
+            if (p.alive && !p.argv.empty() && p.argv[0] == argv0) return pid;
+        return std::nullopt;
+    }
+    bool got(pid_t pid, int sig) const {
+        const auto& s = procs_.at(pid).signals;
+        return std::any_of(s.begin(), s.end(), [&](auto& e) { return e.first == sig; });
+    }
+    int count(pid_t pid, int sig) const {
+        const auto& s = procs_.at(pid).signals;
+        return static_cast<int>(
+            std::count_if(s.begin(), s.end(), [&](auto& e) { return e.first == sig; }));
+    }
+    std::optional<MonoTime> when(pid_t pid, int sig) const {
+        for (const auto& [s, at] : procs_.at(pid).signals)
+            if (s == sig) return at;
+        return std::nullopt;
+    }
+    MonoTime now() const { return clock_.now(); }
+    int drain_holds = 0;
+    int drain_releases = 0;
+    std::optional<int> shutdown_requested;
+    struct Force {
+        ForceKind kind;
+        std::string source;
+        int count;
+    };
+    std::vector<Force> forces;
+    std::vector<SpawnSpec> spawns;
+    // The next spawns fail (exec of a missing command) while positive.
+    int fail_spawns = 0;
+    HostSettings host_settings;
+    int tree_stop_signal = SIGTERM;
+
+    // -- UnitHost
+    const Clock& clock() const override { return clock_; }
+    WallTime wall_now() const override { return wall_; }
+    Result<std::unique_ptr<WakeTimer>> new_timer(std::function<void()> on_expiry) override {
+        auto t = std::make_unique<FakeWake>(this, std::move(on_expiry));
+        wakes_.push_back(t.get());
+        return std::unique_ptr<WakeTimer>(std::move(t));
+    }
+    Result<std::unique_ptr<WallTimer>> new_wall_timer(std::function<void()> on_expiry) override {
+        auto t = std::make_unique<FakeWall>(this, std::move(on_expiry));
+        walls_.push_back(t.get());
+        return std::unique_ptr<WallTimer>(std::move(t));
+    }
+    Status watch(int, std::uint32_t, std::function<void(std::uint32_t)>) override { return Ok{}; }
+    void unwatch(int) override {}
+    std::unique_ptr<UnitScope> new_scope(const std::string& unit) override {
+        return std::make_unique<Scope>(this, unit, next_scope_fd_++);
+    }
+    int helper_cgroup_fd() override { return -1; }
+    SpawnResult spawn(const SpawnSpec& spec) override {
+        spawns.push_back(spec);
+        SpawnResult r;
+        if (fail_spawns > 0) {
+            --fail_spawns;
+            r.failure =
+                SpawnFailure{SpawnStage::Exec, ENOENT, spec.argv.empty() ? "" : spec.argv[0]};
+            return r;
+        }
+        FakeProc p;
+        p.pid = next_pid_++;
+        p.argv = spec.argv;
+        for (const auto& [name, fd] : scope_fds_)
+            if (fd == spec.cgroup_procs_fd) p.scope = name;
+        procs_[p.pid] = p;
+        r.child.emplace();
+        r.child->pid = p.pid;
+        return r;
+    }
+    bool signal(const ProcInfo& info, int sig) override {
+        auto it = procs_.find(info.pid);
+        if (it == procs_.end() || !it->second.alive) return false;
+        it->second.signals.emplace_back(sig, clock_.now());
+        return true;
+    }
+    void signal_child_group(pid_t pgid, int sig) override {
+        auto it = procs_.find(pgid);
+        if (it != procs_.end() && it->second.alive)
+            it->second.signals.emplace_back(sig, clock_.now());
+    }
+    Admission& admission() override { return admission_; }
+    const HostSettings& settings() const override { return host_settings; }
+    int stop_signal() const override { return tree_stop_signal; }
+    bool stop_reaches_tree() const override { return true; }
+    void hold_drain() override { ++drain_holds; }
+    void release_drain() override {
+        posted_.push_back([this] { ++drain_releases; });
+    }
+    void request_shutdown(int exit_code) override {
+        posted_.push_back([this, exit_code] {
+            if (!shutdown_requested) shutdown_requested = exit_code;
+        });
+    }
+    void add_helper_session(pid_t) override {}
+    void remove_helper_session(pid_t) override {}
+    void record_force(ForceKind kind, std::string source, int count) override {
+        forces.push_back({kind, std::move(source), count});
+    }
+    void note_stop_signal(const ProcInfo&, int) override {}
+
+  private:
+    class FakeWake final : public WakeTimer {
+      public:
+        FakeWake(FakeHost* h, std::function<void()> f) : host(h), fire(std::move(f)) {}
+        ~FakeWake() override { std::erase(host->wakes_, this); }
+        Status arm(std::optional<MonoTime> d) override {
+            deadline = d;
+            return Ok{};
+        }
+        FakeHost* host;
+        std::function<void()> fire;
+        std::optional<MonoTime> deadline;
+    };
+    class FakeWall final : public WallTimer {
+      public:
+        FakeWall(FakeHost* h, std::function<void()> f) : host(h), fire(std::move(f)) {}
+        ~FakeWall() override { std::erase(host->walls_, this); }
+        Status arm(std::optional<WallTime> a) override {
+            at = a;
+            return Ok{};
+        }
+        FakeHost* host;
+        std::function<void()> fire;
+        std::optional<WallTime> at;
+    };
+    class Scope final : public UnitScope {
+      public:
+        Scope(FakeHost* h, std::string n, int fd) : host_(h), name_(std::move(n)), fd_(fd) {
+            host_->scope_fds_[name_] = fd_;
+        }
+        std::string_view kind() const override { return "fake"; }
+        std::vector<ProcInfo> members() override {
+            std::vector<ProcInfo> out;
+            for (const auto& [pid, p] : host_->procs_)
+                if (p.alive && p.scope == name_) {
+                    ProcInfo info;
+                    info.pid = pid;
+                    info.start = static_cast<unsigned long long>(pid);
+                    info.state = 'S';
+                    out.push_back(info);
+                }
+            return out;
+        }
+        int spawn_cgroup_fd() const override { return fd_; }
+        int kill(const MemberFilter& record) override {
+            int n = 0;
+            for (auto& p : members()) {
+                record(p);
+                auto& fp = host_->procs_.at(p.pid);
+                fp.signals.emplace_back(SIGKILL, host_->clock_.now());
+                fp.killed = true;
+                ++n;
+            }
+            return n;
+        }
+
+      private:
+        FakeHost* host_;
+        std::string name_;
+        int fd_;
+    };
+
+    void move_to(MonoTime t) {
+        auto d = t - clock_.now();
+        clock_.advance(d);
+        wall_ += std::chrono::duration_cast<WallTime::duration>(d);
+    }
+
+    FakeClock clock_;
+    WallTime wall_;
+    Admission admission_;
+    SupervisorComponent* component_ = nullptr;
+    std::vector<FakeWake*> wakes_;
+    std::vector<FakeWall*> walls_;
+    std::map<pid_t, FakeProc> procs_;
+    std::map<std::string, int> scope_fds_;
+    std::vector<std::function<void()>> posted_;
+    pid_t next_pid_ = 1000;
+    int next_scope_fd_ = 5000;
+};
+
+}  // namespace lastcall::test

@@ -1,0 +1,447 @@
+// SPDX-License-Identifier: Apache-2.0
+// The orchestration of units of work (ServiceManager, JobScheduler) on a fake host: restart
+// back-off, dependency order, the parallel stop, per-unit graces, a job's timeout escalation and
+// refusals once draining, with time advanced by the test and exits delivered by it. No process is
+// forked and nothing sleeps.
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include "fake_host.hpp"
+#include "lastcall/core/event_loop.hpp"
+#include "lastcall/jobs/config.hpp"
+#include "lastcall/jobs/ledger.hpp"
+#include "lastcall/jobs/scheduler.hpp"
+#include "lastcall/services/service_manager.hpp"
+#include "lastcall/services/services.hpp"
+
+using namespace lastcall;
+using namespace std::chrono_literals;
+using lastcall::test::FakeHost;
+
+namespace {
+
+const int kExit0 = W_EXITCODE(0, 0);
+const int kExit1 = W_EXITCODE(1, 0);
+const int kTermed = SIGTERM;  // a wait status: killed by SIGTERM
+
+std::vector<ServiceSpec> services(const std::string& toml) {
+    auto r = parse_services_toml(toml, "test.toml");
+    REQUIRE(r);
+    REQUIRE(order_by_dependencies(*r));
+    return std::move(*r);
+}
+
+// A ServiceManager attached to a fake host, as the supervisor would attach it.
+struct Services {
+    explicit Services(const std::string& toml, std::chrono::milliseconds grace = 10s)
+        : manager(services(toml), ServiceManagerOptions{}) {
+        host.host_settings.grace = grace;
+        host.deliver_to(&manager);
+        REQUIRE(manager.attach_host(host));
+        host.run_posted();
+    }
+    // What the supervisor does on the first trigger: intake closes, then Running -> Draining.
+    void begin_shutdown() {
+        host.admission().close();
+        manager.state_changed(State::Running, State::Draining);
+        host.run_posted();
+    }
+    pid_t pid(const std::string& argv0) {
+        auto p = host.live(argv0);
+        REQUIRE(p);
+        return *p;
+    }
+    ServiceState state(const std::string& name) { return *manager.state_of(name); }
+
+    FakeHost host;
+    ServiceManager manager;
+};
+
+}  // namespace
+
+TEST_CASE("a crashing service restarts after a back-off that doubles per quick exit",
+          "[orchestration][services]") {
+    Services s(R"(
+[services.web]
+command = ["web"]
+restart = "always"
+backoff = { initial = "1s", factor = 2, max = "30s", reset_after = "1m" }
+restart_limit = { burst = 100, interval = "1s" }
+)");
+    REQUIRE(s.host.spawned_argv0("web").size() == 1);
+    s.host.exit(s.pid("web"), kExit1);
+    CHECK(s.state("web") == ServiceState::Backoff);
+    s.host.advance(999ms);
+    CHECK(s.host.spawned_argv0("web").size() == 1);
+    s.host.advance(1ms);
+    CHECK(s.host.spawned_argv0("web").size() == 2);  // 1 s after the first exit
+
+    s.host.exit(s.pid("web"), kExit1);
+    s.host.advance(1999ms);
+    CHECK(s.host.spawned_argv0("web").size() == 2);
+    s.host.advance(1ms);
+    CHECK(s.host.spawned_argv0("web").size() == 3);  // 2 s after the second quick exit
+    CHECK(s.state("web") == ServiceState::Ready);
+}
+
+TEST_CASE("a service that keeps failing stops restarting at its restart limit",
+          "[orchestration][services]") {
+    Services s(R"(
+[services.web]
+command = ["web"]
+restart = "on-failure"
+backoff = { initial = "100ms", factor = 1 }
+restart_limit = { burst = 3, interval = "10s" }
+)");
+    for (int i = 0; i < 3; ++i) {
+        s.host.exit(s.pid("web"), kExit1);
+        s.host.advance(100ms);
+    }
+    CHECK(s.host.spawned_argv0("web").size() == 3);
+    CHECK(s.state("web") == ServiceState::Failed);
+    s.host.advance(1min);
+    CHECK(s.host.spawned_argv0("web").size() == 3);
+}
+
+TEST_CASE("a service starts only once what it depends on is ready", "[orchestration][services]") {
+    Services s(R"(
+[services.db]
+command = ["db"]
+ready = { exec = ["db-ready"], interval = "1s" }
+
+[services.web]
+command = ["web"]
+depends_on = ["db"]
+)");
+    CHECK(s.host.spawned_argv0("web").empty());
+    s.host.advance(0ms);  // the first probe is due at once
+    auto probe = s.host.live("db-ready");
+    REQUIRE(probe);
+    s.host.exit(*probe, kExit1);  // not ready yet
+    CHECK(s.host.spawned_argv0("web").empty());
+    s.host.advance(1s);
+    probe = s.host.live("db-ready");
+    REQUIRE(probe);
+    s.host.exit(*probe, kExit0);
+    CHECK(s.state("db") == ServiceState::Ready);
+    CHECK(s.host.spawned_argv0("web").size() == 1);
+}
+
+TEST_CASE("a restart due after the shutdown began is refused", "[orchestration][services]") {
+    Services s(R"(
+[services.web]
+command = ["web"]
+restart = "always"
+backoff = { initial = "1s" }
+)");
+    s.host.exit(s.pid("web"), kExit1);
+    REQUIRE(s.state("web") == ServiceState::Backoff);
+    s.begin_shutdown();
+    s.host.advance(1min);
+    CHECK(s.host.spawned_argv0("web").size() == 1);
+    CHECK(s.state("web") == ServiceState::Stopped);
+    CHECK(s.host.admission().stats().of(EntryPath::Restart).registered == 0);
+}
+
+TEST_CASE("the admission refuses a service start once intake is closed, and says so",
+          "[orchestration][services]") {
+    Services s(R"(
+[services.web]
+command = ["web"]
+restart = "always"
+backoff = { initial = "1s" }
+)");
+    s.host.exit(s.pid("web"), kExit1);
+    // Intake closed, but the state change has not reached the manager yet (the race the
+    // admission closes): the due restart is refused by the admission itself.
+    s.host.admission().close();
+    s.host.advance(1s);
+    CHECK(s.host.spawned_argv0("web").size() == 1);
+    CHECK(s.host.admission().stats().of(EntryPath::Restart).refused == 1);
+}
+
+TEST_CASE("services that nothing depends on get their stop signal at the same time",
+          "[orchestration][services]") {
+    Services s(R"(
+[services.a]
+command = ["a"]
+[services.b]
+command = ["b"]
+[services.c]
+command = ["c"]
+)",
+               5s);
+    pid_t a = s.pid("a"), b = s.pid("b"), c = s.pid("c");
+    s.begin_shutdown();
+    CHECK(s.host.drain_holds == 1);
+    s.host.advance(0ms);
+    REQUIRE(s.host.when(a, SIGTERM));
+    CHECK(s.host.when(a, SIGTERM) == s.host.when(b, SIGTERM));
+    CHECK(s.host.when(b, SIGTERM) == s.host.when(c, SIGTERM));
+    // Each needs 2 s to stop: all are gone after 2 s, none was killed.
+    s.host.advance(2s);
+    for (pid_t p : {a, b, c}) s.host.exit(p, kTermed);
+    for (pid_t p : {a, b, c}) {
+        CHECK(s.host.count(p, SIGTERM) == 1);
+        CHECK_FALSE(s.host.got(p, SIGKILL));
+    }
+    CHECK(s.host.drain_releases == 1);
+    CHECK(s.host.forces.empty());
+}
+
+TEST_CASE("a service is stopped only after the services that depend on it have exited",
+          "[orchestration][services]") {
+    Services s(R"(
+[services.a]
+command = ["a"]
+[services.b]
+command = ["b"]
+depends_on = ["a"]
+)");
+    pid_t a = s.pid("a"), b = s.pid("b");
+    s.begin_shutdown();
+    s.host.advance(0ms);
+    CHECK(s.host.got(b, SIGTERM));
+    CHECK_FALSE(s.host.got(a, SIGTERM));
+    s.host.advance(3s);
+    CHECK_FALSE(s.host.got(a, SIGTERM));
+    s.host.exit(b, kTermed);
+    CHECK(s.host.when(a, SIGTERM) == s.host.now());
+    s.host.exit(a, kTermed);
+    CHECK(s.host.drain_releases == 1);
+}
+
+TEST_CASE("a service's own grace ends in a kill of its scope, capped by the global grace",
+          "[orchestration][services]") {
+    Services s(R"(
+[services.quick]
+command = ["quick"]
+grace = "1s"
+[services.slow]
+command = ["slow"]
+grace = "1h"
+)",
+               5s);
+    pid_t quick = s.pid("quick"), slow = s.pid("slow");
+    pid_t worker = s.host.fork_child(slow);  // a worker of slow's, in its scope
+    s.begin_shutdown();
+    s.host.advance(0ms);
+    CHECK(s.host.got(worker, SIGTERM));
+    s.host.advance(999ms);
+    CHECK_FALSE(s.host.got(quick, SIGKILL));
+    s.host.advance(1ms);
+    CHECK(s.host.got(quick, SIGKILL));
+    CHECK_FALSE(s.host.got(slow, SIGKILL));
+    s.host.advance(4s);  // 5 s: the global grace caps slow's hour
+    CHECK(s.host.got(slow, SIGKILL));
+    CHECK(s.host.got(worker, SIGKILL));
+    s.host.reap_killed();
+    CHECK(s.state("quick") == ServiceState::Stopped);
+    CHECK(s.state("slow") == ServiceState::Stopped);
+    REQUIRE(s.host.forces.size() == 2);
+    CHECK(s.host.forces[0].source == "service quick: grace");
+    CHECK(s.host.forces[1].source == "service slow: grace");
+    CHECK(s.host.forces[1].count == 2);
+    CHECK(s.host.drain_releases == 1);
+}
+
+TEST_CASE("a process born after the stop signal is not signalled again before the kill",
+          "[orchestration][services]") {
+    Services s(R"(
+[services.app]
+command = ["app"]
+grace = "3s"
+)");
+    pid_t app = s.pid("app");
+    s.begin_shutdown();
+    s.host.advance(0ms);
+    pid_t cleanup = s.host.fork_child(app);  // its TERM trap starts a cleanup helper
+    s.host.advance(2900ms);
+    CHECK(s.host.count(app, SIGTERM) == 1);
+    CHECK(s.host.proc(cleanup).signals.empty());
+    s.host.exit(cleanup, kExit0);
+    s.host.exit(app, kExit0);
+    CHECK(s.state("app") == ServiceState::Stopped);
+    CHECK(s.host.forces.empty());
+}
+
+TEST_CASE("a main service's exit asks for the shutdown after the current event, with its code",
+          "[orchestration][services]") {
+    Services s(R"(
+[services.web]
+command = ["web"]
+main = true
+)");
+    s.host.exit(s.pid("web"), W_EXITCODE(3, 0));
+    CHECK(s.host.shutdown_requested == 3);
+    CHECK(s.state("web") == ServiceState::Exited);
+}
+
+TEST_CASE("a service whose command cannot start fails its dependents",
+          "[orchestration][services]") {
+    FakeHost host;
+    host.fail_spawns = 1;
+    ServiceManager manager(services(R"(
+[services.db]
+command = ["db"]
+[services.web]
+command = ["web"]
+depends_on = ["db"]
+)"),
+                           ServiceManagerOptions{});
+    host.deliver_to(&manager);
+    REQUIRE(manager.attach_host(host));
+    CHECK(manager.state_of("db") == ServiceState::Exited);
+    CHECK(manager.state_of("web") == ServiceState::Failed);
+    CHECK(host.admission().stats().of(EntryPath::ServiceStart).rolled_back == 1);
+}
+
+// ---- jobs ----
+
+namespace {
+
+struct TempDir {
+    TempDir() {
+        char tmpl[] = "/tmp/lastcall-orch-XXXXXX";
+        REQUIRE(::mkdtemp(tmpl));
+        path = tmpl;
+    }
+    ~TempDir() { std::filesystem::remove_all(path); }
+    std::string path;
+};
+
+struct Jobs {
+    explicit Jobs(const std::string& toml) {
+        auto cfg = parse_jobs_toml(toml, "test.toml");
+        REQUIRE(cfg);
+        auto ledger = Ledger::open(dir.path, true);
+        REQUIRE(ledger);
+        scheduler.emplace(std::move(cfg->jobs), std::move(*ledger));
+        host.deliver_to(&*scheduler);
+        REQUIRE(scheduler->attach_host(host));
+        reader.emplace(std::move(*Ledger::open(dir.path, false)));
+    }
+    RunRecord run(std::int64_t id) {
+        auto r = reader->get(id);
+        REQUIRE(r);
+        REQUIRE(*r);
+        return **r;
+    }
+    // The wall clock reaches the next minute: a `* * * * *` job fires.
+    void next_minute() {
+        auto now = host.wall_now();
+        auto minute = std::chrono::floor<std::chrono::minutes>(now) + 1min;
+        host.set_wall(minute);
+    }
+
+    TempDir dir;
+    FakeHost host;
+    std::optional<JobScheduler> scheduler;
+    std::optional<Ledger> reader;
+};
+
+}  // namespace
+
+TEST_CASE("a job that outlives its timeout gets SIGTERM, then SIGKILL 5 s later, and fails",
+          "[orchestration][jobs]") {
+    Jobs j(R"(
+[jobs.backup]
+schedule = "* * * * *"
+command = ["backup"]
+timeout = "30s"
+)");
+    j.next_minute();
+    auto runs = j.host.spawned_argv0("backup");
+    REQUIRE(runs.size() == 1);
+    pid_t leader = runs[0];
+    pid_t daemon = j.host.fork_child(leader);  // a setsid grandchild, in the run's scope
+    CHECK(j.run(1).state == RunState::Started);
+    j.host.advance(29999ms);
+    CHECK_FALSE(j.host.got(leader, SIGTERM));
+    j.host.advance(1ms);
+    CHECK(j.host.got(leader, SIGTERM));
+    CHECK(j.host.got(daemon, SIGTERM));
+    j.host.advance(4999ms);
+    CHECK_FALSE(j.host.got(leader, SIGKILL));
+    j.host.advance(1ms);
+    CHECK(j.host.got(leader, SIGKILL));
+    CHECK(j.host.got(daemon, SIGKILL));
+    CHECK(j.host.count(leader, SIGTERM) == 1);
+    j.host.reap_killed();
+    auto r = j.run(1);
+    CHECK(r.state == RunState::Failed);
+    CHECK_THAT(r.reason, Catch::StartsWith("timeout: ran past its 30s timeout"));
+}
+
+TEST_CASE("a job due once draining has begun is recorded skipped, not started",
+          "[orchestration][jobs]") {
+    Jobs j(R"(
+[jobs.report]
+schedule = "* * * * *"
+command = ["report"]
+)");
+    j.host.admission().close();
+    j.scheduler->state_changed(State::Running, State::Draining);
+    j.next_minute();
+    CHECK(j.host.spawned_argv0("report").empty());
+    auto r = j.run(1);
+    CHECK(r.state == RunState::Skipped);
+    CHECK(r.reason == "shutting down");
+}
+
+TEST_CASE(
+    "a run still in flight when the grace runs out is interrupted, and a late exit 0 "
+    "cannot complete it",
+    "[orchestration][jobs]") {
+    Jobs j(R"(
+[jobs.sync]
+schedule = "* * * * *"
+command = ["sync"]
+)");
+    j.host.host_settings.grace = 10s;
+    j.next_minute();
+    pid_t leader = j.host.spawned_argv0("sync").at(0);
+    j.host.admission().close();
+    j.scheduler->state_changed(State::Running, State::Draining);
+    j.scheduler->state_changed(State::Draining, State::Stopping);
+    j.host.advance(10s);
+    j.scheduler->before_force();
+    j.host.exit(leader, kExit0);
+    auto r = j.run(1);
+    CHECK(r.state == RunState::Interrupted);
+    CHECK(r.reason == "grace expired at shutdown");
+}
+
+// ---- the loop ----
+
+TEST_CASE("a task posted from an event handler runs after the handler, in the same turn",
+          "[orchestration][loop]") {
+    auto loop = EventLoop::create();
+    REQUIRE(loop);
+    int fds[2];
+    REQUIRE(::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0);
+    UniqueFd rd(fds[0]), wr(fds[1]);
+    std::vector<std::string> order;
+    REQUIRE(loop->watch(rd.get(), EPOLLIN, [&](auto) {
+        char c;
+        [[maybe_unused]] auto n = ::read(rd.get(), &c, 1);
+        loop->post([&] {
+            order.push_back("posted");
+            loop->post([&] { order.push_back("posted by a posted task"); });
+        });
+        order.push_back("handler");
+    }));
+    REQUIRE(::write(wr.get(), "x", 1) == 1);
+    REQUIRE(loop->run_once());
+    CHECK(order == std::vector<std::string>{"handler", "posted"});
+    // A task posted by a posted task waits for the next turn, which does not block on epoll.
+    REQUIRE(loop->run_once());
+    CHECK(order == std::vector<std::string>{"handler", "posted", "posted by a posted task"});
+}
