@@ -15,7 +15,7 @@ BENCH_PKGS := tini dumb-init catatonit hyperfine gnuplot-nox
 # cpack's DEB generator: dpkg-shlibdeps (dpkg-dev) computes Depends, file finds the ELF files.
 PKG_PKGS   := dpkg-dev file
 
-.PHONY: all deps build demo test test-release test-sanitize test-tsan fuzz package static bench format clean
+.PHONY: all deps build demo test test-release test-sanitize fuzz package static bench format clean
 
 all: build
 
@@ -53,8 +53,8 @@ test-release: build static
 	LASTCALL_STATIC_BINARY=$(CURDIR)/build-static/lastcall \
 	  ctest --test-dir $(BUILD) --output-on-failure -R 'e2e: test_packaging'
 
-# The whole suite (unit and end to end) against an ASan+UBSan build, then the threaded unit tests
-# under TSan. Sanitizer reports go to files, not to stderr: an e2e test that expects lastcall to
+# The whole suite (unit and end to end) against an ASan+UBSan build. (No TSan build: lastcall is
+# single-threaded, see shutdown/admission.hpp.) Sanitizer reports go to files, not to stderr: an e2e test that expects lastcall to
 # die (SIGKILL, exit codes) would not notice a report in a log it does not read. Any report file
 # fails the target, whatever ctest said. The directory is world-writable because some tests run
 # lastcall as nobody.
@@ -75,18 +75,6 @@ test-sanitize: deps
 	if [ -n "$$(ls -A $(SAN_LOGS))" ]; then \
 	  echo "sanitizer reports:"; for f in $(SAN_LOGS)/*; do echo "== $$f"; cat "$$f"; done; status=1; \
 	fi; exit $$status
-	$(MAKE) test-tsan
-
-# The threaded unit tests ([admission], [stress], [threads]: the admission registry and its
-# stress test against a concurrent drain) under ThreadSanitizer.
-# Only threads_tests (those tests and the admission registry's source) is built: the rest of lastcall
-# is single-threaded and gains nothing from TSan, and building all of it took minutes of CI.
-# setarch -R: TSan's fixed shadow layout does not fit every randomized address-space layout.
-test-tsan: deps
-	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DLASTCALL_TSAN=ON
-	cmake --build build-tsan -j $(JOBS) --target threads_tests
-	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  setarch -R build-tsan/tests/threads_tests "[admission],[stress],[threads]"
 
 # libFuzzer targets (tests/fuzz) in their own clang build; each runs FUZZ_SECONDS seconds.
 FUZZ_SECONDS ?= 20
@@ -126,4 +114,4 @@ format:
 	clang-format -i src/*.cpp src/*/*.cpp include/lastcall/*.hpp include/lastcall/*/*.hpp tests/unit/*.cpp tests/e2e/helpers/*.c
 
 clean:
-	rm -rf $(BUILD) build-san build-tsan build-static build-fuzz
+	rm -rf $(BUILD) build-san build-static build-fuzz

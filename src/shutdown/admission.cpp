@@ -64,7 +64,6 @@ void Ticket::finish() {
 }
 
 std::optional<Ticket> Admission::try_admit(EntryPath path) {
-    std::lock_guard lock(mutex_);
     auto& per = counts_.by_path[static_cast<int>(path)];
     if (!open_) {
         ++counts_.refused;
@@ -78,64 +77,40 @@ std::optional<Ticket> Admission::try_admit(EntryPath path) {
 }
 
 void Admission::started(EntryPath path) {
-    std::lock_guard lock(mutex_);
     ++counts_.by_path[static_cast<int>(path)].executing;
 }
 
 std::size_t Admission::close() {
-    std::lock_guard lock(mutex_);
     open_ = false;
     return active_;
 }
 
 bool Admission::is_open() const {
-    std::lock_guard lock(mutex_);
     return open_;
 }
 
 std::size_t Admission::active() const {
-    std::lock_guard lock(mutex_);
     return active_;
 }
 
 AdmissionStats Admission::stats() const {
-    std::lock_guard lock(mutex_);
     AdmissionStats s = counts_;
     s.active = active_;
     s.open = open_;
     return s;
 }
 
-bool Admission::wait_idle_until(std::chrono::steady_clock::time_point deadline) {
-    std::unique_lock lock(mutex_);
-    return idle_.wait_until(lock, deadline, [this] { return active_ == 0; });
-}
-
-void Admission::on_idle(std::function<void()> callback) {
-    std::lock_guard lock(mutex_);
-    on_idle_ = std::move(callback);
-}
-
 void Admission::finished(bool was_started, EntryPath path) {
-    std::function<void()> notify;
-    {
-        std::lock_guard lock(mutex_);
-        --active_;
-        auto& per = counts_.by_path[static_cast<int>(path)];
-        if (was_started) {
-            ++counts_.released;
-            --per.executing;
-            ++per.released;
-        } else {
-            ++counts_.rolled_back;
-            ++per.rolled_back;
-        }
-        if (active_ == 0) {
-            idle_.notify_all();
-            if (!open_) notify = on_idle_;
-        }
+    --active_;
+    auto& per = counts_.by_path[static_cast<int>(path)];
+    if (was_started) {
+        ++counts_.released;
+        --per.executing;
+        ++per.released;
+    } else {
+        ++counts_.rolled_back;
+        ++per.rolled_back;
     }
-    if (notify) notify();
 }
 
 }  // namespace lastcall

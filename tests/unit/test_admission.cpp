@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <catch2/catch.hpp>
 
-#include <atomic>
+#include <optional>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "lastcall/shutdown/admission.hpp"
@@ -42,11 +41,9 @@ TEST_CASE("once intake is closed nothing is admitted and the count only goes dow
     CHECK(a.close() == 1);
     CHECK_FALSE(a.try_admit());
     CHECK(a.stats().refused == 1);
-    bool idle = false;
-    a.on_idle([&] { idle = true; });
     t.reset();
-    CHECK(idle);
     CHECK(a.active() == 0);
+    CHECK(a.stats().released == 1);
 }
 
 TEST_CASE("a moved ticket is finished once, by its last owner", "[admission]") {
@@ -61,72 +58,57 @@ TEST_CASE("a moved ticket is finished once, by its last owner", "[admission]") {
     CHECK(a.stats().released == 1);
 }
 
-// The race the registry exists for: a worker reads "open", the drain closes and sees active == 0
-// and tears the shared resource down, and only then the worker counts itself in and uses the torn
-// down resource. Workers hammer admit/start/release (and rollbacks) while a drainer closes intake
-// at a random moment, waits for zero and then "closes the pool". Any unit that starts after the
-// drain observed zero is a violation.
-TEST_CASE("no unit of work starts after a concurrent drain observed zero active units",
-          "[admission][stress]") {
-    constexpr int kRounds = 300;
-    constexpr int kWorkers = 6;
-    std::mt19937 seed_rng(12345);
-    for (int round = 0; round < kRounds; ++round) {
+// The race the registry exists for: work counted in after the drain saw active == 0 would use a
+// resource the drain has closed. On the one loop thread the check and the count are one call;
+// this walks many random interleavings of admit, start, release, rollback and close over a pool
+// of outstanding tickets and checks, at every step, that nothing is admitted after close(), that
+// the active count only goes down from there, and that every ticket ends exactly once.
+TEST_CASE("no unit of work is admitted after close, and every ticket ends exactly once",
+          "[admission]") {
+    std::mt19937 rng(12345);
+    for (int round = 0; round < 300; ++round) {
         Admission a;
-        std::atomic<bool> drained_at_zero{false};
-        std::atomic<bool> pool_open{true};
-        std::atomic<long> started_after_drain{0}, used_closed_pool{0}, started{0}, refusals{0};
-        std::atomic<bool> go{false};
-        std::vector<std::thread> workers;
-        for (int w = 0; w < kWorkers; ++w) {
-            unsigned seed = seed_rng();
-            workers.emplace_back([&, seed] {
-                std::mt19937 rng(seed);
-                while (!go.load()) std::this_thread::yield();
-                for (int i = 0; i < 2000; ++i) {
-                    auto t = a.try_admit();
-                    if (!t) {  // intake closed: this worker is done
-                        ++refusals;
-                        break;
+        std::vector<Ticket> pool;
+        std::optional<std::size_t> active_at_close;
+        std::uint64_t started = 0, admitted = 0;
+        for (int step = 0; step < 400; ++step) {
+            switch (rng() % 6) {
+                case 0:
+                case 1:
+                    if (auto t = a.try_admit()) {
+                        REQUIRE_FALSE(active_at_close);  // admitted after close(): the race
+                        ++admitted;
+                        pool.push_back(std::move(*t));
+                    } else {
+                        REQUIRE(active_at_close);
                     }
-                    if (rng() % 8 == 0) continue;  // cancelled before start: destructor rolls back
-                    if (drained_at_zero.load()) ++started_after_drain;
-                    t->started();
-                    ++started;
-                    if (!pool_open.load()) ++used_closed_pool;
-                    if (rng() % 4 == 0) std::this_thread::yield();
-                    if (!pool_open.load()) ++used_closed_pool;
-                    t->release();
-                }
-            });
-        }
-        std::thread drainer([&, delay = seed_rng() % 200] {
-            while (!go.load()) std::this_thread::yield();
-            for (unsigned i = 0; i < delay; ++i) std::this_thread::yield();
-            a.close();
-            bool idle =
-                a.wait_idle_until(std::chrono::steady_clock::now() + std::chrono::seconds(10));
-            if (idle) {
-                drained_at_zero = true;
-                pool_open = false;  // the shared resource closes only after the drain
+                    break;
+                case 2:
+                    if (!pool.empty() && !pool.back().is_started()) {
+                        pool.back().started();
+                        started += pool.back().is_started();  // a no-op once it has ended
+                    }
+                    break;
+                case 3:  // ended (released if it started, else rolled back by the destructor)
+                    if (!pool.empty()) pool.erase(pool.begin() + rng() % pool.size());
+                    break;
+                case 4:
+                    if (!pool.empty()) pool[rng() % pool.size()].rollback();
+                    break;
+                case 5:
+                    if (rng() % 20 == 0 && !active_at_close) active_at_close = a.close();
+                    break;
             }
-        });
-        go = true;
-        drainer.join();
-        for (auto& w : workers) w.join();
-
-        INFO("round " << round);
-        REQUIRE(drained_at_zero.load());
-        REQUIRE(started_after_drain.load() == 0);
-        REQUIRE(used_closed_pool.load() == 0);
+            if (active_at_close) REQUIRE(a.active() <= *active_at_close);
+            REQUIRE(a.active() <= pool.size());
+        }
+        pool.clear();
         auto s = a.stats();
+        INFO("round " << round);
         REQUIRE(s.active == 0);
-        REQUIRE_FALSE(s.open);
+        REQUIRE(s.admitted == admitted);
         REQUIRE(s.admitted == s.released + s.rolled_back);
-        REQUIRE(s.released == static_cast<std::uint64_t>(started.load()));
-        // Every refusal a worker saw is counted once (on a loaded machine the workers may all
-        // finish their loops before the drain closes intake: then there are none).
-        REQUIRE(s.refused == static_cast<std::uint64_t>(refusals.load()));
+        REQUIRE(s.released == started);
     }
 }
 

@@ -3,19 +3,23 @@
 //
 // The race it closes: a worker reads "running", the drain flips to draining and sees active == 0,
 // closes shared resources, and only then the worker increments active and uses a closed resource.
-// Here the state check and the increment happen under one lock, so a unit of work (a spawn, a
-// scheduled run, a restart) is either admitted before close() or refused after it, never in
-// between. Each admitted unit holds a Ticket:
+// Here the state check and the increment are one call, so a unit of work (a spawn, a scheduled
+// run, a restart) is either admitted before close() or refused after it, never in between. Each
+// admitted unit holds a Ticket:
 //   admitted --started()--> started --release()/~Ticket--> released   (exactly once)
 //   admitted --~Ticket / rollback()----------------------> rolled back (it never started)
 // A ticket dropped without being started is a rollback, not a release: it never ran.
+//
+// Single-threaded on purpose: every admission, start, release and the drain's check happen on
+// lastcall's one event loop thread (the services, the scheduler, the main child; libmicrohttpd
+// runs on that loop too), so "one step" needs no lock. The first version had a mutex, a condition
+// variable and a threaded stress test under TSan for workers that never existed. A threaded
+// caller would need the lock back: nothing here is safe to call from two threads.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -80,24 +84,16 @@ class Admission {
     bool is_open() const;
     std::size_t active() const;
     AdmissionStats stats() const;
-    // Blocks until active == 0 or the deadline passes (for threaded users). True when idle.
-    bool wait_idle_until(std::chrono::steady_clock::time_point deadline);
-    // Called (outside the lock) each time active drops to 0 after close(): the event loop's way
-    // of learning the drain is complete without polling.
-    void on_idle(std::function<void()> callback);
 
   private:
     friend class Ticket;
     void finished(bool was_started, EntryPath path);
     void started(EntryPath path);
 
-    mutable std::mutex mutex_;
-    std::condition_variable idle_;
     bool open_ = true;
     std::size_t active_ = 0;
     std::uint64_t next_id_ = 1;
     AdmissionStats counts_;
-    std::function<void()> on_idle_;
 };
 
 }  // namespace lastcall
