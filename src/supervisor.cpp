@@ -103,7 +103,9 @@ Status Supervisor::set_up() {
         spdlog::debug("running as PID 1: orphans of the whole namespace are reaped here");
     } else if (auto st = become_subreaper(); !st) {
         return st;
-    } else if (opts_.warn_implicit_subreaper) {
+    } else if (!opts_.warn_implicit_subreaper) {
+        voice_.subreaper_registered();  // tini -s
+    } else {
         // tini without -s would not reap orphans here; lastcall does, and says so once.
         spdlog::warn(
             "not running as PID 1: registered as a child subreaper (tini needs -s or "
@@ -185,9 +187,9 @@ std::optional<int> Supervisor::start_child() {
     main_pidfd_ = std::move(result.child->pidfd);
     emergency_main_started(main_pid_);
     book_.set_main(main_pid_);
-    voice_.setsid_done();
     if (!voice_.spawned(main_pid_, opts_.command.front()))
         spdlog::debug("spawned pid {}: {}", main_pid_, join(opts_.command));
+    voice_.setsid_done(spec.take_tty);
     for (auto* c : components_) c->child_started(main_pid_);
 
     if (!opts_.ready_file.empty()) {
@@ -654,11 +656,12 @@ void Supervisor::signal_tree(int sig) {
         // The stop primitive: once to each member, SIGCONT after it, passes until nobody new.
         // No kill(-pgid) first: a process would get it twice. No rescans later: a process born
         // after this is a cleanup helper, and the kill at grace end covers it.
-        StopPassIo io{[this] { return tracker_->members(); }, signal_exact,
-                      stop_pass_budget([this] { return clock_.now(); }),
-                      [this] { return one_hold(tracker_->freeze()); }};
+        auto out_of_time = stop_pass_budget([this] { return clock_.now(); });
+        StopPassIo io{[&] { return tracker_->members_within(out_of_time); }, signal_exact,
+                      out_of_time, [this] { return one_hold(tracker_->freeze()); }};
         auto result = send_stop_signal(io, sig, [this](const ProcInfo& p) { return take_stop(p); });
         n += result.signalled;
+        tree_storming_ = !result.settled;
         if (!result.settled)
             spdlog::warn(
                 "processes kept appearing while {} went out: the rest is killed at the "
@@ -672,6 +675,20 @@ void Supervisor::signal_tree(int sig) {
 
 void Supervisor::kill_tree() {
     for (auto* c : components_) c->before_force();
+    // The kills that need no descriptor and no enumeration: as PID 1 every process of the
+    // namespace is part of the tree; otherwise the main child's group, whose id cannot be reused
+    // while the main child is unreaped. One system call each, and the kernel makes a fork racing
+    // a group kill fail. Normally they come after the enumeration below, so that the record
+    // names each process lastcall killed. Under a fork storm (the stop passes never settled)
+    // they come first: with the /proc tracker, 2,000 processes retrying fork leave lastcall a
+    // sliver of CPU and one enumeration took a minute while the storm went on.
+    auto atomic_kills = [this] {
+        if (::getpid() == 1)
+            ::kill(-1, SIGKILL);
+        else if (main_pid_ > 0 && !main_status_)
+            ::kill(-main_pid_, SIGKILL);
+    };
+    if (tree_storming_) atomic_kills();
     // Whatever the kill scope, the escalation covers the whole tree: lastcall never exits with
     // a descendant left behind.
     int n = tracker_->kill_all([&](const ProcInfo& p) {
@@ -680,13 +697,9 @@ void Supervisor::kill_tree() {
         rec.killed = true;
         return true;
     });
-    // A fallback that needs no descriptor and no enumeration (RLIMIT_NOFILE lowered under
-    // lastcall's feet): as PID 1 every process of the namespace is part of the tree; otherwise
-    // the main child's group, whose id cannot be reused while the main child is unreaped.
-    if (::getpid() == 1)
-        ::kill(-1, SIGKILL);
-    else if (main_pid_ > 0 && !main_status_)
-        ::kill(-main_pid_, SIGKILL);
+    // Also the fallback when lastcall has no descriptor left for the enumeration (RLIMIT_NOFILE
+    // lowered under its feet).
+    atomic_kills();
     record_force(tracker_->name() == "cgroup" ? ForceKind::CgroupKill : ForceKind::Sigkill,
                  "escalation", n);
     if (n > 0) spdlog::warn("sent SIGKILL to {} process(es)", n);
@@ -789,6 +802,7 @@ int Supervisor::finish() {
         spdlog::info("{}", summarize(in));
     else
         spdlog::debug("{}", summarize(in));
+    voice_.exiting();
     return code;
 }
 

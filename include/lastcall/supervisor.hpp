@@ -167,6 +167,7 @@ class Supervisor final : private ShutdownActions {
     std::unique_ptr<Ending> ending_;
     bool main_stopped_first_ = false;  // the stop signal already reached the main child
     bool gave_up_ = false;
+    bool tree_storming_ = false;       // the stop passes ran out before a pass found nobody new
     std::set<pid_t> helper_sessions_;  // sessions of lastcall's own helpers
     struct Flood {
         std::optional<MonoTime> logged;  // when the signal was last logged

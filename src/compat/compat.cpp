@@ -270,6 +270,9 @@ ParsedCommandLine parse_tini(const std::vector<std::string>& args, const EnvLook
     // without a grace: SIGTERM, then SIGKILL right away, then it exits.
     o.grace = std::chrono::milliseconds{0};
     o.log_level = tini_log_level(verbosity);
+    // lastcall's own lines: its warnings and errors as tini prints its own; its debug lines only
+    // one -v beyond tini's most verbose (-vvvv).
+    o.own_log_level = verbosity <= 0 ? "error" : verbosity >= 5 ? "debug" : "warn";
     o.warn_implicit_subreaper = !subreaper;
     // tini's exec failure: 127 for ENOENT, 126 for EACCES, 1 otherwise (set in the supervisor).
     return {std::move(o), 0};
@@ -350,6 +353,7 @@ ParsedCommandLine parse_dumb_init(const std::vector<std::string>& args, const En
         o.stop_signal = it->second;
     // dumb-init is silent unless asked; lastcall keeps its warnings (survivors).
     o.log_level = debug ? "debug" : "warn";
+    o.own_log_level = "warn";
     // dumb-init's child exits 2 when the exec fails, whatever the reason.
     o.exec_failure_exit = 2;
     return {std::move(o), 0};

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/compat/forwarding.hpp"
 
+#include "lastcall/core/log.hpp"
+
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -76,36 +78,36 @@ bool PeerVoice::signal(const SignalAction& a) const {
             return false;
         case CompatMode::Tini:
             if (a.kind == SignalAction::Kind::Forward)
-                spdlog::debug("Passing signal: '{}'", ::strsignal(a.sig));
+                peer_log().debug("Passing signal: '{}'", ::strsignal(a.sig));
             return true;
         case CompatMode::DumbInit:
-            spdlog::debug("Received signal {}.", a.received);
+            peer_log().debug("Received signal {}.", a.received);
             if (a.handoff_echo) {
-                spdlog::debug("Ignoring tty hand-off signal {}.", a.received);
+                peer_log().debug("Ignoring tty hand-off signal {}.", a.received);
                 return true;
             }
             if (a.sig != a.received)
-                spdlog::debug("Translating signal {} to {}.", a.received, a.sig);
+                peer_log().debug("Translating signal {} to {}.", a.received, a.sig);
             if (a.kind == SignalAction::Kind::Forward)
-                spdlog::debug("Forwarded signal {} to children.", a.sig);
+                peer_log().debug("Forwarded signal {} to children.", a.sig);
             else if (a.sig == 0)
-                spdlog::debug("Not forwarding signal {} to children (ignored).", a.received);
-            if (a.stop_self) spdlog::debug("Suspending self due to TTY signal.");
+                peer_log().debug("Not forwarding signal {} to children (ignored).", a.received);
+            if (a.stop_self) peer_log().debug("Suspending self due to TTY signal.");
             return true;
     }
     return false;
 }
 
 void PeerVoice::sigchld() const {
-    if (opts_.compat == CompatMode::Tini) spdlog::debug("Received SIGCHLD");
-    if (opts_.compat == CompatMode::DumbInit) spdlog::debug("Received signal {}.", SIGCHLD);
+    if (opts_.compat == CompatMode::Tini) peer_log().debug("Received SIGCHLD");
+    if (opts_.compat == CompatMode::DumbInit) peer_log().debug("Received signal {}.", SIGCHLD);
 }
 
 bool PeerVoice::spawned(pid_t pid, const std::string& argv0) const {
     if (opts_.compat == CompatMode::Tini)
-        spdlog::info("Spawned child process '{}' with pid '{}'", argv0, pid);
+        peer_log().info("Spawned child process '{}' with pid '{}'", argv0, pid);
     else if (opts_.compat == CompatMode::DumbInit)
-        spdlog::debug("Child spawned with PID {}.", pid);
+        peer_log().debug("Child spawned with PID {}.", pid);
     return compat();
 }
 
@@ -113,9 +115,9 @@ bool PeerVoice::exec_failed(const std::string& argv0, int err) const {
     // Both peers print this from the forked child, so tini's line carries the child's pid;
     // lastcall resolves the command before forking, and its line carries lastcall's.
     if (opts_.compat == CompatMode::Tini)
-        spdlog::critical("exec {} failed: {}", argv0, std::strerror(err));
+        peer_log().critical("exec {} failed: {}", argv0, std::strerror(err));
     else if (opts_.compat == CompatMode::DumbInit)
-        spdlog::critical("{}: {}", argv0, std::strerror(err));
+        peer_log().critical("{}: {}", argv0, std::strerror(err));
     return compat();
 }
 
@@ -124,31 +126,31 @@ bool PeerVoice::reaped(pid_t pid, int status, bool main_child) const {
         case CompatMode::None:
             return false;
         case CompatMode::Tini:
-            spdlog::debug("Reaped child with pid: '{}'", pid);
+            peer_log().debug("Reaped child with pid: '{}'", pid);
             if (main_child) {
                 if (WIFEXITED(status))
-                    spdlog::info("Main child exited normally (with status '{}')",
-                                 WEXITSTATUS(status));
+                    peer_log().info("Main child exited normally (with status '{}')",
+                                    WEXITSTATUS(status));
                 else if (WIFSIGNALED(status))
-                    spdlog::info("Main child exited with signal (with signal '{}')",
-                                 ::strsignal(WTERMSIG(status)));
+                    peer_log().info("Main child exited with signal (with signal '{}')",
+                                    ::strsignal(WTERMSIG(status)));
             } else if (opts_.warn_on_reap) {
-                spdlog::warn("Reaped zombie process with pid={}", pid);
+                peer_log().warn("Reaped zombie process with pid={}", pid);
             }
             return true;
         case CompatMode::DumbInit:
             if (WIFEXITED(status))
-                spdlog::debug("A child with PID {} exited with exit status {}.", pid,
-                              WEXITSTATUS(status));
+                peer_log().debug("A child with PID {} exited with exit status {}.", pid,
+                                 WEXITSTATUS(status));
             else if (WIFSIGNALED(status))
-                spdlog::debug("A child with PID {} was terminated by signal {}.", pid,
-                              WTERMSIG(status));
+                peer_log().debug("A child with PID {} was terminated by signal {}.", pid,
+                                 WTERMSIG(status));
             if (main_child) {
                 // dumb-init sends SIGTERM (through its rewrite table) to what is left, then exits;
                 // lastcall sends the same signal and then waits for the rest to be gone.
                 int term = rewritten(opts_, SIGTERM);
-                if (term != 0) spdlog::debug("Forwarded signal {} to children.", term);
-                spdlog::debug("Child exited with status {}. Goodbye.", exit_code_of(status));
+                if (term != 0) peer_log().debug("Forwarded signal {} to children.", term);
+                peer_log().debug("Child exited with status {}. Goodbye.", exit_code_of(status));
             }
             return true;
     }
@@ -158,18 +160,33 @@ bool PeerVoice::reaped(pid_t pid, int status, bool main_child) const {
 void PeerVoice::tty_detach(int err, bool was_leader) const {
     if (opts_.compat != CompatMode::DumbInit) return;
     if (err != 0)
-        spdlog::debug("Unable to detach from controlling tty (errno={} {}).", err,
-                      std::strerror(err));
+        peer_log().debug("Unable to detach from controlling tty (errno={} {}).", err,
+                         std::strerror(err));
     else if (was_leader)
-        spdlog::debug(
+        peer_log().debug(
             "Detached from controlling tty, ignoring the first SIGHUP and SIGCONT we receive.");
     else
-        spdlog::debug("Detached from controlling tty, but was not session leader.");
+        peer_log().debug("Detached from controlling tty, but was not session leader.");
 }
 
-void PeerVoice::setsid_done() const {
-    if (opts_.compat == CompatMode::DumbInit && opts_.new_session)
-        spdlog::debug("setsid complete.");
+void PeerVoice::setsid_done(bool took_tty) const {
+    if (opts_.compat != CompatMode::DumbInit || !opts_.new_session) return;
+    // dumb-init's child, after its setsid, tries to take stdin as its controlling terminal and
+    // says so when stdin is no terminal (lastcall's spawner tries only when it is one).
+    if (!took_tty)
+        peer_log().debug("Unable to attach to controlling tty (errno={} {}).", ENOTTY,
+                         std::strerror(ENOTTY));
+    peer_log().debug("setsid complete.");
+}
+
+void PeerVoice::subreaper_registered() const {
+    if (opts_.compat == CompatMode::Tini) peer_log().trace("Registered as child subreaper");
+}
+
+void PeerVoice::exiting() const {
+    if (opts_.compat != CompatMode::Tini) return;
+    peer_log().trace("No child to wait");
+    peer_log().trace("Exiting: child has exited");
 }
 
 int PeerVoice::tini_exec_exit_code(int err) {

@@ -286,6 +286,13 @@ void flush_log_backlog(std::chrono::milliseconds max_wait) {
     writer().flush(max_wait);
 }
 
+namespace {
+std::shared_ptr<spdlog::logger>& peer_logger() {
+    static std::shared_ptr<spdlog::logger> logger;
+    return logger;
+}
+}  // namespace
+
 void setup_logging(const Options& options) {
     writer().open();
     std::shared_ptr<spdlog::logger> logger;
@@ -304,11 +311,24 @@ void setup_logging(const Options& options) {
         logger = std::make_shared<spdlog::logger>("lastcall", std::make_shared<TextStderrSink>());
         logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e lastcall[%P] %l: %v");
     }
-    logger->set_level(spdlog::level::from_str(options.log_level));
     // Every line is flushed: lastcall logs little, and a line lost in a buffer when the container
     // is killed is exactly the line someone needs.
     logger->flush_on(spdlog::level::trace);
+    peer_logger() = nullptr;
+    if (!options.own_log_level.empty()) {
+        auto peer = logger->clone("peer");
+        peer->set_level(spdlog::level::from_str(options.log_level));
+        peer_logger() = std::move(peer);
+        logger->set_level(spdlog::level::from_str(options.own_log_level));
+    } else {
+        logger->set_level(spdlog::level::from_str(options.log_level));
+    }
     spdlog::set_default_logger(logger);
+}
+
+spdlog::logger& peer_log() {
+    auto& peer = peer_logger();
+    return peer ? *peer : *spdlog::default_logger_raw();
 }
 
 }  // namespace lastcall

@@ -279,6 +279,9 @@ class ProcTracker final : public Tracker {
   public:
     std::string_view name() const override { return "proc"; }
     std::vector<ProcInfo> members() override { return descendants_of(::getpid()); }
+    std::vector<ProcInfo> members_within(const std::function<bool()>& out_of_time) override {
+        return descendants_of(::getpid(), out_of_time);
+    }
     Result<std::unique_ptr<UnitScope>> make_scope(const std::string&) override {
         return std::unique_ptr<UnitScope>(new ProcScope);
     }
@@ -497,12 +500,13 @@ std::vector<ProcInfo> processes_with_environment(const std::vector<std::string>&
     return out;
 }
 
-std::vector<ProcInfo> descendants_of(pid_t root) {
+std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& out_of_time) {
     std::vector<ProcInfo> out;
     if (have_proc_children()) {
         std::vector<pid_t> stack{root};
         std::set<pid_t> seen{root};
         while (!stack.empty()) {
+            if (out_of_time && out.size() % 16 == 0 && !out.empty() && out_of_time()) break;
             pid_t p = stack.back();
             stack.pop_back();
             for (pid_t tid : numeric_entries("/proc/" + std::to_string(p) + "/task")) {

@@ -459,6 +459,36 @@ class Texts(CompatTestCase):
                 self.assertIn("[DEBUG tini (PID)] Received SIGCHLD\n", out)
                 self.assertRegex(out, r"\[DEBUG tini \(PID\)\] Reaped child with pid: '\d+'\n")
 
+    def assertSameLines(self, s, args):
+        """As assertSameOutput, with every pid (any number of 3 or more digits) masked: these
+        lines name the child's pid, which differs from run to run."""
+        mask = lambda text: re.sub(r"\d{3,}", "N", no_pids(text))
+        ours = self.run_as(s, args)
+        peer = self.run_as(self.peer_named(s), args)
+        self.assertEqual((ours.returncode, mask(ours.stdout), mask(ours.stderr)),
+                         (peer.returncode, mask(peer.stdout), mask(peer.stderr)))
+
+    @unittest.skipUnless(os.path.exists(REAL_TINI), "tini is not installed")
+    def test_tini_lines_at_every_verbosity_are_exactly_tinis_trace_lines_included(self):
+        # lastcall's own debug lines stay out of tini's output up to -vvv (they need -vvvv).
+        for s in self.tini(peer=False):
+            for flags in ([], ["-v"], ["-vv"], ["-vvv"]):
+                with self.subTest(s=s, flags=flags):
+                    self.assertSameLines(s, ["-s"] + flags + ["--", "true"])
+            with self.subTest(s=s, flags="-vvvv"):
+                r = self.run_as(s, ["-s", "-vvvv", "--", "true"])
+                self.assertIn("[TRACE tini (", r.stdout)
+                self.assertIn("tracking the process tree", r.stdout)
+
+    @unittest.skipUnless(os.path.exists(REAL_DUMB_INIT), "dumb-init is not installed")
+    def test_dumb_init_debug_lines_are_exactly_dumb_inits_in_its_order(self):
+        # Stdin is no terminal here: dumb-init's child says it could not attach to it.
+        for s in self.dumb_init(peer=False):
+            for args in (["-v", "sh", "-c", "exit 3"], ["-c", "-v", "sh", "-c", "exit 3"],
+                         ["--verbose", "--single-child", "true"]):
+                with self.subTest(s=s, args=args):
+                    self.assertSameLines(s, args)
+
     def test_tini_w_warns_for_each_reaped_zombie_that_is_not_the_child(self):
         for s in self.tini():
             for flags, warned in ((["-w"], True), ([], False)):

@@ -136,9 +136,12 @@ class ResourceExhaustion(FaultTestCase):
             self.assertEqual(json.load(f)["verdict"], "forced")
         self.assertEqual(marked_pids(self.marker), [])
 
-    # The /proc tracker's case (lastcall itself unprivileged under ulimit -u 2000) is not met
-    # yet: 2,000 processes retrying fork starve lastcall of CPU, and each pass over /proc takes
-    # seconds. See docs/design.md, "Fork bombs".
+    def test_a_fork_bomb_is_gone_within_grace_plus_1s_proc_tracker_unprivileged(self):
+        # lastcall and the bomb share one user limited to 2000 processes (ulimit -u 2000), with
+        # no cgroup to freeze or kill: the /proc tracker alone.
+        self.fork_bomb_is_gone_within_grace_plus_1s_and_reported_forced(
+            self.as_limited_user(2000), ["--tracker", "proc"])
+
     def test_a_fork_bomb_is_gone_within_grace_plus_1s_cgroup_tracker(self):
         # lastcall is root (its cgroup); the bomb runs as a user limited to 2000 processes, so
         # that the test does not exhaust the pids of the machine it runs on.

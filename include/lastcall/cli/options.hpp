@@ -81,6 +81,10 @@ struct Options {
 
     // Logging.
     std::string log_level = "info";
+    // Under a peer's name: the level of lastcall's own lines, while log_level is the peer's
+    // (its -v count). Scripts grep the peer's lines at the peer's verbosity; lastcall's own
+    // debug lines would be noise there. Empty: log_level.
+    std::string own_log_level;
     LogFormat log_format = LogFormat::Text;
 };
 

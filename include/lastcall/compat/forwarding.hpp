@@ -64,7 +64,11 @@ class PeerVoice {
     bool reaped(pid_t pid, int status, bool main_child) const;
     // dumb-init's lines about the terminal hand-off (TIOCNOTTY on itself).
     void tty_detach(int err, bool was_leader) const;
-    void setsid_done() const;
+    // dumb-init's child's lines after its setsid (took_tty: it took stdin as its terminal).
+    void setsid_done(bool took_tty) const;
+    // tini's trace lines: at start when it registered as a subreaper, and at exit.
+    void subreaper_registered() const;
+    void exiting() const;
     // tini's exit code for an exec failure: 127 for ENOENT, 126 for EACCES, 1 otherwise.
     static int tini_exec_exit_code(int err);
 

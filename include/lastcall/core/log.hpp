@@ -15,6 +15,9 @@ namespace lastcall {
 // Under systemd with stderr connected to journald (JOURNAL_STREAM names stderr's device and inode),
 // lines go to the journal with their priority; otherwise text or JSON lines on stderr.
 void setup_logging(const Options& options);
+// The logger of a peer's own lines under its name (tini's, dumb-init's: compat/forwarding.cpp),
+// at the peer's verbosity; the default logger otherwise.
+spdlog::logger& peer_log();
 
 // Log lines to stderr never block the loop: they are written without blocking (a new open file
 // description of stderr's pipe or tty with O_NONBLOCK, or send(MSG_DONTWAIT) on a socket), what

@@ -101,6 +101,13 @@ class Tracker {
     // Live members of the whole tree (lastcall itself and zombies excluded): every unit's, and
     // every descendant of lastcall, also one that left lastcall's cgroup.
     virtual std::vector<ProcInfo> members() = 0;
+    // The same, or the part of it found before out_of_time() said so: for the stop signal's
+    // passes, which must give the loop back at their budget (a fork storm leaves lastcall a
+    // sliver of CPU, and a whole /proc walk then takes seconds). The force enumerates in full.
+    virtual std::vector<ProcInfo> members_within(const std::function<bool()>& out_of_time) {
+        (void)out_of_time;
+        return members();
+    }
     // Signals every member the filter accepts; enumerates again until a pass finds nobody new (at
     // most max_passes: a fork storm must not hold the event loop past a deadline). Returns how
     // many it signalled. For the stop signal, use send_stop_signal (process/stop.hpp).
@@ -155,7 +162,9 @@ Result<std::string> own_cgroup_dir();
 
 // Lists every descendant of `root` by walking /proc: /proc/<pid>/task/<tid>/children where the
 // kernel has it (CONFIG_PROC_CHILDREN), else one scan of /proc/[0-9]*/stat building the parent map.
-std::vector<ProcInfo> descendants_of(pid_t root);
+// With out_of_time: a walk that stops early once it says so (checked every 16 processes) and
+// returns what it found so far; a fork storm must not hold the loop in one walk.
+std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& out_of_time = {});
 
 // Live processes (other than lastcall) whose environment holds every one of `entries`
 // ("NAME=value", exact): the processes of a unit that a previous lastcall left behind, found by
