@@ -7,16 +7,17 @@
 namespace lastcall {
 
 namespace {
-constexpr std::int64_t kMaxMillis = 30LL * 24 * 3600 * 1000;
-
 Error bad(std::string_view text, std::string_view why) {
     return Error{"invalid duration '" + std::string(text) + "': " + std::string(why)};
 }
 }  // namespace
 
-Result<Millis> parse_duration(std::string_view text) {
+Result<Millis> parse_duration(std::string_view text, const DurationGrammar& grammar) {
     if (text.empty()) return bad(text, "empty");
     if (text == "0") return Millis{0};
+    const std::int64_t max_us = grammar.max_seconds * 1000000;
+    const std::string too_large = std::string("too large (max ") + grammar.max_text + ")";
+    const char* units = grammar.days ? "use ms, s, m, h or d" : "use ms, s, m or h";
     std::int64_t total_us = 0;  // microseconds, so "1.5ms" style fractions stay exact enough
     std::size_t i = 0;
     while (i < text.size()) {
@@ -25,7 +26,7 @@ Result<Millis> parse_duration(std::string_view text) {
         std::size_t digits = 0;
         while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
             whole = whole * 10 + (text[i] - '0');
-            if (whole > kMaxMillis * 1000) return bad(text, "too large (max 30 days)");
+            if (whole > max_us) return bad(text, too_large);
             ++i, ++digits;
         }
         if (i < text.size() && text[i] == '.') {
@@ -37,7 +38,7 @@ Result<Millis> parse_duration(std::string_view text) {
         }
         if (digits == 0) return bad(text, "expected a number");
         std::size_t unit_start = i;
-        while (i < text.size() && ((text[i] >= 'a' && text[i] <= 'z') || text[i] == 'u')) ++i;
+        while (i < text.size() && text[i] >= 'a' && text[i] <= 'z') ++i;
         std::string_view unit = text.substr(unit_start, i - unit_start);
         std::int64_t unit_us;
         if (unit == "ms")
@@ -48,14 +49,16 @@ Result<Millis> parse_duration(std::string_view text) {
             unit_us = 60LL * 1000000;
         else if (unit == "h")
             unit_us = 3600LL * 1000000;
+        else if (unit == "d" && grammar.days)
+            unit_us = 24 * 3600LL * 1000000;
         else if (unit.empty())
-            return bad(text, "missing unit (use ms, s, m or h)");
+            return bad(text, std::string("missing unit (") + units + ")");
         else
-            return bad(text, "unknown unit '" + std::string(unit) + "' (use ms, s, m or h)");
+            return bad(text, "unknown unit '" + std::string(unit) + "' (" + units + ")");
         // Checked before multiplying: "2592000000h" must be refused, not overflow.
-        if (whole > kMaxMillis * 1000 / unit_us) return bad(text, "too large (max 30 days)");
+        if (whole > max_us / unit_us) return bad(text, too_large);
         total_us += whole * unit_us + frac * unit_us / frac_scale;
-        if (total_us > kMaxMillis * 1000) return bad(text, "too large (max 30 days)");
+        if (total_us > max_us) return bad(text, too_large);
     }
     return Millis{total_us / 1000};
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/jobs/cron.hpp"
 
+#include "lastcall/core/duration.hpp"
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -688,46 +690,18 @@ Result<std::uint64_t> parse_field(const FieldSpec& f, std::string_view text) {
     return bits;
 }
 
-// "@every" durations: whole seconds, units d (24 h, not calendar days), h, m, s, combinable.
+// "@every" durations: lastcall's one duration grammar (core/duration) with days (24 h, not
+// calendar days) and a bound of a century, in whole seconds.
 Result<std::int64_t> parse_interval(std::string_view text) {
     const std::string what = "@every: ";
     if (text.empty()) return fail(what + "missing duration (e.g. @every 30s, @every 1h30m)");
-    constexpr std::int64_t kMax = 366 * kDay * 100;  // a century; keeps all arithmetic in range
-    std::int64_t total = 0;
-    std::size_t i = 0;
-    while (i < text.size()) {
-        const std::size_t start = i;
-        while (i < text.size() && is_digit(text[i])) ++i;
-        auto n = parse_uint(text.substr(start, i - start));
-        if (!n) return fail(what + "expected a number in " + quoted(text));
-        if (i == text.size())
-            return fail(what + "missing unit in " + quoted(text) + " (use d, h, m or s)");
-        std::int64_t unit;
-        switch (lower(text[i])) {
-            case 'd':
-                unit = kDay;
-                break;
-            case 'h':
-                unit = 3600;
-                break;
-            case 'm':
-                unit = 60;
-                break;
-            case 's':
-                unit = 1;
-                break;
-            default:
-                return fail(what + "unknown unit '" + std::string(1, text[i]) + "' in " +
-                            quoted(text) + " (use d, h, m or s)");
-        }
-        ++i;
-        if (i < text.size() && lower(text[i - 1]) == 'm' && lower(text[i]) == 's')
-            return fail(what + "sub-second intervals are not supported: " + quoted(text));
-        total += *n * unit;  // *n <= 1e9 and unit <= 86400: no overflow before the check
-        if (total > kMax) return fail(what + quoted(text) + " is longer than 100 years");
-    }
-    if (total == 0) return fail(what + "interval must be positive: " + quoted(text));
-    return total;
+    DurationGrammar grammar{.days = true, .max_seconds = 100 * 366 * kDay, .max_text = "100 years"};
+    auto d = parse_duration(text, grammar);
+    if (!d) return fail(what + d.error().message);
+    if (d->count() % 1000 != 0)
+        return fail(what + "sub-second intervals are not supported: " + quoted(text));
+    if (d->count() == 0) return fail(what + "interval must be positive: " + quoted(text));
+    return d->count() / 1000;
 }
 
 struct Macro {

@@ -238,11 +238,15 @@ TEST_CASE("@every ignores DST: the interval is elapsed time", "[cron]") {
 TEST_CASE("@every rejects missing, zero, unitless, sub-second and unknown durations", "[cron]") {
     CHECK(parse_error("@every").find("@every takes one duration") == 0);
     CHECK(parse_error("@every 0s") == "@every: interval must be positive: '0s'");
-    CHECK(parse_error("@every 5") == "@every: missing unit in '5' (use d, h, m or s)");
+    CHECK(parse_error("@every 5") ==
+          "@every: invalid duration '5': missing unit (use ms, s, m, h or d)");
     CHECK(parse_error("@every 500ms") == "@every: sub-second intervals are not supported: '500ms'");
-    CHECK(parse_error("@every 1w") == "@every: unknown unit 'w' in '1w' (use d, h, m or s)");
-    CHECK(parse_error("@every h") == "@every: expected a number in 'h'");
-    CHECK(parse_error("@every 99999999999d").find("longer than 100 years") != std::string::npos);
+    CHECK(parse_error("@every 1.5s") == "@every: sub-second intervals are not supported: '1.5s'");
+    CHECK(parse_error("@every 1w") ==
+          "@every: invalid duration '1w': unknown unit 'w' (use ms, s, m, h or d)");
+    CHECK(parse_error("@every h") == "@every: invalid duration 'h': expected a number");
+    CHECK(parse_error("@every 99999999999d").find("too large (max 100 years)") !=
+          std::string::npos);
     CHECK(parse_error("@every 1h 2m").find("@every takes one duration") == 0);
 }
 
