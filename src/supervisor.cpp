@@ -739,6 +739,13 @@ void Supervisor::request_shutdown(int exit_code) {
     rearm_timer();
 }
 
+void Supervisor::request_shutdown_soon(int exit_code) {
+    if (shutdown_.state() != State::Running || requested_exit_) return;
+    requested_exit_ = exit_code;
+    admission_.close();
+    loop_->post([this, exit_code] { request_shutdown(exit_code); });
+}
+
 void Supervisor::hold_drain() {
     shutdown_.hold_drain();
 }

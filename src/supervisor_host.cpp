@@ -108,9 +108,7 @@ class SupervisorHost final : public UnitHost {
     void release_drain() override {
         sup_.loop().post([&sup = sup_] { sup.release_drain(); });
     }
-    void request_shutdown(int exit_code) override {
-        sup_.loop().post([&sup = sup_, exit_code] { sup.request_shutdown(exit_code); });
-    }
+    void request_shutdown(int exit_code) override { sup_.request_shutdown_soon(exit_code); }
     void add_helper_session(pid_t sid) override { sup_.add_helper_session(sid); }
     void remove_helper_session(pid_t sid) override { sup_.remove_helper_session(sid); }
     void record_force(ForceKind kind, std::string source, int count) override {

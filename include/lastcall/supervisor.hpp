@@ -83,6 +83,10 @@ class Supervisor final : private ShutdownActions {
     // A component ends the run as if the main child had exited with exit_code (a `main = true`
     // service exited): the whole tree is drained and lastcall exits with that code.
     void request_shutdown(int exit_code);
+    // The same from inside a component's hook: the exit code is claimed and intake closes now
+    // (nothing else is admitted in this turn of the loop), the state change itself runs after
+    // the current event, so the component is not re-entered mid-update.
+    void request_shutdown_soon(int exit_code);
     // A component that stops its own work in order (services, in reverse dependency order) holds
     // the drain from its state_changed(Running -> Draining) until it is done: the supervisor's
     // stop signal to the whole tree waits, its grace timer and SIGKILL escalation do not.

@@ -311,7 +311,8 @@ ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::
     if (has("--pdeathsig")) o.pdeathsig = n.pdeathsig;
     if (has("--user")) o.user = n.user;
     if (has("--no-new-privs")) o.no_new_privs = n.no_new_privs;
-    if (has("--log-level") || has("--verbose")) o.log_level = n.log_level;
+    // lastcall's own level given explicitly: its own lines follow it (the peer's too, as before).
+    if (has("--log-level") || has("--verbose")) o.log_level = o.own_log_level = n.log_level;
     if (has("--log-format")) o.log_format = n.log_format;
     for (const char* drain :
          {"--grace", "--drain-delay", "--pre-stop", "--ready-file", "--stop-signal", "--coalesce"})

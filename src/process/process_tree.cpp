@@ -502,11 +502,14 @@ std::vector<ProcInfo> processes_with_environment(const std::vector<std::string>&
 
 std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& out_of_time) {
     std::vector<ProcInfo> out;
+    std::size_t reads = 0;
     if (have_proc_children()) {
         std::vector<pid_t> stack{root};
         std::set<pid_t> seen{root};
         while (!stack.empty()) {
-            if (out_of_time && out.size() % 16 == 0 && !out.empty() && out_of_time()) break;
+            // Every 16 /proc reads (a process's children files, a child's stat): the budget
+            // is checked in the middle of a deep tree and of a flat one alike.
+            if (out_of_time && ++reads % 16 == 0 && out_of_time()) return out;
             pid_t p = stack.back();
             stack.pop_back();
             for (pid_t tid : numeric_entries("/proc/" + std::to_string(p) + "/task")) {
@@ -515,6 +518,8 @@ std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& ou
                 pid_t c;
                 while (in >> c) {
                     if (!seen.insert(c).second) continue;
+                    // A flat tree (orphans reparented to lastcall) comes from one file.
+                    if (out_of_time && ++reads % 16 == 0 && out_of_time()) return out;
                     if (auto info = read_proc_stat(c); info && is_alive(*info))
                         out.push_back(*info);
                     stack.push_back(c);
@@ -525,8 +530,10 @@ std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& ou
     }
     // Without the children files: one pass over /proc builds the parent map.
     std::multimap<pid_t, ProcInfo> by_parent;
-    for (pid_t pid : numeric_entries("/proc"))
+    for (pid_t pid : numeric_entries("/proc")) {
+        if (out_of_time && ++reads % 16 == 0 && out_of_time()) break;
         if (auto info = read_proc_stat(pid)) by_parent.emplace(info->ppid, *info);
+    }
     std::vector<pid_t> stack{root};
     while (!stack.empty()) {
         pid_t p = stack.back();

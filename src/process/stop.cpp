@@ -15,7 +15,11 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
         if (pass > 0 && io.out_of_time && io.out_of_time()) break;
         int fresh = 0;
         bool cut = false;
-        for (const auto& p : io.members()) {
+        auto members = io.members();
+        // A walk that gave up at the budget (members_within) saw only part of the unit: finding
+        // nobody new in that part proves nothing.
+        bool partial = io.out_of_time && io.out_of_time();
+        for (const auto& p : members) {
             // Also inside a pass: under a fork bomb one pass over thousands of members, each
             // a pidfd, a /proc read and two signals, can outlast the grace. Whoever is left is
             // covered by the kill at grace end.
@@ -30,7 +34,7 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
             // The stop signal is pending on a stopped process until it runs again.
             if (needs_sigcont(sig)) io.send(p, SIGCONT);
         }
-        if (cut) break;
+        if (cut || partial) break;
         if (fresh == 0) {
             result.settled = true;
             break;

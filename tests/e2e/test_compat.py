@@ -183,6 +183,14 @@ class EverySpelling(CompatTestCase):
         self.assertEqual(r.returncode, 5, r.stderr)
         self.assertTrue(os.path.exists(report))
 
+    def test_log_level_before_compat_shows_lastcalls_own_lines_too(self):
+        for name in ("tini", "dumb-init"):
+            with self.subTest(name=name):
+                r = subprocess.run([LASTCALL, "--log-level", "debug", "--compat", name, "--",
+                                    "true"], capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("tracking the process tree", r.stdout + r.stderr)
+
     def test_compat_with_an_unknown_name_or_without_a_value_is_a_usage_error(self):
         for args in (["--compat", "catatonit", "true"], ["--compat"],
                      ["--grace", "1s", "--compat", "nope", "true"]):

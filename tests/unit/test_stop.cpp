@@ -192,3 +192,24 @@ TEST_CASE("an incomplete freeze is reported, so the passes are what closes the f
     CHECK_FALSE(r.frozen);
     CHECK(r.settled);
 }
+
+TEST_CASE("a walk cut short at the budget is never taken for a settled tree") {
+    // The second pass's walk (members_within) ran out of time after the members already
+    // signalled: nobody new in that part proves nothing about the rest of the tree.
+    FakeTree tree;
+    tree.live = {proc(10), proc(11)};
+    int walks = 0;
+    bool over = false;
+    StopPassIo io = tree.io();
+    io.members = [&] {
+        if (++walks == 2) over = true;  // the second walk hit the budget after two members
+        return tree.members();
+    };
+    io.out_of_time = [&] { return over; };
+    std::set<pid_t> taken;
+    auto result = send_stop_signal(io, SIGTERM,
+                                   [&](const ProcInfo& p) { return taken.insert(p.pid).second; });
+    CHECK(result.signalled == 2);
+    CHECK_FALSE(result.settled);
+    CHECK(walks == 2);
+}
