@@ -112,7 +112,8 @@ class ResourceExhaustion(FaultTestCase):
         return ["prlimit", f"--nproc={nproc}:{nproc}", "setpriv", f"--reuid={uid}",
                 f"--regid={uid}", "--clear-groups"]
 
-    def fork_bomb_is_gone_within_grace_plus_1s_and_reported_forced(self, prefix, args):
+    def fork_bomb_is_gone_within_grace_plus_1s_and_reported_forced(self, prefix, args,
+                                                                    slack=8.0):
         self.open_to_other_users()
         report = os.path.join(self.dir, "report.json")
         os.chmod(self.dir, 0o777)
@@ -131,7 +132,10 @@ class ResourceExhaustion(FaultTestCase):
         # retrying fork on 2 cores delay lastcall's own timer on a loaded or sanitized run, so
         # the test asserts only a loose bound that still fails a teardown that never escalated
         # (the first version: 211 s).
-        self.assertLess(elapsed, grace + 8.0, run.output()[-3000:])
+        self.assertLess(elapsed, grace + slack, run.output()[-3000:])
+        # The first /proc-tracker versions spent the force enumerating a live bomb until they
+        # gave up on it (21-68 s): the force must end with the tree empty, not abandoned.
+        self.assertNotIn("giving up", run.output(), run.output()[-3000:])
         with open(report) as f:
             self.assertEqual(json.load(f)["verdict"], "forced")
         self.assertEqual(marked_pids(self.marker), [])
@@ -139,8 +143,11 @@ class ResourceExhaustion(FaultTestCase):
     def test_a_fork_bomb_is_gone_within_grace_plus_1s_proc_tracker_unprivileged(self):
         # lastcall and the bomb share one user limited to 2000 processes (ulimit -u 2000), with
         # no cgroup to freeze or kill: the /proc tracker alone.
+        # Typically 2.3-4.4 s from the kill to the exit; lastcall, starved of CPU by 2,000
+        # runnable processes, has been seen to need 22 s on this 2-core machine, hence the
+        # slack. What fails the old behaviour for sure is the check that nothing was given up.
         self.fork_bomb_is_gone_within_grace_plus_1s_and_reported_forced(
-            self.as_limited_user(2000), ["--tracker", "proc"])
+            self.as_limited_user(2000), ["--tracker", "proc"], slack=40.0)
 
     def test_a_fork_bomb_is_gone_within_grace_plus_1s_cgroup_tracker(self):
         # lastcall is root (its cgroup); the bomb runs as a user limited to 2000 processes, so
