@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/supervisor.hpp"
 
+#include "lastcall/supervisor_host.hpp"
+
 #include "lastcall/shutdown/metrics.hpp"
 
 #include <fcntl.h>
@@ -697,9 +699,9 @@ void Supervisor::kill_tree() {
         rec.killed = true;
         return true;
     });
-    // Also the fallback when lastcall has no descriptor left for the enumeration (RLIMIT_NOFILE
-    // lowered under its feet).
-    atomic_kills();
+    // Otherwise after it, also the fallback when lastcall has no descriptor left for the
+    // enumeration (RLIMIT_NOFILE lowered under its feet).
+    if (!tree_storming_) atomic_kills();
     record_force(tracker_->name() == "cgroup" ? ForceKind::CgroupKill : ForceKind::Sigkill,
                  "escalation", n);
     if (n > 0) spdlog::warn("sent SIGKILL to {} process(es)", n);
@@ -757,6 +759,11 @@ void Supervisor::release_drain() {
 }
 
 Supervisor::~Supervisor() = default;
+
+UnitHost& Supervisor::unit_host() {
+    if (!unit_host_) unit_host_ = make_supervisor_host(*this);
+    return *unit_host_;
+}
 
 int Supervisor::finish() {
     // The main child's code; a component's requested code; without a main child, 0 for a clean

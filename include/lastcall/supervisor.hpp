@@ -27,6 +27,7 @@ class JsonWriter;
 class MetricsWriter;
 struct Ending;
 class Supervisor;
+class UnitHost;
 
 // A part that lives beside the main child (notify protocol, scheduler, services). The supervisor
 // calls these hooks from its single-threaded loop; a component registers its own fds on loop().
@@ -71,6 +72,9 @@ class Supervisor final : private ShutdownActions {
     Admission& admission() { return admission_; }
     Tracker& tracker() { return *tracker_; }
     const Clock& clock() const { return clock_; }
+    // The one UnitHost over this supervisor (supervisor_host.hpp), for the components that
+    // orchestrate units of work; made on first use, once the loop exists.
+    UnitHost& unit_host();
     // How the run ended, once finish() has worked it out (for the last metrics); null before.
     const Ending* ending() const { return ending_.get(); }
     const Options& options() const { return opts_; }
@@ -157,6 +161,7 @@ class Supervisor final : private ShutdownActions {
     Admission admission_;
     std::optional<Ticket> main_ticket_;
     std::vector<SupervisorComponent*> components_;
+    std::unique_ptr<UnitHost> unit_host_;
     UniqueFd reserved_fds_[4];
 
     pid_t main_pid_ = -1;

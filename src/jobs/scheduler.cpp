@@ -28,7 +28,6 @@
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/process_tree.hpp"
 #include "lastcall/process/stop.hpp"
-#include "lastcall/supervisor_host.hpp"
 
 namespace lastcall {
 
@@ -93,8 +92,7 @@ JobScheduler::JobScheduler(std::vector<JobSpec> jobs, Ledger ledger) : ledger_(s
 }
 
 Status JobScheduler::attach(Supervisor& sup) {
-    own_host_ = make_supervisor_host(sup);
-    return attach_host(*own_host_);
+    return attach_host(sup.unit_host());
 }
 
 Status JobScheduler::attach_host(UnitHost& host) {

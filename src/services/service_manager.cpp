@@ -27,7 +27,6 @@
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/stop.hpp"
 #include "lastcall/services/service_status.hpp"
-#include "lastcall/supervisor_host.hpp"
 
 namespace lastcall {
 
@@ -115,8 +114,7 @@ ServiceManager::ServiceManager(std::vector<ServiceSpec> specs, ServiceManagerOpt
 ServiceManager::~ServiceManager() = default;
 
 Status ServiceManager::attach(Supervisor& sup) {
-    own_host_ = make_supervisor_host(sup);
-    return attach_host(*own_host_);
+    return attach_host(sup.unit_host());
 }
 
 Status ServiceManager::attach_host(UnitHost& host) {

@@ -47,11 +47,10 @@ class FakeHost final : public UnitHost {
         for (;;) {
             FakeWake* next = nullptr;
             for (auto* t : wakes_)
-                if (t->deadline && *t->deadline <= end && (!next || *t->deadline < *next->deadline))
-                    next = t;
+                if (t->at && *t->at <= end && (!next || *t->at < *next->at)) next = t;
             if (!next) break;
-            if (*next->deadline > clock_.now()) move_to(*next->deadline);
-            next->deadline.reset();
+            if (*next->at > clock_.now()) move_to(*next->at);
+            next->at.reset();
             next->fire();
             run_posted();
         }
@@ -145,13 +144,11 @@ class FakeHost final : public UnitHost {
     const Clock& clock() const override { return clock_; }
     WallTime wall_now() const override { return wall_; }
     Result<std::unique_ptr<WakeTimer>> new_timer(std::function<void()> on_expiry) override {
-        auto t = std::make_unique<FakeWake>(this, std::move(on_expiry));
-        wakes_.push_back(t.get());
+        auto t = std::make_unique<FakeWake>(wakes_, std::move(on_expiry));
         return std::unique_ptr<WakeTimer>(std::move(t));
     }
     Result<std::unique_ptr<WallTimer>> new_wall_timer(std::function<void()> on_expiry) override {
-        auto t = std::make_unique<FakeWall>(this, std::move(on_expiry));
-        walls_.push_back(t.get());
+        auto t = std::make_unique<FakeWall>(walls_, std::move(on_expiry));
         return std::unique_ptr<WallTimer>(std::move(t));
     }
     Status watch(int, std::uint32_t, std::function<void(std::uint32_t)>) override { return Ok{}; }
@@ -211,30 +208,27 @@ class FakeHost final : public UnitHost {
     void note_stop_signal(const ProcInfo&, int) override {}
 
   private:
-    class FakeWake final : public WakeTimer {
+    // A timer the test fires: it registers itself in its host's list while it lives.
+    template <typename Base, typename Time>
+    class FakeTimer final : public Base {
       public:
-        FakeWake(FakeHost* h, std::function<void()> f) : host(h), fire(std::move(f)) {}
-        ~FakeWake() override { std::erase(host->wakes_, this); }
-        Status arm(std::optional<MonoTime> d) override {
-            deadline = d;
+        FakeTimer(std::vector<FakeTimer*>& list, std::function<void()> f)
+            : fire(std::move(f)), list_(list) {
+            list_.push_back(this);
+        }
+        ~FakeTimer() override { std::erase(list_, this); }
+        Status arm(std::optional<Time> t) override {
+            at = t;
             return Ok{};
         }
-        FakeHost* host;
         std::function<void()> fire;
-        std::optional<MonoTime> deadline;
+        std::optional<Time> at;
+
+      private:
+        std::vector<FakeTimer*>& list_;
     };
-    class FakeWall final : public WallTimer {
-      public:
-        FakeWall(FakeHost* h, std::function<void()> f) : host(h), fire(std::move(f)) {}
-        ~FakeWall() override { std::erase(host->walls_, this); }
-        Status arm(std::optional<WallTime> a) override {
-            at = a;
-            return Ok{};
-        }
-        FakeHost* host;
-        std::function<void()> fire;
-        std::optional<WallTime> at;
-    };
+    using FakeWake = FakeTimer<WakeTimer, MonoTime>;
+    using FakeWall = FakeTimer<WallTimer, WallTime>;
     class Scope final : public UnitScope {
       public:
         Scope(FakeHost* h, std::string n, int fd) : host_(h), name_(std::move(n)), fd_(fd) {

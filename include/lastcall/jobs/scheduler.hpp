@@ -115,7 +115,6 @@ class JobScheduler final : public SupervisorComponent {
 
     std::vector<JobState> jobs_;
     std::optional<Ledger> ledger_;
-    std::unique_ptr<UnitHost> own_host_;  // attach(Supervisor&) makes it
     UnitHost* host_ = nullptr;
     std::unique_ptr<WallTimer> fire_timer_;  // fire times are wall-clock times
     std::unique_ptr<WakeTimer> timeout_timer_;

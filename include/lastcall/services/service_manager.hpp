@@ -109,7 +109,6 @@ class ServiceManager final : public SupervisorComponent {
 
     std::vector<Service> services_;
     ServiceManagerOptions opts_;
-    std::unique_ptr<UnitHost> own_host_;  // attach(Supervisor&) makes it
     UnitHost* host_ = nullptr;
     std::unique_ptr<WakeTimer> timer_;
     std::map<int, Stream> streams_;
