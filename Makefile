@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc)
 CTEST_JOBS ?= $(shell echo $$(( $$(nproc) * 2 )))
 DEB_PKGS   := build-essential cmake pkg-config python3 util-linux procps \
               libsystemd-dev libspdlog-dev libcli11-dev catch2 libtomlplusplus-dev libsqlite3-dev \
-              nlohmann-json3-dev libmicrohttpd-dev libmicrohttpd12 \
+              nlohmann-json3-dev libmicrohttpd-dev libmicrohttpd12 libpq-dev libpq5 postgresql-15 \
               python3-croniter python3-prometheus-client scdoc file
 SAN_PKGS   := clang-14 libclang-rt-14-dev
 BENCH_PKGS := tini dumb-init catatonit hyperfine gnuplot-nox

@@ -67,6 +67,20 @@ std::optional<int> run_subcommand(const std::vector<std::string>& args, const si
 }
 
 // What the config file (and --crontab) asks for beside the command. A bad [services.*] or
+// Who this lastcall is in the run ledger: the replica's name (--replica-id, else the host
+// name: a pod's name in Kubernetes), and for its leases this process's own instance id.
+LedgerIdentity ledger_identity(const Options& options, const JobsSetup& jobs) {
+    LedgerIdentity id;
+    id.replica = options.replica_id;
+    if (id.replica.empty()) {
+        char host[256] = {};
+        id.replica = ::gethostname(host, sizeof host - 1) == 0 ? host : "localhost";
+    }
+    id.owner = id.replica + "/" + instance_id();
+    if (!jobs.ledger_url.empty()) id.lease_ms = jobs.lease.count();
+    return id;
+}
+
 // [jobs.*] table ends the run before anything starts, like a usage error.
 struct Configuration {
     std::vector<ServiceSpec> services;
@@ -129,12 +143,12 @@ Result<Components> create_components(const Options& options, Configuration& conf
         service_options.config_path =
             ::realpath(options.config_path.c_str(), absolute) ? absolute : options.config_path;
     }
-    c.services =
-        std::make_unique<ServiceManager>(std::move(config.services), service_options);
+    c.services = std::make_unique<ServiceManager>(std::move(config.services), service_options);
     // The run ledger opens before anything starts: a read-only or full state dir stops lastcall
     // here with the reason, instead of runs that go unrecorded.
     if (!config.jobs.jobs.empty()) {
-        auto ledger = Ledger::open(config.jobs.state_dir, true);
+        auto ledger = Ledger::open({config.jobs.state_dir, config.jobs.ledger_url}, true,
+                                   ledger_identity(options, config.jobs));
         if (!ledger) return Error{"run ledger: " + ledger.error().message};
         c.scheduler =
             std::make_unique<JobScheduler>(std::move(config.jobs.jobs), std::move(*ledger));

@@ -141,6 +141,11 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
                    "Directory of the run ledger (default: the config's state_dir, else "
                    "$STATE_DIRECTORY, else one per config file under /var/lib/lastcall, or "
                    "$XDG_STATE_HOME/lastcall when not root)");
+    app.add_option("--ledger", o.ledger_url,
+                   "A postgresql:// URL: the run ledger shared by every replica of a deployment, "
+                   "each fire time run once across them (default: SQLite in the state dir)");
+    app.add_option("--replica-id", o.replica_id,
+                   "This replica's name in a shared ledger (default: the host name, a pod's name)");
     app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
     app.add_option("--metrics-file", o.metrics_path,
                    "Write metrics here in the Prometheus text format (atomically; at start, "
@@ -300,6 +305,8 @@ ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::
     if (has("--config")) o.config_path = n.config_path;
     if (has("--crontab")) o.crontab_path = n.crontab_path;
     if (has("--state-dir")) o.state_dir = n.state_dir;
+    if (has("--ledger")) o.ledger_url = n.ledger_url;
+    if (has("--replica-id")) o.replica_id = n.replica_id;
     if (has("--report")) o.report_path = n.report_path;
     if (has("--metrics-file")) o.metrics_path = n.metrics_path;
     if (has("--metrics-listen")) o.metrics_listen = n.metrics_listen;
@@ -342,6 +349,11 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
     app.add_option("--grace", grace, "Budget from Ctrl-C to SIGKILL (default 8s)");
     app.add_option("--coalesce", coalesce,
                    "Termination signals closer than this are one burst (default 100ms)");
+    app.add_option("--ledger", o.ledger_url,
+                   "A postgresql:// URL: the run ledger shared by every replica of a deployment, "
+                   "each fire time run once across them (default: SQLite in the state dir)");
+    app.add_option("--replica-id", o.replica_id,
+                   "This replica's name in a shared ledger (default: the host name, a pod's name)");
     app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
     app.add_option("--tracker", tracker, "How the tree is tracked (default auto)")
         ->check(CLI::IsMember({"auto", "cgroup", "proc"}));

@@ -19,16 +19,24 @@ namespace lastcall {
 
 namespace {
 
-// The state dir the way the supervisor picks it (resolve_state_dir).
-Result<std::string> state_dir_of(const std::string& flag, const std::string& config_path,
-                                 const std::string& crontab_path) {
+// The ledger the way the supervisor picks it: --ledger, else the config's `ledger`, else SQLite
+// in the state dir (resolve_state_dir).
+Result<LedgerLocation> ledger_of(const std::string& url, const std::string& flag,
+                                 const std::string& config_path, const std::string& crontab_path) {
+    if (!url.empty()) {
+        if (!is_postgresql_url(url)) return Error{"--ledger: expected a postgresql:// URL"};
+        return LedgerLocation{"", url};
+    }
     std::string from_config;
-    if (flag.empty() && !config_path.empty()) {
+    if (!config_path.empty()) {
         auto config = load_jobs_config(config_path);
         if (!config) return config.error();
+        if (flag.empty() && !config->ledger.empty()) return LedgerLocation{"", config->ledger};
         from_config = config->state_dir;
     }
-    return resolve_state_dir(flag, from_config, !config_path.empty() ? config_path : crontab_path);
+    return LedgerLocation{
+        resolve_state_dir(flag, from_config, !config_path.empty() ? config_path : crontab_path),
+        ""};
 }
 
 void print_json(const std::vector<RunRecord>& runs) {
@@ -56,6 +64,8 @@ void print_json(const std::vector<RunRecord>& runs) {
         r.retry_of ? j.value(static_cast<long long>(*r.retry_of)) : j.null();
         j.key("recovery");
         r.recovery.empty() ? j.null() : j.value(r.recovery);
+        j.key("replica");
+        r.replica.empty() ? j.null() : j.value(r.replica);
         j.end_object();
     }
     j.end_array();
@@ -63,12 +73,13 @@ void print_json(const std::vector<RunRecord>& runs) {
 }
 
 // Times relative to now, as people read them (`--json` has the exact ones).
-void print_table(const std::vector<RunRecord>& runs) {
+void print_table(const std::vector<RunRecord>& runs, bool with_replica) {
     std::int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
                            std::chrono::system_clock::now().time_since_epoch())
                            .count();
     std::vector<std::vector<std::string>> rows{
         {"ID", "JOB", "STATE", "SCHEDULED", "PID", "ENDED", "EXIT", "REASON"}};
+    if (with_replica) rows[0].insert(rows[0].begin() + 4, "REPLICA");
     for (const auto& r : runs) {
         std::string exit = r.exit_code ? std::to_string(*r.exit_code)
                            : r.signal  ? std::string(signal_name(*r.signal))
@@ -82,17 +93,19 @@ void print_table(const std::vector<RunRecord>& runs) {
                         relative_time(r.scheduled_at * 1000, now),
                         r.pid ? std::to_string(*r.pid) : "-",
                         r.ended_ms ? relative_time(*r.ended_ms, now) : "-", exit, reason});
+        if (with_replica)
+            rows.back().insert(rows.back().begin() + 4, r.replica.empty() ? "-" : r.replica);
     }
     std::fputs(format_table(rows).c_str(), stdout);
 }
 
-int runs_release(long long id, const std::string& state_dir) {
-    auto ledger = Ledger::open(state_dir, false);
+int runs_release(long long id, const LedgerLocation& where) {
+    auto ledger = Ledger::open(where, false);
     if (!ledger) {
         std::fprintf(stderr, "lastcall runs release: %s\n", ledger.error().message.c_str());
         return 1;
     }
-    auto done = ledger->release(id);
+    auto done = (*ledger)->release(id);
     if (!done) {
         std::fprintf(stderr, "lastcall runs release: %s\n", done.error().message.c_str());
         return 1;
@@ -104,10 +117,11 @@ int runs_release(long long id, const std::string& state_dir) {
                      id);
         return 1;
     }
-    std::printf(
-        "run %lld released: its job runs again (a running lastcall retries it at the "
-        "job's next fire time, a new one at its start)\n",
-        id);
+    std::printf((*ledger)->shared()
+                    ? "run %lld released: a replica retries it within a second\n"
+                    : "run %lld released: its job runs again (a running lastcall retries it at the "
+                      "job's next fire time, a new one at its start)\n",
+                id);
     return 0;
 }
 
@@ -120,7 +134,7 @@ int run_runs(const std::vector<std::string>& args) {
               "       lastcall runs release RUN_ID [OPTIONS]");
     GlobalOptions global;  // accepted before or after the name; runs prints no log lines
     add_global_options(app, global);
-    std::string job, state, state_dir, config, crontab;
+    std::string job, state, state_dir, config, crontab, url;
     bool json = false;
     long long release_id = 0;
     app.add_option("--job", job, "Only this job's runs");
@@ -129,6 +143,8 @@ int run_runs(const std::vector<std::string>& args) {
             {"scheduled", "started", "completed", "failed", "interrupted", "skipped"}));
     app.add_flag("--json", json, "A JSON array instead of a table");
     app.add_option("--state-dir", state_dir, "Directory of the run ledger");
+    app.add_option("--ledger", url,
+                   "A postgresql:// ledger shared by replicas: runs of every replica, with its id");
     app.add_option("--config", config, "The ledger of the lastcall run with this config");
     app.add_option("--crontab", crontab, "The ledger of the lastcall run with this crontab");
     CLI::App* release =
@@ -136,13 +152,13 @@ int run_runs(const std::vector<std::string>& args) {
     release->add_option("run_id", release_id, "The interrupted run")->required();
     release->fallthrough();  // --state-dir/--config may come after the run id too
     if (auto code = parse_subcommand(app, args, "runs")) return *code;
-    auto dir = state_dir_of(state_dir, config, crontab);
-    if (!dir) {
-        std::fprintf(stderr, "lastcall runs: %s\n", dir.error().message.c_str());
+    auto where = ledger_of(url, state_dir, config, crontab);
+    if (!where) {
+        std::fprintf(stderr, "lastcall runs: %s\n", where.error().message.c_str());
         return 2;
     }
-    if (release->parsed()) return runs_release(release_id, *dir);
-    auto ledger = Ledger::open(*dir, false);
+    if (release->parsed()) return runs_release(release_id, *where);
+    auto ledger = Ledger::open(*where, false);
     if (!ledger) {
         std::fprintf(stderr, "lastcall runs: %s\n", ledger.error().message.c_str());
         return 1;
@@ -150,14 +166,14 @@ int run_runs(const std::vector<std::string>& args) {
     RunFilter filter;
     filter.job = job;
     if (!state.empty()) filter.state = parse_run_state(state);
-    auto runs = ledger->list(filter);
+    auto runs = (*ledger)->list(filter);
     if (!runs) {
         std::fprintf(stderr, "lastcall runs: %s\n", runs.error().message.c_str());
         return 1;
     }
     // Which ledger this is, on stderr: the tables and the JSON on stdout stay what scripts read.
-    std::fprintf(stderr, "lastcall runs: ledger %s\n", Ledger::path_in(*dir).c_str());
-    json ? print_json(*runs) : print_table(*runs);
+    std::fprintf(stderr, "lastcall runs: ledger %s\n", (*ledger)->path().c_str());
+    json ? print_json(*runs) : print_table(*runs, (*ledger)->shared());
     return 0;
 }
 

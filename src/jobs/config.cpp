@@ -20,6 +20,7 @@
 #include <utility>
 #include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/toml_parse.hpp"
+#include "lastcall/jobs/ledger.hpp"
 #include "lastcall/process/credentials.hpp"
 
 namespace lastcall {
@@ -32,6 +33,8 @@ std::string_view to_string(Overlap o) {
             return "queue";
         case Overlap::Allow:
             return "allow";
+        case Overlap::Replace:
+            return "replace";
     }
     return "?";
 }
@@ -149,16 +152,24 @@ Result<JobSpec> parse_job(const std::string& path, const std::string& name, cons
             if (!d) return at(path, v, full, d.error().message);
             if (d->count() <= 0) return at(path, v, full, "must be above 0");
             job.timeout = *d;
-        } else if (key == "overlap") {
+        } else if (key == "overlap" || key == "concurrency") {
+            if (overlap_node)
+                return at(path, v, full,
+                          "give `overlap` or `concurrency`, not both (they are one setting)");
             auto s = v.value_exact<std::string>();
-            if (s == "skip")
+            bool k8s = key == "concurrency";
+            if (s == (k8s ? "forbid" : "skip"))
                 job.overlap = Overlap::Skip;
-            else if (s == "queue")
+            else if (!k8s && s == "queue")
                 job.overlap = Overlap::Queue;
             else if (s == "allow")
                 job.overlap = Overlap::Allow;
+            else if (s == "replace")
+                job.overlap = Overlap::Replace;
             else
-                return at(path, v, full, "expected \"skip\", \"queue\" or \"allow\"");
+                return at(path, v, full,
+                          k8s ? "expected \"forbid\", \"allow\" or \"replace\""
+                              : "expected \"skip\", \"queue\", \"allow\" or \"replace\"");
             overlap_node = &v;
         } else if (key == "on_interrupted") {
             auto s = v.value_exact<std::string>();
@@ -230,6 +241,20 @@ Result<JobsConfig> parse_jobs_toml(std::string_view text, const std::string& pat
             if (!s || s->empty() || s->front() != '/')
                 return at(path, v, key, "expected an absolute directory path");
             config.state_dir = *s;
+        } else if (key == "ledger") {
+            auto s = v.value_exact<std::string>();
+            if (!s || !is_postgresql_url(*s))
+                return at(path, v, key,
+                          "expected a postgresql:// URL (the default ledger is SQLite in the state "
+                          "dir)");
+            config.ledger = *s;
+        } else if (key == "lease") {
+            auto s = v.value_exact<std::string>();
+            if (!s) return at(path, v, key, "expected a duration string such as \"30s\"");
+            auto d = parse_duration(*s);
+            if (!d) return at(path, v, key, d.error().message);
+            if (*d < kMinLease) return at(path, v, key, "must be at least 3s");
+            config.lease = *d;
         } else if (key == "timezone") {
             auto s = v.value_exact<std::string>();
             if (!s) return at(path, v, key, "expected a time zone name such as \"Europe/Berlin\"");
@@ -492,6 +517,15 @@ Result<JobsSetup> load_jobs(const Options& options) {
         if (!config) return config.error();
         setup.jobs = std::move(config->jobs);
         config_dir = config->state_dir;
+        setup.ledger_url = std::move(config->ledger);
+        if (config->lease) setup.lease = *config->lease;
+    }
+    if (!options.ledger_url.empty()) {
+        if (!is_postgresql_url(options.ledger_url))
+            return Error{
+                "--ledger: expected a postgresql:// URL (the default ledger is SQLite in "
+                "the state dir)"};
+        setup.ledger_url = options.ledger_url;
     }
     if (!options.crontab_path.empty()) {
         auto lines = load_crontab(options.crontab_path);
@@ -508,6 +542,13 @@ Result<JobsSetup> load_jobs(const Options& options) {
     setup.state_dir = resolve_state_dir(
         options.state_dir, config_dir,
         !options.config_path.empty() ? options.config_path : options.crontab_path);
+    // A queue is one lastcall's memory: replicas cannot share it.
+    if (!setup.ledger_url.empty())
+        for (const auto& job : setup.jobs)
+            if (job.overlap == Overlap::Queue)
+                return Error{job.origin + ": jobs." + job.name +
+                             ".overlap: \"queue\" needs one machine; with a shared ledger use "
+                             "concurrency = \"forbid\", \"allow\" or \"replace\""};
     return setup;
 }
 

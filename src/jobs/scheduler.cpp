@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,8 +36,47 @@ namespace {
 
 // After a job's timeout its scope gets SIGTERM; if anything of it is still there this much later,
 // SIGKILL.
-constexpr std::chrono::seconds kTimeoutKillAfter{5};
+constexpr Millis kTimeoutKillAfter{5000};
 constexpr const char* kShuttingDown = "shutting down";
+
+Concurrency concurrency_of(Overlap o) {
+    switch (o) {
+        case Overlap::Skip:
+            return Concurrency::Forbid;
+        case Overlap::Replace:
+            return Concurrency::Replace;
+        case Overlap::Queue:  // one machine: the scheduler queues before it claims
+        case Overlap::Allow:
+            return Concurrency::Allow;
+    }
+    return Concurrency::Allow;
+}
+
+// Filesystems that other machines can mount too (statfs(2) magic numbers): NFS, SMB/CIFS, Ceph,
+// GlusterFS and other FUSE mounts, Lustre, GPFS, 9p, AFS.
+bool is_network_filesystem(long type) {
+    switch (static_cast<unsigned long>(type)) {
+        case 0x6969:      // NFS
+        case 0xFF534D42:  // CIFS
+        case 0xFE534D42:  // SMB2
+        case 0x517B:      // SMB
+        case 0x00C36400:  // Ceph
+        case 0x65735546:  // FUSE (GlusterFS, s3fs, ...)
+        case 0x0BD00BD0:  // Lustre
+        case 0x47504653:  // GPFS
+        case 0x01021997:  // 9p
+        case 0x5346414F:  // AFS
+            return true;
+        default:
+            return false;
+    }
+}
+
+std::string join_ids(const std::vector<std::int64_t>& ids) {
+    std::string out;
+    for (auto id : ids) out += (out.empty() ? "" : ", ") + std::to_string(id);
+    return out;
+}
 
 RunOutcome outcome_of(int status) {
     RunOutcome o;
@@ -87,7 +127,8 @@ Result<Staged> open_staged(const JobSpec& spec, const std::string& staging) {
 
 }  // namespace
 
-JobScheduler::JobScheduler(std::vector<JobSpec> jobs, Ledger ledger) : ledger_(std::move(ledger)) {
+JobScheduler::JobScheduler(std::vector<JobSpec> jobs, std::unique_ptr<Ledger> ledger)
+    : ledger_(std::move(ledger)) {
     for (auto& spec : jobs) jobs_.push_back(JobState{std::move(spec), {}, {}, 0, 0});
 }
 
@@ -103,6 +144,15 @@ Status JobScheduler::attach_host(UnitHost& host) {
     auto timeout = host.new_timer([this] { on_timeout_timer(); });
     if (!timeout) return timeout.error();
     timeout_timer_ = std::move(*timeout);
+    if (ledger_->shared()) {
+        auto lease = host.new_timer([this] { on_lease_timer(); });
+        if (!lease) return lease.error();
+        lease_timer_ = std::move(*lease);
+        spdlog::info("run ledger {} is shared: replica {}, lease {}", ledger_->path(),
+                     ledger_->identity().replica,
+                     format_duration(Millis{ledger_->identity().lease_ms}));
+        warn_local_outputs();
+    }
     recover();
     auto now = wall_seconds();
     for (auto& j : jobs_) {
@@ -116,6 +166,7 @@ Status JobScheduler::attach_host(UnitHost& host) {
                          j.spec.schedule->expression());
     }
     arm_fire_timer();
+    if (lease_timer_) (void)lease_timer_->arm(host_->clock().now());
     return Ok{};
 }
 
@@ -135,6 +186,12 @@ void JobScheduler::recover() {
             r.id, r.job, iso_utc(r.scheduled_at), r.started_ms ? "started" : "scheduled");
         if (r.started_ms) kill_leftovers(r);
     }
+    plan_recovery();
+}
+
+// Each job's interrupted runs awaiting recovery are held, or queued for a retry claim (at start,
+// and with a shared ledger on every lease tick: another replica's runs may have been interrupted).
+void JobScheduler::plan_recovery() {
     auto pending = ledger_->awaiting_recovery();
     if (!pending) {
         spdlog::error("run ledger recovery: {}", pending.error().message);
@@ -155,6 +212,7 @@ void JobScheduler::recover() {
         std::string staging = spec.output.empty() ? "" : staging_path_for(spec.output, ids.back());
         if (spec.on_interrupted == OnInterrupted::Hold && !released) {
             for (auto id : ids) {
+                // Each replica may see it first: the hold is one row's state, said once each.
                 if (auto st = ledger_->set_recovery(id, kRecoveryHeld); !st)
                     spdlog::error("hold run {}: {}", id, st.error().message);
                 spdlog::warn(
@@ -167,10 +225,12 @@ void JobScheduler::recover() {
         }
         // cleanup-retry: the retry's start removes every earlier staging file of the job.
         bool keep = spec.on_interrupted == OnInterrupted::Retry;
-        spdlog::info("job {}: retrying interrupted run(s) now (on_interrupted = {})", spec.name,
-                     released ? "released" : to_string(spec.on_interrupted));
+        if (!ledger_->shared())
+            spdlog::info("job {}: retrying interrupted run(s) now (on_interrupted = {})", spec.name,
+                         released ? "released" : to_string(spec.on_interrupted));
         retries_.push_back(Retry{j, slot, ids, keep});
     }
+    if (!retries_.empty() && fire_timer_) arm_fire_timer();
 }
 
 // A run that a killed lastcall left `started` may still have processes: a background writer that
@@ -227,7 +287,8 @@ void JobScheduler::on_fire_timer() {
     retries_.clear();
     for (auto& r : retries) {
         if (!host_->admission().is_open()) {
-            record_skipped(r.job, r.scheduled_at, kShuttingDown);
+            // A shared ledger's retry stays open for a replica that is not stopping.
+            if (!ledger_->shared()) record_skipped(r.job, r.scheduled_at, kShuttingDown);
             continue;
         }
         start_run(r.job, r.scheduled_at, std::nullopt, r.of, r.keep_staging);
@@ -269,17 +330,32 @@ void JobScheduler::record_skipped(std::size_t job, std::int64_t scheduled_at,
 
 void JobScheduler::fire(std::size_t j, std::int64_t scheduled_at) {
     auto& job = jobs_[j];
-    if (!host_->admission().is_open()) return record_skipped(j, scheduled_at, kShuttingDown);
+    bool shared = ledger_->shared();
+    if (!host_->admission().is_open()) {
+        // A replica that is stopping leaves the fire time to the others, and says nothing of it.
+        if (shared) return;
+        return record_skipped(j, scheduled_at, kShuttingDown);
+    }
     auto held = ledger_->held_run(job.spec.name);
     if (!held) {
         spdlog::error("job {}: {}", job.spec.name, held.error().message);
     } else if (*held) {
-        return record_skipped(j, scheduled_at,
-                              "held: run " + std::to_string((*held)->id) +
-                                  " was interrupted; `lastcall runs release " +
-                                  std::to_string((*held)->id) + "` lets the job run again");
+        std::string why = "held: run " + std::to_string((*held)->id) +
+                          " was interrupted; `lastcall runs release " +
+                          std::to_string((*held)->id) + "` lets the job run again";
+        if (!shared) return record_skipped(j, scheduled_at, why);
+        // One replica records it, as one replica would have run it.
+        auto claim = ledger_->claim({job.spec.name, scheduled_at, {}, Concurrency::Allow, why});
+        if (!claim)
+            spdlog::error("job {}: run at {} skipped ({}) but not recorded: {}", job.spec.name,
+                          iso_utc(scheduled_at), why, claim.error().message);
+        else if (claim->outcome == Claim::Outcome::Skipped)
+            spdlog::info("job {}: run {} at {} skipped: {}", job.spec.name, claim->id,
+                         iso_utc(scheduled_at), why);
+        return;
     }
-    if (job.running > 0) {
+    // With a shared ledger the claim applies the concurrency rule to every replica's runs.
+    if (job.running > 0 && !shared) {
         switch (job.spec.overlap) {
             case Overlap::Skip:
                 return record_skipped(j, scheduled_at,
@@ -301,13 +377,16 @@ void JobScheduler::fire(std::size_t j, std::int64_t scheduled_at) {
                 return;
             }
             case Overlap::Allow:
+            case Overlap::Replace:  // the claim interrupts the active run; take_away stops it
                 break;
         }
     }
     // Interrupted runs released by `lastcall runs release` while lastcall runs: this run is
-    // their retry, so that the next start does not retry them a second time.
+    // their retry, so that the next start does not retry them a second time. (A shared
+    // ledger's lease tick claims their retry on its own, like any other recovery.)
     std::vector<std::int64_t> released;
     std::int64_t key_at = 0;
+    if (shared) return start_run(j, scheduled_at, std::nullopt, {}, false);
     if (auto pending = ledger_->awaiting_recovery(); !pending)
         spdlog::error("job {}: {}", job.spec.name, pending.error().message);
     else
@@ -386,18 +465,59 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
         }
         return record_skipped(j, scheduled_at, kShuttingDown);
     }
-    Result<std::int64_t> id = existing_id ? Result<std::int64_t>(*existing_id)
-                              : retry_of.empty()
-                                  ? ledger_->add(spec.name, scheduled_at, RunState::Scheduled, "")
-                                  : ledger_->add_retry(spec.name, scheduled_at, retry_of);
-    if (!id) {
-        // Not recorded, so not run: a run the ledger does not know of would be a silent one.
-        spdlog::error("job {}: run at {} not started: {}", spec.name, iso_utc(scheduled_at),
-                      id.error().message);
-        return;  // the ticket rolls back
+    MonoTime claimed_at = host_->clock().now();  // before the claim: its lease starts later
+    // A fire time (or a retry) is claimed: the row is `started` the moment this lastcall won it,
+    // before anything runs. A queued run (one machine) already has its `scheduled` row.
+    std::int64_t id = 0;
+    if (existing_id) {
+        id = *existing_id;
+    } else {
+        auto claim =
+            ledger_->claim({spec.name, scheduled_at, retry_of, concurrency_of(spec.overlap), ""});
+        if (!claim) {
+            // Not recorded, so not run: a run the ledger does not know of would be a silent one.
+            const std::string& why = claim.error().message;
+            spdlog::error(
+                "job {}: run at {} not started: its `started` record could not be "
+                "written: {}",
+                spec.name, iso_utc(scheduled_at), why);
+            Unwritten u;
+            u.job = spec.name;
+            u.state = "started";
+            u.error = why;
+            // One machine: the fire time's row says why nothing ran. (A shared ledger's row
+            // would be another replica's claim of the time: it stays theirs to take.)
+            if (!ledger_->shared()) {
+                auto skipped = ledger_->add(spec.name, scheduled_at, RunState::Skipped,
+                                            "not started: `started` could not be recorded: " + why);
+                if (skipped) u.id = *skipped;
+            }
+            unwritten_.push_back(std::move(u));
+            return;  // the ticket rolls back
+        }
+        if (claim->outcome == Claim::Outcome::Lost) {
+            spdlog::debug("job {}: run at {}{} claimed by another replica", spec.name,
+                          iso_utc(scheduled_at), retry_of.empty() ? "" : " (a retry)");
+            return;
+        }
+        if (claim->outcome == Claim::Outcome::Skipped) {
+            spdlog::info("job {}: run {} at {} skipped: {}", spec.name, claim->id,
+                         iso_utc(scheduled_at), claim->reason);
+            return;
+        }
+        id = claim->id;
+        if (!retry_of.empty())
+            spdlog::info("job {}: run {} retries interrupted run(s) {} (on_interrupted = {})",
+                         spec.name, id, join_ids(retry_of), to_string(spec.on_interrupted));
+        for (std::int64_t old : claim->replaced) {
+            spdlog::warn("job {}: run {} replaces run {} (concurrency = replace)", spec.name, id,
+                         old);
+            if (auto it = runs_.find(old); it != runs_.end())
+                take_away(it->second, "replaced by run " + std::to_string(id));
+        }
     }
     Run run;
-    run.id = *id;
+    run.id = id;
     run.job = j;
     run.scheduled_at = scheduled_at;
     run.key_at = key_at ? key_at : scheduled_at;
@@ -415,7 +535,8 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
     }
     // `started` is written before the spawn: a run the ledger cannot call started must not run
     // (the next lastcall would start it again). The pid follows the spawn.
-    if (auto started = ledger_->start(run.id, 0); !started || !*started) {
+    if (auto started = existing_id ? ledger_->start(run.id, 0) : Result<bool>(true);
+        !started || !*started) {
         std::string why = started ? "the run is no longer scheduled" : started.error().message;
         ticket->rollback();
         note_unwritten(run, "started", why);
@@ -449,6 +570,7 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
     ticket->started();
     run.ticket = std::move(ticket);
     run.pid = result.child->pid;
+    if (ledger_->shared()) run.lease_renewed = claimed_at;
     run.scope->started(run.pid);
     if (spec.timeout) run.deadline = host_->clock().now() + *spec.timeout;
     if (auto st = ledger_->set_pid(run.id, run.pid); !st)
@@ -639,7 +761,7 @@ void JobScheduler::complete(Run& run) {
     auto done = ledger_->complete(run.id, {0, {}});
     run.recorded = true;
     if (!done) {
-        note_unwritten(run, "completed", done.error().message);
+        note_unwritten(run, RunState::Completed, {0, {}}, "", done.error().message);
         spdlog::error("job {}: run {} completed but not recorded: {}", spec.name, run.id,
                       done.error().message);
     } else if (!*done)
@@ -655,7 +777,7 @@ void JobScheduler::fail(Run& run, RunOutcome outcome, const std::string& reason)
     auto done = ledger_->finish(run.id, RunState::Failed, outcome, reason);
     run.recorded = true;
     if (!done) {
-        note_unwritten(run, "failed", done.error().message);
+        note_unwritten(run, RunState::Failed, outcome, reason, done.error().message);
         spdlog::error("job {}: run {} failed ({}) but not recorded: {}", spec.name, run.id, reason,
                       done.error().message);
     } else if (!*done)
@@ -720,29 +842,172 @@ void JobScheduler::on_timeout_timer() {
         if (!run.timed_out) {
             spdlog::warn("job {}: run {} timed out after {}: sending SIGTERM to its processes",
                          spec.name, run.id, format_duration(*spec.timeout));
-            // A named reference: clang 14 cannot capture a structured binding in a lambda.
-            Run& timed_out = run;
-            StopPassIo io{[&] { return timed_out.scope->members(); },
-                          [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); },
-                          stop_pass_budget([this] { return host_->clock().now(); }),
-                          [&] { return one_hold(timed_out.scope->freeze()); }};
-            send_stop_signal(io, SIGTERM, [&](const ProcInfo& p) {
-                if (!timed_out.stopped.insert(key_of(p)).second) return false;
-                host_->note_stop_signal(p, SIGTERM);
-                return true;
-            });
+            stop_scope(run, kTimeoutKillAfter, "timeout");
         } else {
-            spdlog::warn("job {}: run {} still running {} after its timeout: SIGKILL", spec.name,
-                         run.id, format_duration(kTimeoutKillAfter));
+            spdlog::warn("job {}: run {} still running {} after it was stopped: SIGKILL", spec.name,
+                         run.id, format_duration(run.kill_after));
             int n = run.scope->kill([](const ProcInfo&) { return true; });
-            host_->record_force(ForceKind::Sigkill, "job " + spec.name + ": timeout", n);
+            host_->record_force(ForceKind::Sigkill, "job " + spec.name + ": " + run.stop_cause, n);
+            run.deadline.reset();
+            continue;
         }
-        run.deadline =
-            run.timed_out ? std::nullopt : std::optional<MonoTime>(now + kTimeoutKillAfter);
-        run.timed_out = true;
         run.first = first_of(run.first, Intervention::Timeout);
     }
     arm_timeout_timer();
+}
+
+// The stop signal once to each member of the run's scope, SIGCONT, and the SIGKILL of the
+// whole scope kTimeoutKillAfter later (on_timeout_timer).
+void JobScheduler::stop_scope(Run& run, Millis kill_after, const char* cause) {
+    StopPassIo io{[&] { return run.scope->members(); },
+                  [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); },
+                  stop_pass_budget([this] { return host_->clock().now(); }),
+                  [&] { return one_hold(run.scope->freeze()); }};
+    send_stop_signal(io, SIGTERM, [&](const ProcInfo& p) {
+        if (!run.stopped.insert(key_of(p)).second) return false;
+        host_->note_stop_signal(p, SIGTERM);
+        return true;
+    });
+    run.timed_out = true;
+    run.stop_cause = cause;
+    run.kill_after = kill_after;
+    run.deadline = host_->clock().now() + kill_after;
+    arm_timeout_timer();
+}
+
+// The ledger no longer holds this run as this replica's (another replica recorded it
+// interrupted after its lease expired, or a `replace` claim did): it is stopped, and nothing
+// it does after this is recorded.
+void JobScheduler::take_away(Run& run, const std::string& why) {
+    const JobSpec& spec = jobs_[run.job].spec;
+    if (run.recorded || run.phase == Phase::Lingering) return;
+    run.recorded = true;
+    run.first = first_of(run.first, Intervention::StopRequest);
+    spdlog::warn("job {}: run {} (pid {}) is no longer this replica's: {}; stopping it", spec.name,
+                 run.id, run.pid, why);
+    interrupted_.push_back({run.id, spec.name, run.pid, run.scheduled_at, why});
+    if (!run.timed_out) stop_scope(run, lease_kill_after(), "taken over");
+}
+
+// A run that is no longer (or soon no longer) this replica's is killed this long after its stop
+// signal: within the lease, so that it is gone before another replica may retry it.
+Millis JobScheduler::lease_kill_after() const {
+    Millis lease{ledger_->identity().lease_ms};
+    if (lease.count() <= 0) return kTimeoutKillAfter;
+    return std::min<Millis>(kTimeoutKillAfter, lease / 6);
+}
+
+// A shared ledger's tick: leases, expired runs, recovery, and records still to write.
+void JobScheduler::on_lease_timer() {
+    renew_leases();
+    if (auto expired = ledger_->expire_leases(); !expired) {
+        spdlog::debug("run ledger: {}", expired.error().message);
+    } else {
+        for (const auto& r : *expired)
+            spdlog::warn("job {}: run {} (scheduled {}) of replica {} is interrupted: {}", r.job,
+                         r.id, iso_utc(r.scheduled_at), r.replica, r.reason);
+    }
+    if (host_->admission().is_open()) plan_recovery();
+    retry_unwritten();
+    auto lease = Millis{ledger_->identity().lease_ms};
+    Millis tick = std::min<Millis>(Millis{1000}, lease / 3);
+    if (auto st = lease_timer_->arm(host_->clock().now() + tick); !st)
+        spdlog::error("run ledger lease timer: {}", st.error().message);
+}
+
+void JobScheduler::renew_leases() {
+    std::vector<std::int64_t> ids;
+    for (const auto& [id, run] : runs_)
+        if (!run.recorded && run.phase != Phase::Lingering) ids.push_back(id);
+    if (ids.empty()) return;
+    MonoTime sent = host_->clock().now();
+    auto held = ledger_->renew(ids);
+    if (held) {
+        for (std::int64_t id : ids) {
+            Run& run = runs_.at(id);
+            if (std::find(held->begin(), held->end(), id) != held->end()) {
+                run.lease_renewed = sent;
+                continue;
+            }
+            auto rec = ledger_->get(id);
+            std::string why = rec && *rec ? "the ledger records it " +
+                                                std::string(to_string((*rec)->state)) + " (" +
+                                                (*rec)->reason + ")"
+                                          : "its lease was taken over";
+            take_away(run, why);
+        }
+        return;
+    }
+    // The ledger cannot be reached. Past 2/3 of the lease another replica may soon call the run
+    // expired and retry it: this replica stops it first, as an interruption that can never be
+    // completed (the record is written when the ledger answers again, or by that replica).
+    Millis lease{ledger_->identity().lease_ms};
+    for (std::int64_t id : ids) {
+        Run& run = runs_.at(id);
+        if (!run.lease_renewed || sent - *run.lease_renewed < lease * 2 / 3) continue;
+        const JobSpec& spec = jobs_[run.job].spec;
+        std::string why =
+            "lease lost: the ledger was unreachable for " +
+            format_duration(std::chrono::duration_cast<Millis>(sent - *run.lease_renewed)) + " (" +
+            held.error().message + ")";
+        spdlog::error("job {}: run {}: {}; stopping it", spec.name, run.id, why);
+        run.first = first_of(run.first, Intervention::StopRequest);
+        interrupt(run, {}, why);
+        if (!run.timed_out) stop_scope(run, lease_kill_after(), "lease lost");
+    }
+}
+
+// Records a shared ledger could not take are written again, each tick until the grace ends.
+// A refusal means the ledger already holds a final state: the one this replica meant (its
+// earlier commit landed after all) or another (a replica recorded the run interrupted when its
+// lease expired), which the report then shows as uncertain.
+void JobScheduler::retry_unwritten() {
+    for (auto& u : unwritten_) {
+        if (!u.retry) continue;
+        auto done = u.to == RunState::Completed ? ledger_->complete(u.id, u.outcome)
+                                                : ledger_->finish(u.id, u.to, u.outcome, u.reason);
+        if (!done) {
+            u.error = done.error().message;
+            continue;
+        }
+        u.retry = false;
+        auto rec = ledger_->get(u.id);
+        if (*done || (rec && *rec && (*rec)->state == u.to)) {
+            spdlog::info("job {}: run {} recorded {} (late: the ledger was unreachable)", u.job,
+                         u.id, to_string(u.to));
+            u.state.clear();  // written: dropped below
+            continue;
+        }
+        std::string held = rec && *rec
+                               ? std::string(to_string((*rec)->state)) + " (" + (*rec)->reason + ")"
+                               : "no such run";
+        u.error = "uncertain: the run ended " + std::string(to_string(u.to)) +
+                  " while the ledger was unreachable, and the ledger recorded it " + held +
+                  " meanwhile";
+        spdlog::error("job {}: run {}: {}", u.job, u.id, u.error);
+    }
+    std::erase_if(unwritten_, [](const Unwritten& u) { return u.state.empty(); });
+}
+
+// A shared ledger's artifacts are promoted by rename(2) into the output's directory: replicas on
+// other machines see them only on a filesystem they all mount.
+void JobScheduler::warn_local_outputs() {
+    for (const auto& job : jobs_) {
+        if (job.spec.output.empty()) continue;
+        std::string dir = dir_of(job.spec.output);
+        struct statfs fs {};
+        if (::statfs(dir.c_str(), &fs) != 0) {
+            spdlog::warn("job {}: output directory {}: {}", job.spec.name, dir,
+                         std::strerror(errno));
+            continue;
+        }
+        if (is_network_filesystem(fs.f_type)) continue;
+        spdlog::warn(
+            "job {}: output {} is on a local filesystem: with a shared ledger each replica "
+            "promotes into its own copy (mount one shared volume there, or write elsewhere and "
+            "use $LASTCALL_RUN_KEY)",
+            job.spec.name, job.spec.output);
+    }
 }
 
 void JobScheduler::state_changed(State from, State to) {
@@ -777,7 +1042,8 @@ void JobScheduler::interrupt(Run& run, RunOutcome outcome, const std::string& re
     run.recorded = true;  // from here on nothing completes it, written or not
     auto done = ledger_->finish(run.id, RunState::Interrupted, outcome, reason);
     if (!done) {
-        if (!run.interrupt_pending) note_unwritten(run, "interrupted", done.error().message);
+        if (!run.interrupt_pending)
+            note_unwritten(run, RunState::Interrupted, outcome, reason, done.error().message);
         run.interrupt_pending = true;
         run.interrupt_reason = reason;
         spdlog::error(
@@ -798,7 +1064,23 @@ void JobScheduler::interrupt(Run& run, RunOutcome outcome, const std::string& re
 
 void JobScheduler::note_unwritten(const Run& run, std::string_view state,
                                   const std::string& error) {
-    unwritten_.push_back({run.id, jobs_[run.job].spec.name, std::string(state), error});
+    Unwritten u;
+    u.id = run.id;
+    u.job = jobs_[run.job].spec.name;
+    u.state = std::string(state);
+    u.error = error;
+    if (auto to = parse_run_state(state); to && is_terminal(*to) && ledger_->shared()) {
+        u.to = *to;
+        u.retry = true;
+    }
+    unwritten_.push_back(std::move(u));
+}
+
+void JobScheduler::note_unwritten(const Run& run, RunState to, RunOutcome outcome,
+                                  const std::string& reason, const std::string& error) {
+    note_unwritten(run, to_string(to), error);
+    unwritten_.back().outcome = outcome;
+    unwritten_.back().reason = reason;
 }
 
 void JobScheduler::before_force() {
@@ -838,6 +1120,8 @@ void JobScheduler::contribute_metrics(MetricsWriter& m) {
 void JobScheduler::contribute_report(JsonWriter& j) {
     j.key("jobs").begin_object();
     j.field("ledger", ledger_ ? ledger_->path() : std::string());
+    j.field("ledger_backend", ledger_ ? std::string(ledger_->backend()) : std::string());
+    j.field("replica", ledger_ ? ledger_->identity().replica : std::string());
     j.key("interrupted_runs").begin_array();
     for (const auto& r : interrupted_) {
         j.begin_object();
@@ -870,6 +1154,7 @@ void JobScheduler::finished(int /*exit_code*/) {
     for (auto& [id, run] : runs_)
         if (run.ticket) run.ticket->release();
     runs_.clear();
+    if (ledger_ && ledger_->shared()) retry_unwritten();  // a last try before the report
     ledger_.reset();  // the database closes after the last record, before the logs flush
 }
 

@@ -80,6 +80,10 @@ class EndingsTestCase(LastcallTestCase):
         db.execute(f"""CREATE TRIGGER injected_failure BEFORE UPDATE OF state ON runs
                        WHEN NEW.state = '{state}'
                        BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END""")
+        # A claimed run is inserted `started`: the claim is that write.
+        db.execute(f"""CREATE TRIGGER injected_failure_insert BEFORE INSERT ON runs
+                       WHEN NEW.state = '{state}'
+                       BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END""")
         db.commit()
         db.close()
 

@@ -1,30 +1,86 @@
 // SPDX-License-Identifier: Apache-2.0
+// One suite, both ledgers: every TEMPLATE_TEST_CASE runs against SQLite in a temporary state dir
+// and against a real PostgreSQL (pg_server.hpp). Where the PostgreSQL server binaries are not
+// installed the PostgreSQL half is skipped with a message saying so.
 #include <catch2/catch.hpp>
 
 #include <sqlite3.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "lastcall/jobs/ledger.hpp"
+#include "pg_server.hpp"
 
 using namespace lastcall;
+using lastcall::testing::PgServer;
 
 namespace {
 
-struct TempDir {
-    std::string path;
-    TempDir() {
+LedgerIdentity replica(const std::string& name, std::int64_t lease_ms = 0) {
+    return {name, name + "/instance", lease_ms};
+}
+
+struct Sqlite {
+    static constexpr const char* kName = "sqlite";
+    std::string dir;
+    Sqlite() {
         char tmpl[] = "/tmp/lastcall-ledger-XXXXXX";
-        path = ::mkdtemp(tmpl);
+        dir = ::mkdtemp(tmpl);
     }
-    ~TempDir() { std::filesystem::remove_all(path); }
+    ~Sqlite() { std::filesystem::remove_all(dir); }
+    bool available() const { return true; }
+    // A writer of this ledger. SQLite's state dir has one owner at a time; the other replicas
+    // of a test share the file through readers' connections (exclusive = false), which is all
+    // the claim protocol needs.
+    std::unique_ptr<Ledger> open(LedgerIdentity id = replica("a"), bool exclusive = true) {
+        auto l = Ledger::open({dir, ""}, exclusive, std::move(id));
+        if (!l) FAIL(l.error().message);
+        return std::move(*l);
+    }
+    std::unique_ptr<Ledger> another(LedgerIdentity id) { return open(std::move(id), false); }
+    // Hand-written SQL against the database, as any other client could send it.
+    bool sql(const std::string& statement) {
+        sqlite3* db = nullptr;
+        REQUIRE(sqlite3_open(Ledger::path_in(dir).c_str(), &db) == SQLITE_OK);
+        int rc = sqlite3_exec(db, statement.c_str(), nullptr, nullptr, nullptr);
+        sqlite3_close(db);
+        return rc == SQLITE_OK;
+    }
 };
 
-Ledger open_ledger(const std::string& dir) {
-    auto l = Ledger::open(dir, true);
-    if (!l) FAIL(l.error().message);
-    return std::move(*l);
+struct Postgres {
+    static constexpr const char* kName = "postgresql";
+    std::string url, db;
+    Postgres() {
+        if (PgServer* s = PgServer::get()) {
+            url = s->new_database();
+            db = url.substr(14, url.find('?') - 14);  // postgresql:///DB?host=...
+        }
+    }
+    bool available() const {
+        if (!url.empty()) return true;
+        WARN("PostgreSQL half skipped: " << (PgServer::why().empty() ? "createdb failed"
+                                                                     : PgServer::why()));
+        return false;
+    }
+    std::unique_ptr<Ledger> open(LedgerIdentity id = replica("a"), bool exclusive = true) {
+        auto l = Ledger::open({"", url}, exclusive, std::move(id));
+        if (!l) FAIL(l.error().message);
+        return std::move(*l);
+    }
+    std::unique_ptr<Ledger> another(LedgerIdentity id) { return open(std::move(id), true); }
+    bool sql(const std::string& statement) { return PgServer::get()->psql(db, statement) == 0; }
+};
+
+ClaimRequest fire(const std::string& job, std::int64_t at, Concurrency c = Concurrency::Allow) {
+    ClaimRequest r;
+    r.job = job;
+    r.scheduled_at = at;
+    r.concurrency = c;
+    return r;
 }
 
 }  // namespace
@@ -42,104 +98,261 @@ TEST_CASE("the run model allows only forward moves and terminal states are final
     for (RunState s : kAllRunStates) CHECK(parse_run_state(to_string(s)) == s);
 }
 
-TEST_CASE("a run moves scheduled -> started -> completed and the watermark follows it",
-          "[ledger]") {
-    TempDir dir;
-    Ledger l = open_ledger(dir.path);
-    auto id = l.add("backup", 1000, RunState::Scheduled, "");
+TEMPLATE_TEST_CASE("a run moves scheduled -> started -> completed and the watermark follows it",
+                   "[ledger]", Sqlite, Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    auto l = db.open();
+    auto id = l->add("backup", 1000, RunState::Scheduled, "");
     REQUIRE(id);
-    CHECK(*l.watermark("backup") == std::nullopt);
-    REQUIRE(*l.start(*id, 4242));
-    CHECK(*l.watermark("backup") == std::nullopt);  // never at start
-    REQUIRE(*l.complete(*id, {0, {}}));
-    auto rec = *l.get(*id);
+    CHECK(*l->watermark("backup") == std::nullopt);
+    REQUIRE(*l->start(*id, 4242));
+    CHECK(*l->watermark("backup") == std::nullopt);  // never at start
+    REQUIRE(*l->complete(*id, {0, {}}));
+    auto rec = *l->get(*id);
     REQUIRE(rec);
     CHECK(rec->state == RunState::Completed);
     CHECK(rec->pid == 4242);
     CHECK(rec->exit_code == 0);
     CHECK(rec->started_ms);
     CHECK(rec->ended_ms);
-    CHECK(*l.watermark("backup") == 1000);
+    CHECK(rec->replica == "a");
+    CHECK(*l->watermark("backup") == 1000);
 }
 
-TEST_CASE("an interrupted run stays interrupted when a late exit 0 tries to complete it",
-          "[ledger]") {
-    TempDir dir;
-    Ledger l = open_ledger(dir.path);
-    auto id = *l.add("report", 2000, RunState::Scheduled, "");
-    REQUIRE(*l.start(id, 100));
-    REQUIRE(*l.finish(id, RunState::Interrupted, {}, "grace expired at shutdown"));
-    auto late = l.complete(id, {0, {}});
+TEMPLATE_TEST_CASE("an interrupted run stays interrupted when a late exit 0 tries to complete it",
+                   "[ledger]", Sqlite, Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    auto l = db.open();
+    auto id = *l->add("report", 2000, RunState::Scheduled, "");
+    REQUIRE(*l->start(id, 100));
+    REQUIRE(*l->finish(id, RunState::Interrupted, {}, "grace expired at shutdown"));
+    auto late = l->complete(id, {0, {}});
     REQUIRE(late);
     CHECK_FALSE(*late);  // refused
-    CHECK_FALSE(*l.finish(id, RunState::Failed, {{}, 9}, "killed"));
-    auto rec = *l.get(id);
+    CHECK_FALSE(*l->finish(id, RunState::Failed, {{}, 9}, "killed"));
+    auto rec = *l->get(id);
     CHECK(rec->state == RunState::Interrupted);
     CHECK(rec->reason == "grace expired at shutdown");
-    CHECK(*l.watermark("report") == std::nullopt);
+    CHECK(*l->watermark("report") == std::nullopt);
 }
 
-TEST_CASE("the database refuses to rewrite a terminal state even with hand-written SQL",
-          "[ledger]") {
-    TempDir dir;
+TEMPLATE_TEST_CASE("the database refuses to rewrite a terminal state even with hand-written SQL",
+                   "[ledger]", Sqlite, Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    std::int64_t id = 0;
     {
-        Ledger l = open_ledger(dir.path);
-        auto id = *l.add("j", 1, RunState::Scheduled, "");
-        REQUIRE(*l.start(id, 1));
-        REQUIRE(*l.finish(id, RunState::Failed, {3, {}}, "exited with code 3"));
+        auto l = db.open();
+        id = *l->add("j", 1, RunState::Scheduled, "");
+        REQUIRE(*l->start(id, 1));
+        REQUIRE(*l->finish(id, RunState::Failed, {3, {}}, "exited with code 3"));
     }
-    sqlite3* db = nullptr;
-    REQUIRE(sqlite3_open(Ledger::path_in(dir.path).c_str(), &db) == SQLITE_OK);
-    int rc = sqlite3_exec(db, "UPDATE runs SET state = 'completed'", nullptr, nullptr, nullptr);
-    CHECK(rc != SQLITE_OK);
-    sqlite3_close(db);
-    Ledger l = open_ledger(dir.path);
-    CHECK((*l.get(1))->state == RunState::Failed);
+    bool pg = std::string(TestType::kName) == "postgresql";
+    std::string runs = pg ? "lastcall.runs" : "runs";
+    CHECK_FALSE(db.sql("UPDATE " + runs + " SET state = 'completed'"));
+    auto l = db.open();
+    CHECK((*l->get(id))->state == RunState::Failed);
 }
 
-TEST_CASE("the watermark never moves backwards", "[ledger]") {
-    TempDir dir;
-    Ledger l = open_ledger(dir.path);
-    auto later = *l.add("j", 500, RunState::Scheduled, "");
-    auto earlier = *l.add("j", 400, RunState::Scheduled, "");
-    REQUIRE(*l.start(later, 1));
-    REQUIRE(*l.start(earlier, 2));
-    REQUIRE(*l.complete(later, {0, {}}));
-    REQUIRE(*l.complete(earlier, {0, {}}));
-    CHECK(*l.watermark("j") == 500);
+TEMPLATE_TEST_CASE("the database refuses a run state that moves backwards", "[ledger]", Sqlite,
+                   Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    auto l = db.open();
+    auto claimed = *l->claim(fire("j", 10));
+    REQUIRE(claimed.outcome == Claim::Outcome::Started);
+    bool pg = std::string(TestType::kName) == "postgresql";
+    std::string runs = pg ? "lastcall.runs" : "runs";
+    CHECK_FALSE(db.sql("UPDATE " + runs +
+                       " SET state = 'scheduled' WHERE id = " + std::to_string(claimed.id)));
+    CHECK((*l->get(claimed.id))->state == RunState::Started);
 }
 
-TEST_CASE("runs a previous owner left unfinished become interrupted at the next open", "[ledger]") {
-    TempDir dir;
+TEMPLATE_TEST_CASE("the watermark never moves backwards", "[ledger]", Sqlite, Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    auto l = db.open();
+    auto later = *l->add("j", 500, RunState::Scheduled, "");
+    auto earlier = *l->add("j", 400, RunState::Scheduled, "");
+    REQUIRE(*l->start(later, 1));
+    REQUIRE(*l->start(earlier, 2));
+    REQUIRE(*l->complete(later, {0, {}}));
+    REQUIRE(*l->complete(earlier, {0, {}}));
+    CHECK(*l->watermark("j") == 500);
+    bool pg = std::string(TestType::kName) == "postgresql";
+    CHECK_FALSE(db.sql(std::string("UPDATE ") + (pg ? "lastcall.watermarks" : "watermarks") +
+                       " SET scheduled_at = 1"));
+    CHECK(*l->watermark("j") == 500);
+}
+
+TEMPLATE_TEST_CASE("runs a previous owner left unfinished become interrupted at the next open",
+                   "[ledger]", Sqlite, Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    std::int64_t c = 0;
     {
-        Ledger l = open_ledger(dir.path);
-        auto a = *l.add("j", 1, RunState::Scheduled, "");
-        auto b = *l.add("j", 2, RunState::Scheduled, "");
-        REQUIRE(*l.start(b, 7));
-        (void)a;
-        auto c = *l.add("j", 3, RunState::Scheduled, "");
-        REQUIRE(*l.start(c, 8));
-        REQUIRE(*l.complete(c, {0, {}}));
+        auto l = db.open();
+        (void)*l->add("j", 1, RunState::Scheduled, "");
+        auto b = *l->add("j", 2, RunState::Scheduled, "");
+        REQUIRE(*l->start(b, 7));
+        c = *l->add("j", 3, RunState::Scheduled, "");
+        REQUIRE(*l->start(c, 8));
+        REQUIRE(*l->complete(c, {0, {}}));
     }
-    Ledger l = open_ledger(dir.path);
-    auto fixed = l.interrupt_unfinished("lastcall stopped before the run ended");
+    auto l = db.open();
+    auto fixed = l->interrupt_unfinished("lastcall stopped before the run ended");
     REQUIRE(fixed);
     CHECK(fixed->size() == 2);
-    auto pending = *l.awaiting_recovery();
+    auto pending = *l->awaiting_recovery();
     REQUIRE(pending.size() == 2);
-    REQUIRE(l.set_recovery(pending[0].id, kRecoveryHeld));
-    CHECK((*l.held_run("j"))->id == pending[0].id);
-    CHECK(*l.release(pending[0].id));
-    CHECK_FALSE(*l.held_run("j"));
-    CHECK_FALSE(*l.release(3));  // completed runs have nothing to release
+    REQUIRE(l->set_recovery(pending[0].id, kRecoveryHeld));
+    CHECK((*l->held_run("j"))->id == pending[0].id);
+    CHECK(*l->release(pending[0].id));
+    CHECK_FALSE(*l->held_run("j"));
+    CHECK_FALSE(*l->release(c));  // completed runs have nothing to release
+}
+
+TEMPLATE_TEST_CASE("one fire time is claimed by exactly one replica", "[ledger][claim]", Sqlite,
+                   Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    auto a = db.open(replica("a", 30'000));
+    auto b = db.another(replica("b", 30'000));
+    auto first = a->claim(fire("report", 600));
+    auto second = b->claim(fire("report", 600));
+    REQUIRE(first);
+    REQUIRE(second);
+    CHECK(first->outcome == Claim::Outcome::Started);
+    CHECK(second->outcome == Claim::Outcome::Lost);  // records nothing, runs nothing
+    auto runs = *a->list({});
+    REQUIRE(runs.size() == 1);
+    CHECK(runs[0].state == RunState::Started);
+    CHECK(runs[0].replica == "a");
+    CHECK(runs[0].lease_until_ms);
+    // The next fire time is free for anyone.
+    CHECK(b->claim(fire("report", 660))->outcome == Claim::Outcome::Started);
+}
+
+TEMPLATE_TEST_CASE("concurrency forbid records a fire time skipped while any replica runs the job",
+                   "[ledger][claim]", Sqlite, Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    auto a = db.open(replica("a", 30'000));
+    auto b = db.another(replica("b", 30'000));
+    auto running = *a->claim(fire("sync", 60, Concurrency::Forbid));
+    REQUIRE(running.outcome == Claim::Outcome::Started);
+    auto next = *b->claim(fire("sync", 120, Concurrency::Forbid));
+    CHECK(next.outcome == Claim::Outcome::Skipped);
+    CHECK_THAT(next.reason, Catch::Contains("concurrency = forbid"));
+    // The other replica's claim of the same time loses to the skipped row: one row per time.
+    CHECK(a->claim(fire("sync", 120, Concurrency::Forbid))->outcome == Claim::Outcome::Lost);
+    CHECK((*a->get(next.id))->state == RunState::Skipped);
+    REQUIRE(*a->complete(running.id, {0, {}}));
+    CHECK(b->claim(fire("sync", 180, Concurrency::Forbid))->outcome == Claim::Outcome::Started);
+}
+
+TEMPLATE_TEST_CASE("concurrency replace interrupts the active run of another replica",
+                   "[ledger][claim]", Sqlite, Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    auto a = db.open(replica("a", 30'000));
+    auto b = db.another(replica("b", 30'000));
+    auto old = *a->claim(fire("feed", 60, Concurrency::Replace));
+    auto now = *b->claim(fire("feed", 120, Concurrency::Replace));
+    REQUIRE(now.outcome == Claim::Outcome::Started);
+    REQUIRE(now.replaced == std::vector<std::int64_t>{old.id});
+    auto rec = *a->get(old.id);
+    CHECK(rec->state == RunState::Interrupted);
+    CHECK_THAT(rec->reason, Catch::Contains("replaced by run " + std::to_string(now.id)));
+    // Replica a learns it at its next renewal: the run is no longer its own.
+    CHECK(a->renew({old.id})->empty());
+    CHECK_FALSE(*a->complete(old.id, {0, {}}));
+}
+
+TEMPLATE_TEST_CASE("an expired lease makes the run interrupted, and it is retried exactly once",
+                   "[ledger][lease]", Sqlite, Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    // Replica a claims with a 1 ms lease and never renews it: a replica that died.
+    auto dead = db.open(replica("a", 1));
+    auto b = db.another(replica("b", 30'000));
+    auto c = db.another(replica("c", 30'000));
+    auto run = *dead->claim(fire("backup", 3600));
+    REQUIRE(run.outcome == Claim::Outcome::Started);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the 1 ms lease
+    auto expired = *b->expire_leases();
+    REQUIRE(expired.size() == 1);
+    CHECK(expired[0].id == run.id);
+    CHECK(expired[0].reason == "lease expired: replica a stopped renewing it");
+    CHECK(c->expire_leases()->empty());  // recorded once
+    // The dead replica's late success is refused, and its renewal tells it the run is gone.
+    CHECK_FALSE(*dead->complete(run.id, {0, {}}));
+    CHECK(dead->renew({run.id})->empty());
+    // Both live replicas try to retry it: one wins.
+    ClaimRequest retry = fire("backup", 3600);
+    retry.retry_of = {run.id};
+    auto by_b = *b->claim(retry);
+    auto by_c = *c->claim(retry);
+    CHECK(by_b.outcome == Claim::Outcome::Started);
+    CHECK(by_c.outcome == Claim::Outcome::Lost);
+    CHECK((*b->get(by_b.id))->retry_of == run.id);
+    CHECK((*b->get(run.id))->recovery == kRecoveryRetried);
+    CHECK(b->awaiting_recovery()->empty());
+}
+
+TEMPLATE_TEST_CASE("a renewed lease keeps the run its replica's", "[ledger][lease]", Sqlite,
+                   Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    auto a = db.open(replica("a", 30'000));
+    auto b = db.another(replica("b", 30'000));
+    auto run = *a->claim(fire("j", 60));
+    CHECK(*a->renew({run.id}) == std::vector<std::int64_t>{run.id});
+    CHECK(b->renew({run.id})->empty());  // not b's lease
+    CHECK(b->expire_leases()->empty());
+    REQUIRE(a->set_pid(run.id, 99));
+    REQUIRE(*a->complete(run.id, {0, {}}));
+    CHECK(a->renew({run.id})->empty());  // a completed run holds no lease
+}
+
+TEMPLATE_TEST_CASE("a held job's fire time is recorded skipped once, whoever claims it",
+                   "[ledger][claim]", Sqlite, Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    auto a = db.open(replica("a", 30'000));
+    auto b = db.another(replica("b", 30'000));
+    ClaimRequest held = fire("j", 60);
+    held.skip_reason = "held: run 1 was interrupted";
+    auto first = *a->claim(held);
+    auto second = *b->claim(held);
+    CHECK(first.outcome == Claim::Outcome::Skipped);
+    CHECK(second.outcome == Claim::Outcome::Lost);
+    CHECK(a->list({})->size() == 1);
 }
 
 TEST_CASE("a second owner of the same state dir is refused", "[ledger]") {
-    TempDir dir;
-    Ledger first = open_ledger(dir.path);
-    auto second = Ledger::open(dir.path, true);
+    Sqlite db;
+    auto first = db.open();
+    auto second = Ledger::open({db.dir, ""}, true);
     REQUIRE_FALSE(second);
     CHECK_THAT(second.error().message, Catch::Contains("in use by another lastcall"));
-    auto reader = Ledger::open(dir.path, false);  // the runs command needs no lock
+    auto reader = Ledger::open({db.dir, ""}, false);  // the runs command needs no lock
     CHECK(reader);
+}
+
+TEST_CASE("a postgresql ledger's messages never show the URL's password", "[ledger]") {
+    // Nothing listens on this socket directory: the connection fails, and says where.
+    auto l =
+        Ledger::open({"", "postgresql://app:s3cret@/jobs?host=/nonexistent-lastcall-dir"}, true);
+    REQUIRE_FALSE(l);
+    CHECK_THAT(l.error().message, Catch::Contains("postgresql://app@/nonexistent-lastcall-dir"));
+    CHECK(l.error().message.find("s3cret") == std::string::npos);
+}
+
+TEST_CASE("a ledger URL that is not postgresql:// is refused with the reason", "[ledger]") {
+    auto l = Ledger::open({"", "mysql://db/jobs"}, true);
+    REQUIRE_FALSE(l);
+    CHECK_THAT(l.error().message, Catch::Contains("not a postgresql:// URL"));
 }

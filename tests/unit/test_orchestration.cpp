@@ -321,12 +321,14 @@ struct Jobs {
     explicit Jobs(const std::string& toml) {
         auto cfg = parse_jobs_toml(toml, "test.toml");
         REQUIRE(cfg);
-        auto ledger = Ledger::open(dir.path, true);
+        auto ledger = Ledger::open({dir.path, ""}, true);
         REQUIRE(ledger);
         scheduler.emplace(std::move(cfg->jobs), std::move(*ledger));
         host.deliver_to(&*scheduler);
         REQUIRE(scheduler->attach_host(host));
-        reader.emplace(std::move(*Ledger::open(dir.path, false)));
+        auto r = Ledger::open({dir.path, ""}, false);
+        REQUIRE(r);
+        reader = std::move(*r);
     }
     RunRecord run(std::int64_t id) {
         auto r = reader->get(id);
@@ -344,7 +346,7 @@ struct Jobs {
     TempDir dir;
     FakeHost host;
     std::optional<JobScheduler> scheduler;
-    std::optional<Ledger> reader;
+    std::unique_ptr<Ledger> reader;
 };
 
 }  // namespace

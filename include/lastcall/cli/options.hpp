@@ -32,6 +32,10 @@ struct Options {
     std::string crontab_path;
     // --state-dir DIR: where the run ledger lives; empty: the config's state_dir or the default.
     std::string state_dir;
+    // --ledger URL: a postgresql:// ledger shared by the replicas of a deployment.
+    std::string ledger_url;
+    // --replica-id ID: this replica's name in a shared ledger; empty: the host name.
+    std::string replica_id;
 
     // Budget and shutdown.
     std::chrono::milliseconds grace{8000};

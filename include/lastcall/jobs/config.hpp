@@ -20,10 +20,13 @@
 namespace lastcall {
 
 // A fire time that comes while the previous run of the same job is still going.
+// `overlap` (lastcall's word) or `concurrency` (a Kubernetes CronJob's): with a shared ledger
+// the rule holds across replicas (any replica's active run counts).
 enum class Overlap {
-    Skip,   // recorded as skipped
-    Queue,  // run after the current one ends (at most one waits; more are skipped)
-    Allow,  // run at once, side by side
+    Skip,     // recorded as skipped (concurrency = "forbid")
+    Queue,    // run after the current one ends (at most one waits; more are skipped); one machine
+    Allow,    // run at once, side by side
+    Replace,  // the active run is interrupted ("replaced by run N") and stopped; this one runs
 };
 // What the next start does with a run that was interrupted (shutdown grace or a crash).
 enum class OnInterrupted {
@@ -57,9 +60,15 @@ struct JobSpec {
 enum class CrontabFormat { User, System };
 
 struct JobsConfig {
-    std::vector<JobSpec> jobs;  // in file order
-    std::string state_dir;      // top-level `state_dir`; empty: the default
+    std::vector<JobSpec> jobs;    // in file order
+    std::string state_dir;        // top-level `state_dir`; empty: the default
+    std::string ledger;           // top-level `ledger`: a postgresql:// URL; empty: SQLite
+    std::optional<Millis> lease;  // top-level `lease`: a shared ledger's run lease
 };
+
+// A claimed run's lease in a shared ledger when the config sets none, and its bounds.
+inline constexpr Millis kDefaultLease{30'000};
+inline constexpr Millis kMinLease{3'000};
 
 // The staging path of a job's output: next to the final name (rename(2) needs one filesystem),
 // hidden, and unique to the run (a retry never promotes what an earlier run staged).
@@ -84,6 +93,8 @@ Result<std::vector<JobSpec>> load_crontab(const std::string& path);
 struct JobsSetup {
     std::vector<JobSpec> jobs;
     std::string state_dir;
+    std::string ledger_url;  // --ledger, else the config's `ledger`; empty: SQLite in state_dir
+    Millis lease = kDefaultLease;
 };
 Result<JobsSetup> load_jobs(const Options& options);
 // The run ledger's directory: --state-dir, else the config's state_dir, else $STATE_DIRECTORY

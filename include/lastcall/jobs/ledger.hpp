@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The run ledger: every scheduled run, what became of it, and each job's watermark, in SQLite.
+// The run ledger: every scheduled run, what became of it, and each job's watermark. One
+// interface, two implementations: SQLite in the state dir (one machine, the default) and
+// PostgreSQL (replicas of one deployment share it; docs/cluster.md).
 //
 //   scheduled --> started --> completed | failed | interrupted
 //       |            (also)     ^ terminal: final, never rewritten
@@ -11,12 +13,17 @@
 // reported to the caller (false), which logs it: a late exit 0 of an interrupted run stays
 // interrupted.
 //
-// Durability: WAL with synchronous=FULL, so a state change that returned is on disk. The file
-// lives in the state dir, which one lastcall at a time owns (an flock on ledger.lock), because at
-// start the owner turns the non-terminal runs of a previous, crashed owner into `interrupted`.
+// Durability: a state change that returned is committed (SQLite: WAL with synchronous=FULL;
+// PostgreSQL: a committed transaction). A SQLite ledger lives in the state dir, which one
+// lastcall at a time owns (an flock on ledger.lock), because at start the owner turns the
+// non-terminal runs of a previous, crashed owner into `interrupted`. A shared ledger has no
+// single owner: a claimed run holds a lease that its replica renews, and any replica turns a
+// run whose lease expired into `interrupted`.
+//
+// Exactly once: (job, scheduled time) is unique among first runs and a retry's retry_of is
+// unique, in the database's own indexes, so two replicas can never both run one fire time or
+// both retry one interrupted run.
 #pragma once
-
-#include <sqlite3.h>
 
 #include <chrono>
 #include <cstdint>
@@ -28,7 +35,6 @@
 #include <vector>
 
 #include "lastcall/core/error.hpp"
-#include "lastcall/core/fd.hpp"
 
 namespace lastcall {
 
@@ -60,6 +66,8 @@ struct RunRecord {
     std::string reason;
     std::optional<std::int64_t> retry_of;
     std::string recovery;
+    std::string replica;                         // who ran it (empty: before replicas)
+    std::optional<std::int64_t> lease_until_ms;  // a shared ledger's claimed runs
 };
 
 struct RunOutcome {
@@ -72,40 +80,111 @@ struct RunFilter {
     std::optional<RunState> state;  // nullopt: all states
 };
 
-struct SqliteClose {
-    void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
-};
-using SqliteHandle = std::unique_ptr<sqlite3, SqliteClose>;
-
+// Wall-clock time in Unix milliseconds: the times of a record.
 std::int64_t unix_ms_now();
+
+// A job's rule for a fire time that comes while another run of it is active, on any replica
+// (a Kubernetes CronJob's concurrencyPolicy).
+enum class Concurrency {
+    Allow,    // claim it: runs side by side
+    Forbid,   // record it skipped
+    Replace,  // interrupt the active run(s) ("replaced by run N") and claim it
+};
+
+// Who writes: the replica (a host or pod name, shown by `lastcall runs`), this process's own
+// random instance token (what a lease belongs to: a restarted replica with the same name does
+// not inherit its predecessor's leases), and the lease a claimed run holds (0: no lease, one
+// machine: nobody else could take the run over).
+struct LedgerIdentity {
+    std::string replica;
+    std::string owner;
+    std::int64_t lease_ms = 0;
+};
+
+// One fire time (or the retry of interrupted runs) to be claimed. Every replica computes the
+// same fire times; the one whose insert wins the unique key (job, scheduled time) runs it.
+struct ClaimRequest {
+    std::string job;
+    std::int64_t scheduled_at = 0;
+    std::vector<std::int64_t> retry_of;  // non-empty: the claim is the retry of these runs
+    Concurrency concurrency = Concurrency::Allow;
+    // Non-empty: the fire time is not run but recorded skipped with this reason (a held job),
+    // by whichever replica claims it first.
+    std::string skip_reason;
+};
+struct Claim {
+    enum class Outcome {
+        Started,  // this replica runs it: the row is `started` (pid 0 until set_pid)
+        Skipped,  // recorded skipped (forbid), by this replica
+        Lost,     // another replica claimed it (or already retried): nothing recorded, nothing runs
+    };
+    Outcome outcome = Outcome::Lost;
+    std::int64_t id = 0;                 // Started, Skipped
+    std::string reason;                  // Skipped: why
+    std::vector<std::int64_t> replaced;  // Replace: the runs it interrupted
+};
+
+// Where the ledger lives: a state dir (SQLite, one machine) or a PostgreSQL URL (shared by the
+// replicas of one deployment).
+struct LedgerLocation {
+    std::string state_dir;  // used when url is empty
+    std::string url;        // postgresql://... or postgres://...
+};
+bool is_postgresql_url(std::string_view text);
 
 class Ledger {
   public:
-    // The state dir's ledger. `exclusive`: take the owner's lock (the supervisor); the `runs`
-    // command reads and releases without it. The directory is created when missing. A write
-    // happens here (the start is recorded), so a read-only or full filesystem fails now, at
-    // start, not at the first run.
-    static Result<Ledger> open(const std::string& state_dir, bool exclusive);
-    // The path of the database in a state dir.
+    virtual ~Ledger() = default;
+
+    // The ledger at `where`. `exclusive`: the supervisor's ledger (SQLite: the state dir's owner
+    // lock; both: a write at open, so that a read-only or unreachable ledger fails the start,
+    // not the first run); the `runs` command reads and releases without it.
+    static Result<std::unique_ptr<Ledger>> open(const LedgerLocation& where, bool exclusive,
+                                                LedgerIdentity identity = {});
+    // The path of the SQLite database in a state dir.
     static std::string path_in(const std::string& state_dir);
 
+    // "sqlite" or "postgresql".
+    virtual std::string_view backend() const = 0;
+    // What to show: the database's path, or the URL without its password.
+    virtual const std::string& path() const = 0;
+    // Several replicas write to it: claims compete and leases expire.
+    virtual bool shared() const = 0;
+    void set_identity(LedgerIdentity id) { identity_ = std::move(id); }
+    const LedgerIdentity& identity() const { return identity_; }
+
     // A new run, in `state` (scheduled, or skipped with its reason). Returns its id.
-    Result<std::int64_t> add(std::string_view job, std::int64_t scheduled_at, RunState state,
-                             std::string_view reason, std::optional<std::int64_t> retry_of = {});
+    virtual Result<std::int64_t> add(std::string_view job, std::int64_t scheduled_at,
+                                     RunState state, std::string_view reason,
+                                     std::optional<std::int64_t> retry_of = {}) = 0;
+    // The fire time (or retry) as one transaction: the unique key decides which replica runs
+    // it, the concurrency rule is checked against the active runs of every replica, and the
+    // winner's row is `started` with this identity's lease. Only the winner records anything.
+    virtual Result<Claim> claim(const ClaimRequest& request) = 0;
     // scheduled -> started. false: refused (the run is no longer scheduled). The scheduler
     // records `started` before it spawns (pid 0) and the pid right after: a run whose start
     // could not be recorded is never started.
-    Result<bool> start(std::int64_t id, std::int64_t pid);
-    Status set_pid(std::int64_t id, std::int64_t pid);
+    virtual Result<bool> start(std::int64_t id, std::int64_t pid) = 0;
+    virtual Status set_pid(std::int64_t id, std::int64_t pid) = 0;
     // -> failed / interrupted / skipped with the outcome and reason. false: refused.
-    Result<bool> finish(std::int64_t id, RunState to, RunOutcome outcome, std::string_view reason);
+    virtual Result<bool> finish(std::int64_t id, RunState to, RunOutcome outcome,
+                                std::string_view reason) = 0;
     // started -> completed and the job's watermark, in one transaction. Call only after the
     // artifact (if any) was promoted. false: refused, and the watermark did not move.
-    Result<bool> complete(std::int64_t id, RunOutcome outcome);
+    virtual Result<bool> complete(std::int64_t id, RunOutcome outcome) = 0;
+
+    // Extends the lease of these runs (this identity's, still `started`) by the identity's lease,
+    // measured by the database's clock. Returns the ids it still holds: a run missing from the
+    // answer was taken away (its lease expired and another replica recorded it interrupted, or
+    // a `replace` claim interrupted it), and must be stopped without any further record.
+    virtual Result<std::vector<std::int64_t>> renew(const std::vector<std::int64_t>& ids) = 0;
+    // Every run (any replica's) whose lease ran out becomes interrupted ("lease expired: replica
+    // R stopped renewing it"). Returns the runs it changed.
+    virtual Result<std::vector<RunRecord>> expire_leases() = 0;
 
     // The scheduled time of the job's latest completed run.
-    Result<std::optional<std::int64_t>> watermark(std::string_view job);
-    Result<std::vector<RunRecord>> list(const RunFilter& filter);
+    virtual Result<std::optional<std::int64_t>> watermark(std::string_view job) = 0;
+    virtual Result<std::vector<RunRecord>> list(const RunFilter& filter) = 0;
     // Runs per job and state, and each job's last completed run's end (ms since the epoch; 0:
     // none), for the metrics: one aggregate query, not a scan in lastcall.
     struct JobCount {
@@ -114,37 +193,34 @@ class Ledger {
         std::int64_t runs = 0;
         std::int64_t last_completed_ms = 0;
     };
-    Result<std::vector<JobCount>> count_runs();
-    Result<std::optional<RunRecord>> get(std::int64_t id);
+    virtual Result<std::vector<JobCount>> count_runs() = 0;
+    virtual Result<std::optional<RunRecord>> get(std::int64_t id) = 0;
 
-    // At start: every run a previous owner left scheduled or started becomes interrupted.
-    Result<std::vector<RunRecord>> interrupt_unfinished(std::string_view reason);
+    // At start: every run a previous owner left scheduled or started, without a lease, becomes
+    // interrupted (a run with a lease is another replica's until its lease expires).
+    virtual Result<std::vector<RunRecord>> interrupt_unfinished(std::string_view reason) = 0;
     // Interrupted runs whose recovery is still open (none yet, or released by a person).
-    Result<std::vector<RunRecord>> awaiting_recovery();
+    virtual Result<std::vector<RunRecord>> awaiting_recovery() = 0;
     // The job's interrupted run that is held, if any.
-    Result<std::optional<RunRecord>> held_run(std::string_view job);
-    Status set_recovery(std::int64_t id, std::string_view recovery);
+    virtual Result<std::optional<RunRecord>> held_run(std::string_view job) = 0;
+    virtual Status set_recovery(std::int64_t id, std::string_view recovery) = 0;
     // A new scheduled run that retries `interrupted` (all of one job's runs awaiting recovery):
     // the new row and their `retried` marks commit together, so a crash in between can neither
     // lose the retry nor retry twice.
-    Result<std::int64_t> add_retry(std::string_view job, std::int64_t scheduled_at,
-                                   const std::vector<std::int64_t>& interrupted);
+    virtual Result<std::int64_t> add_retry(std::string_view job, std::int64_t scheduled_at,
+                                           const std::vector<std::int64_t>& interrupted) = 0;
     // `lastcall runs release ID`: an interrupted run's hold is lifted. false: not interrupted.
-    Result<bool> release(std::int64_t id);
+    virtual Result<bool> release(std::int64_t id) = 0;
 
-    const std::string& path() const { return path_; }
-
-  private:
-    Ledger(SqliteHandle db, std::string path, UniqueFd lock)
-        : db_(std::move(db)), path_(std::move(path)), lock_(std::move(lock)) {}
-    Status exec(const char* sql);
-    Error sql_error(std::string_view what) const;
-    Result<bool> transition(std::int64_t id, RunState to, const std::string& set_clause,
-                            const std::function<Status(sqlite3_stmt*, int first)>& bind);
-
-    SqliteHandle db_;
-    std::string path_;
-    UniqueFd lock_;  // held for the ledger's lifetime by the owning supervisor
+  protected:
+    Ledger() = default;
+    LedgerIdentity identity_;
 };
+
+// The two implementations (ledger_sqlite.cpp, ledger_postgresql.cpp); Ledger::open picks one.
+Result<std::unique_ptr<Ledger>> open_sqlite_ledger(const std::string& state_dir, bool exclusive,
+                                                   LedgerIdentity identity);
+Result<std::unique_ptr<Ledger>> open_postgresql_ledger(const std::string& url, bool exclusive,
+                                                       LedgerIdentity identity);
 
 }  // namespace lastcall

@@ -12,6 +12,18 @@
 // At shutdown the run's tree gets the stop signal with the rest of lastcall's tree; when the
 // grace runs out, before_force() marks every run still in flight `interrupted` before SIGKILL,
 // and its later exit cannot change that record.
+//
+// With a shared ledger (PostgreSQL, docs/cluster.md) every replica computes the same fire times
+// and claims each one; the row `started` is the claim, so a replica that loses records and runs
+// nothing. A lease tick (every second, or lease/3 if shorter) then:
+//   renews the leases of this replica's runs; a run whose lease was taken away (expired and
+//     recorded interrupted by another replica, or replaced) is stopped, with no record of its own;
+//   stops a run whose lease could not be renewed for 2/3 of the lease (a partition: another
+//     replica will soon call it expired), as an interruption, never completed;
+//   turns every run whose lease expired (its replica died) into `interrupted`, and applies the
+//     job's on_interrupted policy: a retry is claimed like a fire time, so exactly one replica
+//     retries it;
+//   writes again the records that could not be written (the database was unreachable).
 #pragma once
 
 #include <map>
@@ -34,7 +46,7 @@ namespace lastcall {
 
 class JobScheduler final : public SupervisorComponent {
   public:
-    JobScheduler(std::vector<JobSpec> jobs, Ledger ledger);
+    JobScheduler(std::vector<JobSpec> jobs, std::unique_ptr<Ledger> ledger);
 
     Status attach(Supervisor& sup) override;
     // The same on any host (the unit tests' fake): what attach() does once it has one.
@@ -58,7 +70,9 @@ class JobScheduler final : public SupervisorComponent {
         std::optional<Ticket> ticket;
         bool recorded = false;  // a terminal state is in the ledger (or interrupted is due)
         std::optional<MonoTime> deadline;  // the timeout, then the SIGKILL after it
-        bool timed_out = false;
+        bool timed_out = false;  // the stop signal went out (timeout, lease lost, taken away)
+        Millis kill_after{0};    // ... and the scope is killed this long after it
+        std::string stop_cause;  // why: "timeout", "lease lost", "taken over"
         std::unique_ptr<UnitScope> scope;         // every process of the run, verify included
         std::set<ProcKey> stopped;                // got the timeout's SIGTERM: never a second time
         Intervention first = Intervention::None;  // lastcall's first intervention
@@ -70,6 +84,9 @@ class JobScheduler final : public SupervisorComponent {
         std::string resume_from;  // a retry: the interrupted run's staging file, if kept
         std::int64_t key_at = 0;  // the scheduled time of the run key (the retried slot)
         std::optional<std::int64_t> retry_of;
+        // A shared ledger: when the lease was last renewed (the renewal's start: the database's
+        // lease_until is at least this plus the lease).
+        std::optional<MonoTime> lease_renewed;
     };
     struct JobState {
         JobSpec spec;
@@ -88,6 +105,13 @@ class JobScheduler final : public SupervisorComponent {
 
     cron::sys_seconds wall_seconds() const;
     void recover();
+    void plan_recovery();
+    void on_lease_timer();
+    void renew_leases();
+    void stop_scope(Run& run, Millis kill_after, const char* cause);
+    Millis lease_kill_after() const;
+    void take_away(Run& run, const std::string& why);
+    void retry_unwritten();
     void kill_leftovers(const RunRecord& run);
     void on_fire_timer();
     void on_timeout_timer();
@@ -100,6 +124,9 @@ class JobScheduler final : public SupervisorComponent {
                    std::int64_t key_at = 0);
     void interrupt(Run& run, RunOutcome outcome, const std::string& reason);
     void note_unwritten(const Run& run, std::string_view state, const std::string& error);
+    void note_unwritten(const Run& run, RunState to, RunOutcome outcome, const std::string& reason,
+                        const std::string& error);
+    void warn_local_outputs();
     void remove_old_staging(const JobSpec& spec, const std::string& keep);
     void record_skipped(std::size_t job, std::int64_t scheduled_at, const std::string& reason);
     void on_leader_exit(Run& run, int status);
@@ -114,10 +141,11 @@ class JobScheduler final : public SupervisorComponent {
     std::vector<std::string> environment(const Run& run, const std::string& staging);
 
     std::vector<JobState> jobs_;
-    std::optional<Ledger> ledger_;
+    std::unique_ptr<Ledger> ledger_;
     UnitHost* host_ = nullptr;
     std::unique_ptr<WallTimer> fire_timer_;  // fire times are wall-clock times
     std::unique_ptr<WakeTimer> timeout_timer_;
+    std::unique_ptr<WakeTimer> lease_timer_;  // a shared ledger's lease tick
     std::map<std::int64_t, Run> runs_;
     // Retries of interrupted runs, started on the first turn of the loop (not from attach(),
     // which runs before the main child exists).
@@ -128,10 +156,15 @@ class JobScheduler final : public SupervisorComponent {
         bool keep_staging;
     };
     struct Unwritten {
-        std::int64_t id;
+        std::int64_t id = 0;  // 0: no row (a claim that could not be written)
         std::string job;
         std::string state;  // the record that could not be written
         std::string error;
+        // A shared ledger writes it again on each lease tick until the grace ends.
+        RunState to = RunState::Failed;
+        RunOutcome outcome;
+        std::string reason;
+        bool retry = false;
     };
     std::vector<Unwritten> unwritten_;
     std::vector<Retry> retries_;
