@@ -213,6 +213,21 @@ Param p(std::optional<int> v) {
 
 void ignore_notice(void*, const char*) {}
 
+// libpq's messages end in a newline and put one attempt (or a HINT) per line, indented with a
+// tab: lastcall's log and errors are one line each.
+std::string one_line(const std::string& text) {
+    std::string out;
+    for (char c : text) {
+        if (c == '\n' || c == '\t') {
+            if (!out.empty() && out.back() != ' ') out += c == '\n' ? "; " : " ";
+            continue;
+        }
+        out += c;
+    }
+    while (!out.empty() && (out.back() == ' ' || out.back() == ';')) out.pop_back();
+    return out;
+}
+
 class PgResult {
   public:
     PgResult(const LibPq* lib, PGresult* r) : lib_(lib), r_(r) {}
@@ -310,7 +325,7 @@ class PostgresLedger final : public Ledger {
           display_(std::move(display)) {}
     Status connect();
     Error error(std::string_view what, const std::string& detail) const {
-        return Error{"postgresql " + display_ + ": " + std::string(what) + ": " + detail};
+        return Error{display_ + ": " + std::string(what) + ": " + detail};
     }
     // One statement; the result of a command or a query, or what went wrong.
     Result<PgResult> run(std::string_view what, const std::string& sql,
@@ -412,11 +427,7 @@ Status PostgresLedger::connect() {
     }
     if (lib_->status(conn_) != CONNECTION_OK) {
         std::string msg = lib_->error_message(conn_);
-        while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-        // One line: libpq puts one attempt per line when a host has several addresses.
-        for (auto& c : msg)
-            if (c == '\n') c = ';';
-        return error("connect", msg);
+        return error("connect", one_line(msg));
     }
     return Ok{};
 }
@@ -437,9 +448,7 @@ Result<PgResult> PostgresLedger::run(std::string_view what, const std::string& s
     ExecStatusType st = raw ? lib_->result_status(raw) : PGRES_FATAL_ERROR;
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
     std::string msg = raw ? lib_->result_error(raw) : lib_->error_message(conn_);
-    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-    for (auto& c : msg)
-        if (c == '\n') c = ' ';
+    msg = one_line(msg);
     if (failure) {
         const char* state = raw ? lib_->result_error_field(raw, PG_DIAG_SQLSTATE) : nullptr;
         failure->unique_violation = state && std::strcmp(state, "23505") == 0;
