@@ -152,3 +152,55 @@ TEST_CASE("the system crontab format has a user column, and the entry runs as th
     CHECK(crontab_format_of("/etc/cron.d/php") == CrontabFormat::System);
     CHECK(crontab_format_of("/app/crontab") == CrontabFormat::User);
 }
+
+TEST_CASE("a shared ledger, its lease and each job's concurrency come from the config",
+          "[config]") {
+    auto c = parse_jobs_toml(R"(ledger = "postgresql://app@db.internal/jobs"
+lease = "10s"
+[jobs.a]
+schedule = "@every 1m"
+command = "x"
+concurrency = "forbid"
+[jobs.b]
+schedule = "@every 1m"
+command = "x"
+concurrency = "replace"
+[jobs.c]
+schedule = "@every 1m"
+command = "x"
+concurrency = "allow"
+[jobs.d]
+schedule = "@every 1m"
+command = "x"
+overlap = "replace"
+)",
+                             "c.toml");
+    REQUIRE(c);
+    CHECK(c->ledger == "postgresql://app@db.internal/jobs");
+    CHECK(c->lease == std::chrono::seconds(10));
+    CHECK(c->jobs[0].overlap == Overlap::Skip);  // forbid is skip in lastcall's words
+    CHECK(c->jobs[1].overlap == Overlap::Replace);
+    CHECK(c->jobs[2].overlap == Overlap::Allow);
+    CHECK(c->jobs[3].overlap == Overlap::Replace);
+    auto plain = parse_jobs_toml("[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\n", "c.toml");
+    REQUIRE(plain);
+    CHECK(plain->ledger.empty());  // SQLite in the state dir
+    CHECK_FALSE(plain->lease);
+}
+
+TEST_CASE("shared ledger settings that cannot work are refused with the key", "[config]") {
+    auto err = [](const char* text) {
+        auto c = parse_jobs_toml(text, "c.toml");
+        REQUIRE_FALSE(c);
+        return c.error().message;
+    };
+    CHECK_THAT(err("ledger = \"mysql://db/jobs\"\n"),
+               Catch::StartsWith("c.toml:1: ledger: expected a postgresql:// URL"));
+    CHECK_THAT(err("lease = \"1s\"\n"), Catch::StartsWith("c.toml:1: lease: must be at least 3s"));
+    CHECK_THAT(err("lease = \"soon\"\n"), Catch::StartsWith("c.toml:1: lease: "));
+    CHECK_THAT(err("[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\nconcurrency = \"queue\"\n"),
+               Catch::StartsWith("c.toml:4: jobs.a.concurrency: expected \"forbid\""));
+    CHECK_THAT(err("[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\noverlap = \"skip\"\n"
+                   "concurrency = \"forbid\"\n"),
+               Catch::Contains("give `overlap` or `concurrency`, not both"));
+}
