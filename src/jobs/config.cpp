@@ -47,6 +47,8 @@ std::string_view to_string(OnInterrupted o) {
             return "cleanup-retry";
         case OnInterrupted::Hold:
             return "hold";
+        case OnInterrupted::None:
+            return "none";
     }
     return "?";
 }
@@ -179,8 +181,11 @@ Result<JobSpec> parse_job(const std::string& path, const std::string& name, cons
                 job.on_interrupted = OnInterrupted::CleanupRetry;
             else if (s == "hold")
                 job.on_interrupted = OnInterrupted::Hold;
+            else if (s == "none")
+                job.on_interrupted = OnInterrupted::None;
             else
-                return at(path, v, full, "expected \"retry\", \"cleanup-retry\" or \"hold\"");
+                return at(path, v, full,
+                          "expected \"retry\", \"cleanup-retry\", \"hold\" or \"none\"");
         } else if (key == "output") {
             auto s = v.value_exact<std::string>();
             if (!s || s->empty()) return at(path, v, full, "expected a file path");

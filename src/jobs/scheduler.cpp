@@ -223,6 +223,15 @@ void JobScheduler::plan_recovery() {
             }
             continue;
         }
+        if (spec.on_interrupted == OnInterrupted::None && !released) {
+            for (auto id : ids) {
+                if (auto st = ledger_->set_recovery(id, kRecoveryNone); !st)
+                    spdlog::error("run {}: {}", id, st.error().message);
+                spdlog::warn("job {}: run {} was interrupted; not retried (on_interrupted = none)",
+                             spec.name, id);
+            }
+            continue;
+        }
         // cleanup-retry: the retry's start removes every earlier staging file of the job.
         bool keep = spec.on_interrupted == OnInterrupted::Retry;
         if (!ledger_->shared())

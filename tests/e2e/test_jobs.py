@@ -298,6 +298,19 @@ command = '''if [ -e "${{LASTCALL_RESUME_FROM:-/nonexistent}}" ]; then s=had-sta
         run.signal(signal.SIGKILL)
         run.wait()
 
+    def test_none_never_retries_and_the_job_runs_again_at_its_next_fire_time(self):
+        config, first = self.crash_during_run("none")
+        run = self.start(["--config", config, "--state-dir", self.state, "--tracker", "proc"])
+        _, next_id, staging = self.fifo.readline().split()
+        self.assertEqual(staging, "fresh")  # a new run of a new fire time, not a retry
+        self.assertIsNone(ledger_rows(self.state, "id = ?", (int(next_id),))[0]["retry_of"])
+        row = ledger_rows(self.state, "id = ?", (first,))[0]
+        self.assertEqual((row["state"], row["recovery"]), ("interrupted", "none"))
+        self.assertEqual(ledger_rows(self.state, "retry_of IS NOT NULL"), [])
+        run.signal(signal.SIGKILL)
+        run.wait()
+
+
 
 class CrashConsistencyTest(unittest.TestCase):
     ITERATIONS = 200

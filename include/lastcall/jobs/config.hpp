@@ -33,6 +33,7 @@ enum class OnInterrupted {
     Retry,         // run the job again at once, staging file kept (a job may resume from it)
     CleanupRetry,  // remove the staging file, then run again at once
     Hold,          // never retry, and run the job no more, until `lastcall runs release ID`
+    None,          // never retry; the job runs again at its next fire time
 };
 std::string_view to_string(Overlap o);
 std::string_view to_string(OnInterrupted o);

@@ -53,6 +53,7 @@ bool is_terminal(RunState s);
 inline constexpr std::string_view kRecoveryHeld = "held";          // on_interrupted = hold
 inline constexpr std::string_view kRecoveryReleased = "released";  // `lastcall runs release`
 inline constexpr std::string_view kRecoveryRetried = "retried";    // a retry run was admitted
+inline constexpr std::string_view kRecoveryNone = "none";          // on_interrupted = none
 
 struct RunRecord {
     std::int64_t id = 0;
