@@ -909,14 +909,26 @@ Millis JobScheduler::lease_kill_after() const {
 // A shared ledger's tick: leases, expired runs, recovery, and records still to write.
 void JobScheduler::on_lease_timer() {
     renew_leases();
-    if (auto expired = ledger_->expire_leases(); !expired) {
-        spdlog::debug("run ledger: {}", expired.error().message);
+    auto expired = ledger_->expire_leases();
+    // Said once when the ledger stops answering and once when it answers again, not every tick.
+    if (!expired) {
+        if (!ledger_down_since_) {
+            ledger_down_since_ = host_->clock().now();
+            spdlog::error("run ledger unreachable: {}; no run starts until it answers",
+                          expired.error().message);
+        }
     } else {
+        if (ledger_down_since_) {
+            spdlog::warn("run ledger {} answers again after {}", ledger_->path(),
+                         format_duration(std::chrono::duration_cast<Millis>(host_->clock().now() -
+                                                                            *ledger_down_since_)));
+            ledger_down_since_.reset();
+        }
         for (const auto& r : *expired)
             spdlog::warn("job {}: run {} (scheduled {}) of replica {} is interrupted: {}", r.job,
                          r.id, iso_utc(r.scheduled_at), r.replica, r.reason);
+        if (host_->admission().is_open()) plan_recovery();
     }
-    if (host_->admission().is_open()) plan_recovery();
     retry_unwritten();
     auto lease = Millis{ledger_->identity().lease_ms};
     Millis tick = std::min<Millis>(Millis{1000}, lease / 3);

@@ -421,6 +421,198 @@ command = ["sync"]
     CHECK(r.reason == "grace expired at shutdown");
 }
 
+// ---- jobs on a shared ledger ----
+
+namespace {
+
+// A shared ledger whose database can be cut off: the SQLite ledger underneath, every call
+// failing as an unreachable server fails while `down` is set.
+class CutOffLedger final : public Ledger {
+  public:
+    explicit CutOffLedger(std::unique_ptr<Ledger> real) : real_(std::move(real)) {
+        set_identity(real_->identity());
+    }
+    bool down = false;
+
+    std::string_view backend() const override { return "postgresql"; }
+    const std::string& path() const override { return real_->path(); }
+    bool shared() const override { return true; }
+    Result<std::int64_t> add(std::string_view job, std::int64_t at, RunState state,
+                             std::string_view reason,
+                             std::optional<std::int64_t> retry_of) override {
+        return cut<std::int64_t>([&] { return real_->add(job, at, state, reason, retry_of); });
+    }
+    Result<Claim> claim(const ClaimRequest& r) override {
+        return cut<Claim>([&] { return real_->claim(r); });
+    }
+    Result<bool> start(std::int64_t id, std::int64_t pid) override {
+        return cut<bool>([&] { return real_->start(id, pid); });
+    }
+    Status set_pid(std::int64_t id, std::int64_t pid) override {
+        return cut<Ok>([&] { return real_->set_pid(id, pid); });
+    }
+    Result<bool> finish(std::int64_t id, RunState to, RunOutcome o,
+                        std::string_view reason) override {
+        return cut<bool>([&] { return real_->finish(id, to, o, reason); });
+    }
+    Result<bool> complete(std::int64_t id, RunOutcome o) override {
+        return cut<bool>([&] { return real_->complete(id, o); });
+    }
+    Result<std::vector<std::int64_t>> renew(const std::vector<std::int64_t>& ids) override {
+        return cut<std::vector<std::int64_t>>([&] { return real_->renew(ids); });
+    }
+    Result<std::vector<RunRecord>> expire_leases() override {
+        return cut<std::vector<RunRecord>>([&] { return real_->expire_leases(); });
+    }
+    Result<std::optional<std::int64_t>> watermark(std::string_view job) override {
+        return cut<std::optional<std::int64_t>>([&] { return real_->watermark(job); });
+    }
+    Result<std::vector<RunRecord>> list(const RunFilter& f) override {
+        return cut<std::vector<RunRecord>>([&] { return real_->list(f); });
+    }
+    Result<std::vector<JobCount>> count_runs() override {
+        return cut<std::vector<JobCount>>([&] { return real_->count_runs(); });
+    }
+    Result<std::optional<RunRecord>> get(std::int64_t id) override {
+        return cut<std::optional<RunRecord>>([&] { return real_->get(id); });
+    }
+    Result<std::vector<RunRecord>> interrupt_unfinished(std::string_view reason) override {
+        return cut<std::vector<RunRecord>>([&] { return real_->interrupt_unfinished(reason); });
+    }
+    Result<std::vector<RunRecord>> awaiting_recovery() override {
+        return cut<std::vector<RunRecord>>([&] { return real_->awaiting_recovery(); });
+    }
+    Result<std::optional<RunRecord>> held_run(std::string_view job) override {
+        return cut<std::optional<RunRecord>>([&] { return real_->held_run(job); });
+    }
+    Status set_recovery(std::int64_t id, std::string_view recovery) override {
+        return cut<Ok>([&] { return real_->set_recovery(id, recovery); });
+    }
+    Result<std::int64_t> add_retry(std::string_view job, std::int64_t at,
+                                   const std::vector<std::int64_t>& ids) override {
+        return cut<std::int64_t>([&] { return real_->add_retry(job, at, ids); });
+    }
+    Result<bool> release(std::int64_t id) override {
+        return cut<bool>([&] { return real_->release(id); });
+    }
+
+  private:
+    template <typename T, typename F>
+    Result<T> cut(F&& call) {
+        if (down) return Error{"postgresql://db/jobs: connect: Connection refused"};
+        return call();
+    }
+    std::unique_ptr<Ledger> real_;
+};
+
+// A scheduler on a shared ledger with a 3 s lease (2 s to lose it, a kill 500 ms after its stop
+// signal), as replica "a".
+struct SharedJobs {
+    explicit SharedJobs(const std::string& toml) {
+        auto cfg = parse_jobs_toml(toml, "test.toml");
+        REQUIRE(cfg);
+        auto real = Ledger::open({dir.path, ""}, true, {"a", "a/1", 3000});
+        REQUIRE(real);
+        auto cut = std::make_unique<CutOffLedger>(std::move(*real));
+        ledger = cut.get();
+        scheduler.emplace(std::move(cfg->jobs), std::move(cut));
+        host.deliver_to(&*scheduler);
+        REQUIRE(scheduler->attach_host(host));
+        auto r = Ledger::open({dir.path, ""}, false, {"b", "b/1", 3000});
+        REQUIRE(r);
+        other = std::move(*r);
+    }
+    RunRecord run(std::int64_t id) {
+        auto r = other->get(id);
+        REQUIRE(r);
+        REQUIRE(*r);
+        return **r;
+    }
+    void next_minute() {
+        auto minute = std::chrono::floor<std::chrono::minutes>(host.wall_now()) + 1min;
+        host.set_wall(minute);
+    }
+
+    TempDir dir;
+    FakeHost host;
+    CutOffLedger* ledger = nullptr;
+    std::optional<JobScheduler> scheduler;
+    std::unique_ptr<Ledger> other;  // another replica on the same ledger
+};
+
+}  // namespace
+
+TEST_CASE("a replica that cannot renew a run's lease for 2/3 of it stops the run, never completed",
+          "[orchestration][jobs][cluster]") {
+    SharedJobs j(R"(
+[jobs.sync]
+schedule = "* * * * *"
+command = ["sync"]
+)");
+    j.next_minute();
+    pid_t leader = j.host.spawned_argv0("sync").at(0);
+    CHECK(j.run(1).state == RunState::Started);
+    j.host.advance(1s);  // a renewal: the lease runs from here
+    j.ledger->down = true;
+    j.host.advance(1999ms);
+    CHECK_FALSE(j.host.got(leader, SIGTERM));  // still inside 2/3 of the lease
+    j.host.advance(1s);
+    CHECK(j.host.got(leader, SIGTERM));
+    CHECK(j.host.count(leader, SIGTERM) == 1);
+    j.host.advance(500ms);
+    CHECK(j.host.got(leader, SIGKILL));          // gone before the lease (3 s) can expire elsewhere
+    j.host.exit(leader, kExit0);                 // whatever its exit says, it is no result
+    CHECK(j.run(1).state == RunState::Started);  // nothing could be written yet
+    j.ledger->down = false;
+    j.host.advance(1s);  // the next tick writes what was owed
+    auto r = j.run(1);
+    CHECK(r.state == RunState::Interrupted);
+    CHECK_THAT(r.reason, Catch::StartsWith("lease lost: the ledger was unreachable for"));
+    CHECK_FALSE(*j.other->watermark("sync"));
+}
+
+TEST_CASE("a run another replica took over is stopped, and its exit 0 records nothing",
+          "[orchestration][jobs][cluster]") {
+    SharedJobs j(R"(
+[jobs.feed]
+schedule = "* * * * *"
+command = ["feed"]
+)");
+    j.next_minute();
+    pid_t leader = j.host.spawned_argv0("feed").at(0);
+    // Replica b claims a later fire time with concurrency = replace: run 1 is interrupted.
+    auto now = std::chrono::floor<std::chrono::seconds>(j.host.wall_now()).time_since_epoch();
+    auto taken = j.other->claim({"feed", now.count() + 1, {}, Concurrency::Replace, ""});
+    REQUIRE(taken);
+    REQUIRE(taken->replaced == std::vector<std::int64_t>{1});
+    j.host.advance(1s);  // the renewal finds the run no longer this replica's
+    CHECK(j.host.got(leader, SIGTERM));
+    j.host.exit(leader, kExit0);
+    auto r = j.run(1);
+    CHECK(r.state == RunState::Interrupted);
+    CHECK_THAT(r.reason, Catch::StartsWith("replaced by run 2"));
+}
+
+TEST_CASE("a fire time another replica already claimed is neither run nor recorded here",
+          "[orchestration][jobs][cluster]") {
+    SharedJobs j(R"(
+[jobs.report]
+schedule = "* * * * *"
+command = ["report"]
+)");
+    auto minute = std::chrono::floor<std::chrono::minutes>(j.host.wall_now()) + 1min;
+    auto won = j.other->claim(
+        {"report",
+         std::chrono::duration_cast<std::chrono::seconds>(minute.time_since_epoch()).count(),
+         {},
+         Concurrency::Allow,
+         ""});
+    REQUIRE(won->outcome == Claim::Outcome::Started);
+    j.next_minute();
+    CHECK(j.host.spawned_argv0("report").empty());
+    CHECK(j.other->list({})->size() == 1);
+}
+
 // ---- the loop ----
 
 TEST_CASE("a task posted from an event handler runs after the handler, in the same turn",

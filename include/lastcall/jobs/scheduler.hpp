@@ -145,7 +145,8 @@ class JobScheduler final : public SupervisorComponent {
     UnitHost* host_ = nullptr;
     std::unique_ptr<WallTimer> fire_timer_;  // fire times are wall-clock times
     std::unique_ptr<WakeTimer> timeout_timer_;
-    std::unique_ptr<WakeTimer> lease_timer_;  // a shared ledger's lease tick
+    std::unique_ptr<WakeTimer> lease_timer_;     // a shared ledger's lease tick
+    std::optional<MonoTime> ledger_down_since_;  // the tick's last call to the ledger failed
     std::map<std::int64_t, Run> runs_;
     // Retries of interrupted runs, started on the first turn of the loop (not from attach(),
     // which runs before the main child exists).
