@@ -15,6 +15,7 @@
 
 #include "fake_host.hpp"
 #include "lastcall/core/event_loop.hpp"
+#include "lastcall/core/json.hpp"
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/ledger.hpp"
 #include "lastcall/jobs/scheduler.hpp"
@@ -611,6 +612,35 @@ command = ["report"]
     j.next_minute();
     CHECK(j.host.spawned_argv0("report").empty());
     CHECK(j.other->list({})->size() == 1);
+}
+
+TEST_CASE(
+    "with the shared ledger unreachable in the drain, the interruption is retried until "
+    "the end and then reported not recorded",
+    "[orchestration][jobs][cluster]") {
+    SharedJobs j(R"(
+[jobs.sync]
+schedule = "* * * * *"
+command = ["sync"]
+)");
+    j.host.host_settings.grace = 2s;
+    j.next_minute();
+    pid_t leader = j.host.spawned_argv0("sync").at(0);
+    j.ledger->down = true;
+    j.host.admission().close();
+    j.scheduler->state_changed(State::Running, State::Draining);
+    j.scheduler->state_changed(State::Draining, State::Stopping);
+    j.host.advance(2s);
+    j.scheduler->before_force();
+    j.host.exit(leader, W_EXITCODE(0, SIGKILL));
+    j.scheduler->finished(137);
+    JsonWriter w;
+    w.begin_object();
+    j.scheduler->contribute_report(w);
+    w.end_object();
+    CHECK_THAT(w.str(),
+               Catch::Contains(R"("unrecorded":[{"id":1,"job":"sync","state":"interrupted")"));
+    CHECK(j.run(1).state == RunState::Started);  // the lease's expiry lets another replica say it
 }
 
 // ---- the loop ----
