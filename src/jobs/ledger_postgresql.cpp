@@ -15,6 +15,8 @@
 #include <libpq-fe.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -342,6 +344,9 @@ class PostgresLedger final : public Ledger {
     std::vector<std::string> keys_, values_;  // the parsed URL, plus lastcall's defaults
     std::string display_;                     // the URL without its password
     PGconn* conn_ = nullptr;
+    std::optional<std::chrono::steady_clock::time_point> retry_at_;  // no connect before this
+    std::chrono::milliseconds backoff_{0};
+    std::string last_failure_;
 };
 
 Result<std::unique_ptr<Ledger>> PostgresLedger::open(const std::string& url, bool exclusive,
@@ -410,6 +415,11 @@ Result<std::unique_ptr<Ledger>> PostgresLedger::open(const std::string& url, boo
 
 Status PostgresLedger::connect() {
     if (conn_ && lib_->status(conn_) == CONNECTION_OK) return Ok{};
+    // After a failed connect every call fails at once until the next attempt is due: a server
+    // that does not answer (a TCP black hole) would otherwise stall lastcall's loop for the
+    // connect_timeout on every call, most of the time at a tick a second. 1 s, doubling to 8 s.
+    auto now = std::chrono::steady_clock::now();
+    if (retry_at_ && now < *retry_at_) return error("connect", last_failure_);
     if (conn_) {
         // A broken connection (the server restarted, a network cut) is reopened in place.
         lib_->reset(conn_);
@@ -426,9 +436,14 @@ Status PostgresLedger::connect() {
         lib_->set_notice_processor(conn_, ignore_notice, nullptr);  // "already exists, skipping"
     }
     if (lib_->status(conn_) != CONNECTION_OK) {
-        std::string msg = lib_->error_message(conn_);
-        return error("connect", one_line(msg));
+        last_failure_ = one_line(lib_->error_message(conn_));
+        backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(1000),
+                              std::chrono::milliseconds(8000));
+        retry_at_ = std::chrono::steady_clock::now() + backoff_;
+        return error("connect", last_failure_);
     }
+    retry_at_.reset();
+    backoff_ = std::chrono::milliseconds(0);
     return Ok{};
 }
 
