@@ -581,8 +581,10 @@ Result<Claim> PostgresLedger::claim(const ClaimRequest& request) {
         if (request.concurrency == Concurrency::Replace && !ids.empty()) {
             auto replaced =
                 run(what,
-                    "UPDATE lastcall.runs SET state = 'interrupted', ended_ms = $2, reason = $3 "
-                    "WHERE id = ANY($1::bigint[]) AND state = 'started' RETURNING id",
+                    // Its successor is running: a replaced run is never retried (recovery none).
+                    "UPDATE lastcall.runs SET state = 'interrupted', ended_ms = $2, reason = $3, "
+                    "recovery = 'none' WHERE id = ANY($1::bigint[]) AND state = 'started' "
+                    "RETURNING id",
                     {p(std::string_view(int_array(ids))), p(now),
                      p("replaced by run " + std::to_string(out.id) + " (concurrency = replace)")});
             if (!replaced) return replaced.error();

@@ -436,7 +436,10 @@ Result<Claim> SqliteLedger::claim_locked(const ClaimRequest& request) {
                 finish(old, RunState::Interrupted, {},
                        "replaced by run " + std::to_string(out.id) + " (concurrency = replace)");
             if (!done) return done.error();
-            if (*done) out.replaced.push_back(old);
+            if (!*done) continue;
+            // Its successor is running: a replaced run is never retried.
+            if (auto st = set_recovery(old, kRecoveryNone); !st) return st.error();
+            out.replaced.push_back(old);
         }
     }
     return out;

@@ -266,6 +266,8 @@ TEMPLATE_TEST_CASE("concurrency replace interrupts the active run of another rep
     auto rec = *a->get(old.id);
     CHECK(rec->state == RunState::Interrupted);
     CHECK_THAT(rec->reason, Catch::Contains("replaced by run " + std::to_string(now.id)));
+    CHECK(rec->recovery == kRecoveryNone);  // its successor runs: it is never retried
+    CHECK(b->awaiting_recovery()->empty());
     // Replica a learns it at its next renewal: the run is no longer its own.
     CHECK(a->renew({old.id})->empty());
     CHECK_FALSE(*a->complete(old.id, {0, {}}));
