@@ -707,9 +707,13 @@ Result<std::vector<RunRecord>> PostgresLedger::list(const RunFilter& filter) {
 }
 
 Result<std::vector<Ledger::JobCount>> PostgresLedger::count_runs() {
+    // This replica's runs only: each replica exports its own metrics, and Prometheus' sum over
+    // the replicas is then the deployment's count (the whole ledger would count each run N times).
     auto r = run("count runs",
                  "SELECT job, state, COUNT(*), COALESCE(MAX(CASE WHEN state = 'completed' THEN "
-                 "ended_ms END), 0) FROM lastcall.runs GROUP BY job, state ORDER BY job, state");
+                 "ended_ms END), 0) FROM lastcall.runs WHERE replica = $1 GROUP BY job, state "
+                 "ORDER BY job, state",
+                 {p(std::string_view(identity_.replica))});
     if (!r) return r.error();
     std::vector<JobCount> out;
     for (int i = 0; i < r->rows(); ++i)

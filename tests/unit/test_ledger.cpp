@@ -358,3 +358,17 @@ TEST_CASE("a ledger URL that is not postgresql:// is refused with the reason", "
     REQUIRE_FALSE(l);
     CHECK_THAT(l.error().message, Catch::Contains("not a postgresql:// URL"));
 }
+
+TEMPLATE_TEST_CASE("the metrics count a shared ledger's runs per replica, a local one's all",
+                   "[ledger]", Sqlite, Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    auto a = db.open(replica("a", 30'000));
+    auto b = db.another(replica("b", 30'000));
+    REQUIRE(*a->complete(a->claim(fire("j", 60))->id, {0, {}}));
+    REQUIRE(*b->complete(b->claim(fire("j", 120))->id, {0, {}}));
+    auto counts = *a->count_runs();
+    REQUIRE(counts.size() == 1);
+    CHECK(counts[0].state == "completed");
+    CHECK(counts[0].runs == (a->shared() ? 1 : 2));
+}

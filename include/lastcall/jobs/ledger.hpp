@@ -187,7 +187,8 @@ class Ledger {
     virtual Result<std::optional<std::int64_t>> watermark(std::string_view job) = 0;
     virtual Result<std::vector<RunRecord>> list(const RunFilter& filter) = 0;
     // Runs per job and state, and each job's last completed run's end (ms since the epoch; 0:
-    // none), for the metrics: one aggregate query, not a scan in lastcall.
+    // none), for the metrics: one aggregate query, not a scan in lastcall. A shared ledger counts
+    // this replica's runs only.
     struct JobCount {
         std::string job;
         std::string state;
