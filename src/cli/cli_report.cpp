@@ -382,6 +382,12 @@ class Renderer {
                  << " as " << str(u, "state") << ": " << str(u, "error") << "\n";
         if (auto n = num(jobs, "skipped_at_shutdown"); n && *n > 0)
             out_ << "  " << plural(*n, "run", "runs") << " not started: the shutdown had begun\n";
+        if (auto n = num(jobs, "unclaimed"); n && *n > 0)
+            out_ << "  " << plural(*n, "fire time", "fire times")
+                 << " not run here: the shared ledger could not be reached to claim them\n";
+        if (auto r = str(jobs, "replica");
+            !r.empty() && str(jobs, "ledger_backend") == "postgresql")
+            out_ << "  replica: " << r << "\n";
         std::string ledger = str(jobs, "ledger");
         if (!ledger.empty()) out_ << "  ledger: " << ledger << "\n";
     }

@@ -490,17 +490,21 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
                 "job {}: run at {} not started: its `started` record could not be "
                 "written: {}",
                 spec.name, iso_utc(scheduled_at), why);
+            // A shared ledger's row would be another replica's claim of the time: it stays
+            // theirs to take, and the report counts the fire times this replica could not claim
+            // (one entry each would grow without bound in a long outage).
+            if (ledger_->shared()) {
+                ++unclaimed_;
+                return;  // the ticket rolls back
+            }
+            // One machine: the fire time's row says why nothing ran.
             Unwritten u;
             u.job = spec.name;
             u.state = "started";
             u.error = why;
-            // One machine: the fire time's row says why nothing ran. (A shared ledger's row
-            // would be another replica's claim of the time: it stays theirs to take.)
-            if (!ledger_->shared()) {
-                auto skipped = ledger_->add(spec.name, scheduled_at, RunState::Skipped,
-                                            "not started: `started` could not be recorded: " + why);
-                if (skipped) u.id = *skipped;
-            }
+            auto skipped = ledger_->add(spec.name, scheduled_at, RunState::Skipped,
+                                        "not started: `started` could not be recorded: " + why);
+            if (skipped) u.id = *skipped;
             unwritten_.push_back(std::move(u));
             return;  // the ticket rolls back
         }
@@ -1155,6 +1159,8 @@ void JobScheduler::contribute_report(JsonWriter& j) {
     }
     j.end_array();
     j.field("skipped_at_shutdown", static_cast<long long>(skipped_at_shutdown_));
+    // A shared ledger: fire times this replica could not claim (the ledger did not answer).
+    j.field("unclaimed", static_cast<long long>(unclaimed_));
     // Ledger writes that failed: the run was not started (started), or the record the ledger
     // holds is not the run's ending (the next start turns it interrupted).
     j.key("unrecorded").begin_array();

@@ -121,6 +121,8 @@ command = "echo $LASTCALL_RUN_ID >> $TICKS; sleep 2"
                      for u in self.report(name)["jobs"]["unrecorded"]
                      if u["error"].startswith("uncertain")}
         self.assertTrue(in_flight, "no run was in flight when the database went away")
+        # The fire times of the outage were not run, and each replica's report counts them.
+        self.assertTrue(all(self.report(n)["jobs"]["unclaimed"] > 0 for n in ("a", "b", "c")))
         for run_id in in_flight:
             self.assertTrue(by_id[run_id]["state"] == "completed" or run_id in uncertain,
                             by_id[run_id])

@@ -172,6 +172,7 @@ class JobScheduler final : public SupervisorComponent {
     std::optional<MonoTime> drain_started_;
     std::vector<Interrupted> interrupted_;
     long skipped_at_shutdown_ = 0;
+    long unclaimed_ = 0;  // fire times a shared ledger could not be asked to claim
 };
 
 }  // namespace lastcall
