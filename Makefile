@@ -15,7 +15,7 @@ BENCH_PKGS := tini dumb-init catatonit hyperfine gnuplot-nox
 # cpack's DEB generator: dpkg-shlibdeps (dpkg-dev) computes Depends, file finds the ELF files.
 PKG_PKGS   := dpkg-dev file
 
-.PHONY: all deps build demo test test-release test-sanitize fuzz package static bench format clean
+.PHONY: all deps build demo test test-release test-sanitize fuzz package static bench bench-ledger format clean
 
 all: build
 
@@ -97,6 +97,11 @@ bench: package static
 	  --lastcall $(BUILD)/bench-root/usr/bin/lastcall \
 	  --lastcall-origin "$$(ls -t $(BUILD)/packages/lastcall_*.deb | head -1)" \
 	  $(if $(QUICK),--quick,) $(if $(PROFILE),--profile,) $(BENCH_ARGS)
+
+# The run ledger: claim latency and runs/s, SQLite and PostgreSQL (issue 20): <date>-ledger.md.
+bench-ledger: build
+	cmake --build $(BUILD) --target ledger_bench
+	/usr/bin/python3 bench/ledger.py --tool $(BUILD)/tools/ledger_bench
 
 # The Debian package, in $(BUILD)/packages: /usr/bin/lastcall, lastcall(1), docs and examples.
 package: build

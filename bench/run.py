@@ -379,7 +379,8 @@ plot {plots}
     return r.returncode == 0
 
 
-def machine():
+def machine_basics():
+    """CPU, cores, kernel, memory and commit: what every report of bench/ names (ledger.py too)."""
     info = {}
     with open("/proc/cpuinfo") as f:
         cpu = f.read()
@@ -395,6 +396,11 @@ def machine():
         info["commit"] += " (src/include modified in the working tree)" if dirty else ""
     except Exception:
         info["commit"] = "?"
+    return info
+
+
+def machine():
+    info = machine_basics()
     vers = []
     for p in ("tini", "dumb-init", "catatonit"):
         try:

@@ -20,7 +20,8 @@ def find_bindir():
 
 
 class PgServer:
-    def __init__(self):
+    def __init__(self, fsync=False):
+        self.fsync = fsync
         self.bindir = find_bindir()
         if not self.bindir:
             raise FileNotFoundError(
@@ -53,10 +54,12 @@ class PgServer:
                               text=True, timeout=120, **kw)
 
     def start(self):
-        # fsync off: the tests check lastcall's rules, not the disk's durability.
+        # fsync off (-F) unless asked for: the tests check lastcall's rules, not the disk's
+        # durability; bench/ledger.py measures with fsync on.
         self._run([self.bindir + "/pg_ctl", "-D", self.data, "-l",
                    os.path.join(self.dir, "server.log"), "-w", "-t", "60", "-o",
-                   f"-k {self.sock} -c listen_addresses='' -F", "start"])
+                   f"-k {self.sock} -c listen_addresses=''" + ("" if self.fsync else " -F"),
+                   "start"])
 
     def stop(self):
         """A fast stop: every connection is closed, as when the database goes away."""
