@@ -408,6 +408,31 @@ class DeploymentExamplesTest(unittest.TestCase):
                    "/bin/true"], timeout=30)
         self.assertEqual(out.returncode, 0, out.stderr)
 
+    def test_the_replicas_example_shares_one_ledger_and_its_config_loads(self):
+        with open(os.path.join(SOURCE, "packaging", "kubernetes-replicas.yaml")) as f:
+            text = f.read()
+        # The ConfigMap's lastcall.toml (a literal block, indented 4): what lastcall reads.
+        lines = text.split("\n")
+        start = lines.index("  lastcall.toml: |") + 1
+        block = []
+        for line in lines[start:]:
+            if line and not line.startswith("    "):
+                break
+            block.append(line[4:])
+        config = os.path.join(tempfile.mkdtemp(), "lastcall.toml")
+        with open(config, "w") as f:
+            f.write("\n".join(block))
+        out = run([lctest.LASTCALL, "jobs", "--config", config], timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("report", out.stdout)
+        # Every replica names the same ledger and its own id, and the kubelet waits for the grace.
+        self.assertRegex(text, r'"--ledger", "\$\(LASTCALL_LEDGER_URL\)"')
+        self.assertRegex(text, r'"--replica-id", "\$\(POD_NAME\)"')
+        self.assertRegex(text, r"(?m)^  replicas: 3$")
+        period = int(re.search(r"terminationGracePeriodSeconds:\s*(\d+)", text).group(1))
+        grace = int(re.search(r'"--grace", "(\d+)s"', text).group(1))
+        self.assertGreaterEqual(period, grace + 10)
+
 
 if __name__ == "__main__":
     unittest.main()
