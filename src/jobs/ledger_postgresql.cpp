@@ -128,6 +128,15 @@ CREATE TABLE IF NOT EXISTS lastcall.runs (
 CREATE INDEX IF NOT EXISTS runs_by_job ON lastcall.runs (job, id);
 CREATE INDEX IF NOT EXISTS runs_open ON lastcall.runs (state)
     WHERE state IN ('scheduled', 'started');
+-- What every replica asks each second or at each fire time, answered from small indexes and not
+-- a scan of a history that grows by a row per fire time: the active runs of a job (a claim's
+-- concurrency check), a fire time taken, the runs awaiting recovery, a held job.
+CREATE INDEX IF NOT EXISTS runs_active_by_job ON lastcall.runs (job) WHERE state = 'started';
+CREATE INDEX IF NOT EXISTS runs_by_fire ON lastcall.runs (job, scheduled_at);
+CREATE INDEX IF NOT EXISTS runs_awaiting_recovery ON lastcall.runs (id)
+    WHERE state = 'interrupted' AND (recovery IS NULL OR recovery = 'released');
+CREATE INDEX IF NOT EXISTS runs_held ON lastcall.runs (job)
+    WHERE state = 'interrupted' AND recovery = 'held';
 -- Exactly once, whoever writes: one run that ran per fire time, one retry per interrupted run.
 CREATE UNIQUE INDEX IF NOT EXISTS runs_one_per_fire ON lastcall.runs (job, scheduled_at)
     WHERE retry_of IS NULL AND state <> 'skipped';

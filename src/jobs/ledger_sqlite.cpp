@@ -39,6 +39,7 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_by_job ON runs (job, id);
 CREATE INDEX IF NOT EXISTS runs_by_state ON runs (state);
+CREATE INDEX IF NOT EXISTS runs_by_fire ON runs (job, scheduled_at);
 -- The database itself refuses to rewrite a terminal record, whoever writes to it.
 CREATE TRIGGER IF NOT EXISTS runs_terminal_is_final
 BEFORE UPDATE OF state ON runs
