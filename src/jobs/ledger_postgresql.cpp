@@ -8,8 +8,8 @@
 //
 // Every call blocks the event loop for one round trip (a Unix socket or the pod network: well
 // under a millisecond to a few). A connection that broke is reopened on the next call; the
-// connect_timeout (default 3 s) bounds the stall while the database is unreachable. Times of a
-// lease are the database's clock (clock_timestamp()), so replicas with skewed clocks agree on
+// timeouts set in open() bound each way a call can stall while the database is unreachable. Times
+// of a lease are the database's clock (clock_timestamp()), so replicas with skewed clocks agree on
 // when a lease expired; the times of a record (created, started, ended) are the replica's own.
 #include <dlfcn.h>
 #include <libpq-fe.h>
@@ -380,18 +380,29 @@ Result<std::unique_ptr<Ledger>> PostgresLedger::open(const std::string& url, boo
         given[o->keyword] = o->val;
     }
     (*lib)->conninfo_free(opts);
-    // A stalled connect blocks lastcall's loop: bound it unless the URL says otherwise.
+    // Every call blocks lastcall's loop until it returns, so each way a call can hang is bounded,
+    // unless the URL says otherwise:
+    //   connect_timeout 2 s (libpq's minimum): a server that does not answer the connection;
+    //   tcp_user_timeout 3 s: a server that vanished mid-query (a node lost; the kernel's own
+    //     timeout is minutes);
+    //   lock_timeout 2 s: a claim waiting for a job's lock that another replica still holds;
+    //   statement_timeout 5 s: a server that answers nothing (overloaded, its disk stalled).
+    // And on the server's side, for the locks of a replica that died mid-transaction:
+    //   idle_in_transaction_session_timeout 10 s: a stopped (SIGSTOP) or partitioned replica's
+    //     open transaction is ended;
+    //   tcp_keepalives_*: a dead replica's connection is noticed within ~11 s.
     if (!given.count("connect_timeout"))
-        keys.emplace_back("connect_timeout"), values.emplace_back("3");
+        keys.emplace_back("connect_timeout"), values.emplace_back("2");
     if (!given.count("application_name"))
         keys.emplace_back("application_name"), values.emplace_back("lastcall");
-    // A server that vanished mid-query (a node lost) is given up after 10 s instead of the
-    // kernel's TCP timeout (minutes), and a claim waits at most 5 s for a lock that a dying
-    // replica's open transaction still holds.
     if (!given.count("tcp_user_timeout"))
-        keys.emplace_back("tcp_user_timeout"), values.emplace_back("10000");
+        keys.emplace_back("tcp_user_timeout"), values.emplace_back("3000");
     if (!given.count("options"))
-        keys.emplace_back("options"), values.emplace_back("-c lock_timeout=5s");
+        keys.emplace_back("options"),
+            values.emplace_back(
+                "-c lock_timeout=2s -c statement_timeout=5s "
+                "-c idle_in_transaction_session_timeout=10s -c tcp_keepalives_idle=5 "
+                "-c tcp_keepalives_interval=2 -c tcp_keepalives_count=3");
     // Shown in messages and `lastcall runs`: what identifies the database, never the password.
     std::string display = "postgresql://";
     if (given.count("user")) display += given["user"] + "@";
