@@ -87,8 +87,10 @@ static size_t read_timeout(int fd, void* buf, size_t n, int timeout_ms) {
         struct pollfd p = {fd, POLLIN, 0};
         if (poll(&p, 1, (int)left) <= 0) continue;
         ssize_t r = read(fd, (char*)buf + got, n - got);
-        if (r > 0) got += (size_t)r;
-        else if (r == 0) sleep_ns(100000);  // no writer yet (or any more)
+        if (r > 0)
+            got += (size_t)r;
+        else if (r == 0)
+            sleep_ns(100000);  // no writer yet (or any more)
     }
     return got;
 }
@@ -122,7 +124,8 @@ static int cmd_startup(int runs) {
             pid_t pid = spawn(idx, child, 1, 1);
             int st = wait_pid(pid);
             int64_t t1 = now_ns();
-            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fprintf(stderr, "spec %d: status %d\n", idx, st);
+            if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                fprintf(stderr, "spec %d: status %d\n", idx, st);
             printf("startup %d %lld\n", idx, (long long)(t1 - t0));
         }
     return 0;
@@ -188,7 +191,8 @@ static pid_t start_tree(int idx, char* mode, long n, char* tree, char* dir, char
     while (now_ns() < end && !memchr(msg, '\n', got)) {
         got += read_timeout(fd, msg + got, 1, 200);
         if (!memchr(msg, '\n', got) && waitpid(pid, &st, WNOHANG) == pid) {
-            fprintf(stderr, "spec %d: init exited before the tree was ready (status %d)\n", idx, st);
+            fprintf(stderr, "spec %d: init exited before the tree was ready (status %d)\n", idx,
+                    st);
             close(fd);
             reap_everything(0);
             return -1;

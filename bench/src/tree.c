@@ -10,7 +10,10 @@
 #include "common.h"
 
 static volatile sig_atomic_t got_term = 0;
-static void on_term(int sig) { (void)sig; got_term = 1; }
+static void on_term(int sig) {
+    (void)sig;
+    got_term = 1;
+}
 
 static int drain_mode;
 static const char* records;
