@@ -44,8 +44,11 @@ command = "echo $LASTCALL_RUN_ID $REPLICA >> $TICKS"
         window = [t for t in times if first <= t <= first + 30]
         self.assertEqual(window, list(range(first, first + 31)),
                          "a fire time was missed while replicas were up")
-        self.assertTrue(all(r["state"] == "completed" for r in rows if r["scheduled_at"] <= first + 30),
-                        rows)
+        # Each ran to its end, or (a sanitized build slower than a second) was skipped because
+        # the previous run of the job was still running: never run twice, never lost.
+        self.assertTrue(all(r["state"] == "completed" or (r["state"] == "skipped" and
+                                                           "concurrency = forbid" in r["reason"])
+                            for r in rows if r["scheduled_at"] <= first + 30), rows)
         # Each run id ran once, by the replica the ledger names.
         with open(ticks) as f:
             ran = [line.split() for line in f]
