@@ -71,4 +71,18 @@ bool run_transition(RunState from, RunState to) {
     return false;
 }
 
+std::string sql_sources_of(RunState to) {
+    std::string out;
+    for (RunState from : kAllRunStates) {
+        if (!run_transition(from, to)) continue;
+        out += out.empty() ? "(" : ", ";
+        out += "'" + std::string(to_string(from)) + "'";
+    }
+    return out.empty() ? "(NULL)" : out + ")";
+}
+
+std::string forbid_reason(std::int64_t active) {
+    return "run " + std::to_string(active) + " is still running (concurrency = forbid)";
+}
+
 }  // namespace lastcall

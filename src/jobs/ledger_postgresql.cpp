@@ -189,17 +189,6 @@ constexpr const char* kColumns =
     "id, job, scheduled_at, state, pid, created_ms, started_ms, ended_ms, exit_code, signal, "
     "reason, retry_of, coalesce(recovery, ''), replica, lease_until_ms";
 
-// "('a', 'b')": the states from which `to` may be reached, per run_transition().
-std::string sources_of(RunState to) {
-    std::string out;
-    for (RunState from : kAllRunStates) {
-        if (!run_transition(from, to)) continue;
-        out += out.empty() ? "(" : ", ";
-        out += "'" + std::string(to_string(from)) + "'";
-    }
-    return out.empty() ? "(NULL)" : out + ")";
-}
-
 // "{1,2,3}": a bigint[] parameter.
 std::string int_array(const std::vector<std::int64_t>& ids) {
     std::string out = "{";
@@ -569,8 +558,7 @@ Result<Claim> PostgresLedger::claim(const ClaimRequest& request) {
         for (int i = 0; i < active->rows(); ++i) ids.push_back(active->num(i, 0));
         if (!ids.empty() && request.concurrency == Concurrency::Forbid) {
             if (!request.retry_of.empty()) return false;  // the retry waits for a free slot
-            out.reason =
-                "run " + std::to_string(ids.front()) + " is still running (concurrency = forbid)";
+            out.reason = forbid_reason(ids.front());
             auto id = add(request.job, request.scheduled_at, RunState::Skipped, out.reason);
             if (!id) return id.error();
             out.outcome = Claim::Outcome::Skipped;
@@ -622,7 +610,7 @@ Result<bool> PostgresLedger::transition(std::int64_t id, RunState to, const std:
     params.insert(params.begin(), {p(to_string(to)), p(id)});
     auto r = run("update run " + std::to_string(id) + " to " + std::string(to_string(to)),
                  "UPDATE lastcall.runs SET state = $1" + set_clause +
-                     " WHERE id = $2 AND state IN " + sources_of(to),
+                     " WHERE id = $2 AND state IN " + sql_sources_of(to),
                  params);
     if (!r) return r.error();
     return r->affected() == 1;

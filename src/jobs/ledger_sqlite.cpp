@@ -156,17 +156,6 @@ RunRecord read_row(sqlite3_stmt* s) {
     return r;
 }
 
-// "('a', 'b')": the states from which `to` may be reached, per run_transition().
-std::string sources_of(RunState to) {
-    std::string out;
-    for (RunState from : kAllRunStates) {
-        if (!run_transition(from, to)) continue;
-        out += out.empty() ? "(" : ", ";
-        out += "'" + std::string(to_string(from)) + "'";
-    }
-    return out.empty() ? "(NULL)" : out + ")";
-}
-
 }  // namespace
 
 namespace {
@@ -217,7 +206,7 @@ class SqliteLedger final : public Ledger {
     Result<std::vector<RunRecord>> select(const std::string& where,
                                           const std::function<void(Stmt&)>& bind);
     Result<Claim> claim_locked(const ClaimRequest& request);
-    Status mark_retried(const std::vector<std::int64_t>& interrupted, bool all_or_nothing);
+    Result<bool> mark_retried(const std::vector<std::int64_t>& interrupted);
 
     SqliteHandle db_;
     std::string path_;
@@ -375,9 +364,10 @@ Result<Claim> SqliteLedger::claim_locked(const ClaimRequest& request) {
         int rc = taken.step();
         if (rc == SQLITE_ROW) return out;  // Lost
         if (rc != SQLITE_DONE) return sql_error("claim check of job " + request.job);
-    } else if (auto st = mark_retried(request.retry_of, true); !st) {
-        if (st.error().message.empty()) return out;  // already retried elsewhere: Lost
-        return st.error();
+    } else {
+        auto marked = mark_retried(request.retry_of);
+        if (!marked) return marked.error();
+        if (!*marked) return out;  // already retried by another claim: Lost
     }
     if (!request.skip_reason.empty() && request.retry_of.empty()) {
         auto id = add(request.job, request.scheduled_at, RunState::Skipped, request.skip_reason);
@@ -402,14 +392,11 @@ Result<Claim> SqliteLedger::claim_locked(const ClaimRequest& request) {
     if (!active.empty() && request.concurrency == Concurrency::Forbid) {
         // A retry waits for a free slot instead: its interrupted runs stay open (rolled back).
         if (!request.retry_of.empty()) return out;
-        auto id = add(
-            request.job, request.scheduled_at, RunState::Skipped,
-            "run " + std::to_string(active.front()) + " is still running (concurrency = forbid)");
+        out.reason = forbid_reason(active.front());
+        auto id = add(request.job, request.scheduled_at, RunState::Skipped, out.reason);
         if (!id) return id.error();
         out.outcome = Claim::Outcome::Skipped;
         out.id = *id;
-        out.reason =
-            "run " + std::to_string(active.front()) + " is still running (concurrency = forbid)";
         return out;
     }
     Stmt ins(db_.get(),
@@ -446,10 +433,9 @@ Result<Claim> SqliteLedger::claim_locked(const ClaimRequest& request) {
     return out;
 }
 
-// Marks the interrupted runs retried. With all_or_nothing, an empty error message says one of
-// them was no longer awaiting recovery (another claim retried it): the caller rolls back.
-Status SqliteLedger::mark_retried(const std::vector<std::int64_t>& interrupted,
-                                  bool all_or_nothing) {
+// Marks the interrupted runs retried. false: one of them was no longer awaiting recovery
+// (another claim retried it), and the caller rolls back.
+Result<bool> SqliteLedger::mark_retried(const std::vector<std::int64_t>& interrupted) {
     for (std::int64_t old : interrupted) {
         Stmt s(db_.get(),
                "UPDATE runs SET recovery = 'retried' WHERE id = ?1 AND state = 'interrupted' "
@@ -458,9 +444,9 @@ Status SqliteLedger::mark_retried(const std::vector<std::int64_t>& interrupted,
         s.bind(1, old);
         if (s.step() != SQLITE_DONE)
             return sql_error("mark run " + std::to_string(old) + " retried");
-        if (all_or_nothing && sqlite3_changes(db_.get()) != 1) return Error{""};
+        if (sqlite3_changes(db_.get()) != 1) return false;
     }
-    return Ok{};
+    return true;
 }
 
 Result<std::vector<std::int64_t>> SqliteLedger::renew(const std::vector<std::int64_t>& ids) {
@@ -515,8 +501,8 @@ Result<std::vector<RunRecord>> SqliteLedger::select(const std::string& where,
 
 Result<bool> SqliteLedger::transition(std::int64_t id, RunState to, const std::string& set_clause,
                                       const std::function<Status(sqlite3_stmt*, int)>& bind) {
-    std::string sql =
-        "UPDATE runs SET state = ?1" + set_clause + " WHERE id = ?2 AND state IN " + sources_of(to);
+    std::string sql = "UPDATE runs SET state = ?1" + set_clause + " WHERE id = ?2 AND state IN " +
+                      sql_sources_of(to);
     Stmt s(db_.get(), sql);
     if (!s.ok()) return sql_error("prepare update run");
     s.bind(1, to_string(to));

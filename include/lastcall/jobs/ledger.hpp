@@ -48,6 +48,11 @@ std::optional<RunState> parse_run_state(std::string_view s);
 // The whole state model: may a run in `from` move to `to`?
 bool run_transition(RunState from, RunState to);
 bool is_terminal(RunState s);
+// "('a', 'b')": the states from which `to` may be reached, per run_transition(), for the
+// `WHERE state IN` of every UPDATE both ledgers generate from the model.
+std::string sql_sources_of(RunState to);
+// A fire time's reason for `skipped` while run `active` of the job runs (concurrency = forbid).
+std::string forbid_reason(std::int64_t active);
 
 // What an interrupted run is waiting for at the next start (the `recovery` column).
 inline constexpr std::string_view kRecoveryHeld = "held";          // on_interrupted = hold
