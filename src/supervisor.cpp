@@ -10,6 +10,7 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -659,11 +660,21 @@ void Supervisor::signal_tree(int sig) {
         // No kill(-pgid) first: a process would get it twice. No rescans later: a process born
         // after this is a cleanup helper, and the kill at grace end covers it.
         auto out_of_time = stop_pass_budget([this] { return clock_.now(); });
-        StopPassIo io{[&] { return tracker_->members_within(out_of_time); }, signal_exact,
-                      out_of_time, [this] { return one_hold(tracker_->freeze()); }};
+        bool held = false;
+        StopPassIo io{[&] {
+                          auto members = tracker_->members_within(out_of_time);
+                          // Once: the group's priority is set for good.
+                          if (held && yield_cpu_to_lastcall(members.size())) held = false;
+                          return members;
+                      },
+                      signal_exact, out_of_time,
+                      [&] {
+                          auto hold = hold_tree_still();
+                          held = hold.holds_group();
+                          return one_hold(std::move(hold));
+                      }};
         auto result = send_stop_signal(io, sig, [this](const ProcInfo& p) { return take_stop(p); });
         n += result.signalled;
-        tree_storming_ = !result.settled;
         if (!result.settled)
             spdlog::warn(
                 "processes kept appearing while {} went out: the rest is killed at the "
@@ -677,45 +688,75 @@ void Supervisor::signal_tree(int sig) {
 
 void Supervisor::kill_tree() {
     for (auto* c : components_) c->before_force();
-    // The kills that need no descriptor and no enumeration: as PID 1 every process of the
-    // namespace is part of the tree; otherwise the main child's group, whose id cannot be reused
-    // while the main child is unreaped. One system call each, and the kernel makes a fork racing
-    // a group kill fail. Normally they come after the enumeration below, so that the record
-    // names each process lastcall killed. Under a fork storm (the stop passes never settled)
-    // they come first: with the /proc tracker, 2,000 processes retrying fork leave lastcall a
-    // sliver of CPU and one enumeration took a minute while the storm went on.
-    auto atomic_kills = [this] {
-        if (::getpid() == 1)
-            ::kill(-1, SIGKILL);
-        else if (main_pid_ > 0 && !main_status_)
-            ::kill(-main_pid_, SIGKILL);
-    };
-    // A storm that began after the stop passes (they found the 2 processes a fork bomb starts
-    // with, and settled) shows here: a walk of the tree that does not finish within the stop
-    // pass's budget. Without this the enumeration below came first and, with the /proc tracker,
-    // took 25 s under a bomb the passes had not seen, which then outlived its SIGKILL. The
-    // cgroup tracker's kill is cgroup.kill, atomic however many members fork: no walk first
-    // (with it, test_faults' cgroup bomb was seen to outlive the 5 s after its SIGKILL).
-    if (!tree_storming_ && tracker_->name() == "proc") {
-        auto out_of_time = stop_pass_budget([this] { return clock_.now(); });
-        (void)tracker_->members_within(out_of_time);
-        tree_storming_ = out_of_time();
-    }
-    if (tree_storming_) atomic_kills();
+    // With the /proc tracker nothing holds off forks while /proc is walked. Under a fork bomb
+    // (2,000 processes of one user retrying fork on 2 cores) lastcall got a sliver of the CPU,
+    // one walk took tens of seconds while the bomb refilled what it killed, and lastcall gave up
+    // with processes left (58 s in CI). SIGSTOP to the whole groups first: in one system call the
+    // bulk of the tree stops forking and stops competing for the CPU, so the walk below is short,
+    // complete, and names each process it kills. A stopped process never runs again: SIGKILL
+    // ends it where it stands. The cgroup tracker's kill is cgroup.kill, atomic however many
+    // members fork: no stop needed.
+    bool held = tracker_->name() == "proc" && signal_whole_groups(SIGSTOP);
     // Whatever the kill scope, the escalation covers the whole tree: lastcall never exits with
-    // a descendant left behind.
-    int n = tracker_->kill_all([&](const ProcInfo& p) {
-        auto& rec = book_.observe(p);
-        if (rec.killed) return false;
-        rec.killed = true;
-        return true;
-    });
-    // Otherwise after it, also the fallback when lastcall has no descriptor left for the
-    // enumeration (RLIMIT_NOFILE lowered under its feet).
-    if (!tree_storming_) atomic_kills();
+    // a descendant left behind. Held, one walk: the group cannot fork, and what a process
+    // outside it forks meanwhile gets the next SIGKILL (Forcing repeats it every 100 ms).
+    int n = tracker_->kill_all(
+        [&](const ProcInfo& p) {
+            auto& rec = book_.observe(p);
+            if (rec.killed) return false;
+            rec.killed = true;
+            return true;
+        },
+        held ? 1 : 3);
+    // After the walk, so that the record names each process lastcall killed: the groups' kill
+    // reaches what the walk missed (a member stopped above and forked just before the stop), and
+    // is the fallback when lastcall has no descriptor left for the walk (RLIMIT_NOFILE lowered
+    // under its feet).
+    (void)signal_whole_groups(SIGKILL);
     record_force(tracker_->name() == "cgroup" ? ForceKind::CgroupKill : ForceKind::Sigkill,
                  "escalation", n);
     if (n > 0) spdlog::warn("sent SIGKILL to {} process(es)", n);
+}
+
+FreezeHold Supervisor::hold_tree_still() {
+    if (tracker_->freezes()) return tracker_->freeze();
+    // The /proc tracker's walk competes for the CPU with the tree it walks. Under a fork bomb
+    // (2,000 runnable processes on 2 cores) one stop pass took 8 s of a 2 s grace, and the grace
+    // timer could not fire while it ran. Then the main group is held with SIGSTOP for the passes:
+    // the walk is short and sees a tree that cannot grow. Only then: a parent that waits with
+    // WUNTRACED sees the stop (an interactive shell reports its job stopped), which the cgroup
+    // freezer never shows.
+    if (!run_queue_crowded()) return {};
+    if (!signal_whole_groups(SIGSTOP)) return {};
+    spdlog::debug("the run queue is crowded: the tree is held with SIGSTOP for the stop passes");
+    return FreezeHold::stopped_group(::getpid() == 1 ? -1 : -main_pid_);
+}
+
+bool Supervisor::yield_cpu_to_lastcall(std::size_t members) {
+    // After the hold, the grace timer has the walk's problem: woken among 2,000 runnable
+    // processes, lastcall ran it 1.7 s late. When the tree itself is the crowd (as many members
+    // as a crowded run queue has runnable tasks), its group goes to the lowest priority, nice 19
+    // (a process may lower its own processes' priority, never raise its own): lastcall's few
+    // milliseconds of work then win the CPU when they are due. A small tree on a machine crowded
+    // by something else keeps its priority: it would drain slower for no gain. Set while held,
+    // after the walk, not at the stop: a fork under way when SIGSTOP went out completes, and its
+    // child would have kept the old priority, it and its whole progeny. Not as PID 1, where
+    // there is no group to name but lastcall's whole user.
+    if (::getpid() == 1 || main_pid_ <= 0 || main_status_ || !crowds_the_cpus(members))
+        return false;
+    if (::setpriority(PRIO_PGRP, static_cast<id_t>(main_pid_), 19) != 0) return false;
+    spdlog::debug("{} processes in the held tree: its group now runs at nice 19", members);
+    return true;
+}
+
+bool Supervisor::signal_whole_groups(int sig) {
+    // As PID 1 every process of the namespace is part of the tree; otherwise the main child's
+    // process group, whose id cannot be reused while the main child is unreaped. One system call
+    // each, and one a racing fork cannot escape: the kernel fails a fork that a group signal
+    // interrupts, and the parent retries it only after the signal has acted.
+    if (::getpid() == 1) return ::kill(-1, sig) == 0;
+    if (main_pid_ > 0 && !main_status_) return ::kill(-main_pid_, sig) == 0;
+    return false;
 }
 
 Scope Supervisor::effective_scope() const {

@@ -146,6 +146,14 @@ class Supervisor final : private ShutdownActions {
     void start_pre_stop() override;
     void signal_tree(int sig) override;
     void kill_tree() override;
+    // `sig` to the main child's process group (to every process, as PID 1) in one call.
+    bool signal_whole_groups(int sig);
+    // Holds the tree still for the stop passes: the cgroup freezer, or (the /proc tracker, a
+    // crowded run queue) SIGSTOP to the main group. Empty when neither applies.
+    FreezeHold hold_tree_still();
+    // Lowers the held tree's priority when its size says it is what crowds the CPUs.
+    // True once it did.
+    bool yield_cpu_to_lastcall(std::size_t members);
     void forward_extra(int sig) override;
 
     Options opts_;
@@ -176,7 +184,6 @@ class Supervisor final : private ShutdownActions {
     std::unique_ptr<Ending> ending_;
     bool main_stopped_first_ = false;  // the stop signal already reached the main child
     bool gave_up_ = false;
-    bool tree_storming_ = false;       // the stop passes ran out before a pass found nobody new
     std::set<pid_t> helper_sessions_;  // sessions of lastcall's own helpers
     struct Flood {
         std::optional<MonoTime> logged;  // when the signal was last logged

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/process/stop.hpp"
 
+#include <algorithm>
+
 namespace lastcall {
 
 StopPassResult send_stop_signal(const StopPassIo& io, int sig,
@@ -31,8 +33,11 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
             ++fresh;
             if (!io.send(p, sig)) continue;  // gone meanwhile: nothing to stop
             ++result.signalled;
-            // The stop signal is pending on a stopped process until it runs again.
-            if (needs_sigcont(sig)) io.send(p, SIGCONT);
+            // The stop signal is pending on a stopped process until it runs again. A member
+            // held by a SIGSTOP hold gets its SIGCONT with the thaw, after the passes.
+            bool held = std::any_of(holds.begin(), holds.end(),
+                                    [&](const FreezeHold& h) { return h.holds(p); });
+            if (needs_sigcont(sig) && !held) io.send(p, SIGCONT);
         }
         if (cut || partial) break;
         if (fresh == 0) {

@@ -43,7 +43,13 @@ ProcessRecord& ProcessBook::observe(const ProcInfo& info) {
     r.pid = info.pid;
     r.start = info.start;
     r.comm = info.comm;
-    r.cmdline = read_cmdline(info.pid);
+    // Reading /proc/PID/cmdline takes the process's mmap lock, which a fork holds for writing
+    // while it copies the address space. A fork bomb is forever forking: the stop pass blocked
+    // seconds per read behind a preempted forker (6.6 s of a 2 s grace). Only a process asleep
+    // or stopped is read (it holds no lock to wait on in practice); one that is running or in
+    // D state is recorded by its comm alone.
+    if (info.state == 'S' || info.state == 'T' || info.state == 't' || info.state == 'I')
+        r.cmdline = read_cmdline(info.pid);
     r.pgid = info.pgid;
     r.is_main = info.pid == main_pid_;
     live_[info.pid] = records_.size();

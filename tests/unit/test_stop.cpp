@@ -4,8 +4,10 @@
 #include <catch2/catch.hpp>
 
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -212,4 +214,52 @@ TEST_CASE("a walk cut short at the budget is never taken for a settled tree") {
     CHECK(result.signalled == 2);
     CHECK_FALSE(result.settled);
     CHECK(walks == 2);
+}
+
+TEST_CASE("a group held with SIGSTOP gets its SIGCONT at the thaw, not during the passes") {
+    // A real process group: the hold's thaw is a real kill(-pgid, SIGCONT).
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        ::setpgid(0, 0);
+        for (;;) ::pause();
+    }
+    ::setpgid(child, child);  // also from the parent: no race with the child's own call
+    REQUIRE(::kill(-child, SIGSTOP) == 0);
+    // The stop acts when the child next runs: wait for it to report the stop.
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, WUNTRACED) == child);
+    REQUIRE(WIFSTOPPED(status));
+    ProcInfo held = proc(child);
+    held.pgid = child;
+    ProcInfo other = proc(child + 100000);
+    other.pgid = child + 100000;
+    std::vector<std::pair<pid_t, int>> sent;
+    std::vector<char> state_while_sending;
+    StopPassIo io{[&] {
+                      return std::vector<ProcInfo>{held, other};
+                  },
+                  [&](const ProcInfo& p, int sig) {
+                      sent.emplace_back(p.pid, sig);
+                      if (p.pid == child)
+                          state_while_sending.push_back(read_proc_stat(child)->state);
+                      return true;
+                  },
+                  nullptr, [&] { return one_hold(FreezeHold::stopped_group(-child)); }};
+    std::set<ProcKey> had;
+    send_stop_signal(io, SIGUSR1, [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
+    // The held member got the stop signal but no SIGCONT of its own: one would let it run, and
+    // fork, while the passes still walk. The member outside the group got both.
+    auto count = [&](pid_t pid, int sig) {
+        return std::count(sent.begin(), sent.end(), std::pair{pid, sig});
+    };
+    CHECK(count(child, SIGUSR1) == 1);
+    CHECK(count(child, SIGCONT) == 0);
+    CHECK(count(other.pid, SIGUSR1) == 1);
+    CHECK(count(other.pid, SIGCONT) == 1);
+    CHECK(state_while_sending == std::vector<char>{'T'});
+    // After the thaw the child runs again (SIGCONT wakes a stopped task before kill() returns).
+    CHECK(read_proc_stat(child)->state != 'T');
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
 }

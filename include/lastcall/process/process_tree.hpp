@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lastcall/core/error.hpp"
@@ -31,6 +32,7 @@ struct ProcInfo {
     pid_t sid = 0;                 // session: services are told apart by it (service_manager)
     unsigned long long start = 0;  // start time in clock ticks: (pid, start) names one process
     char state = '?';              // R, S, D, Z (zombie: exited, waiting to be reaped), ...
+    long threads = 0;              // num_threads; 0 when unknown
     std::string comm;
 };
 
@@ -50,23 +52,50 @@ using MemberFilter = std::function<bool(const ProcInfo&)>;
 // enumeration lists every member, and each handles the signal before it runs a single instruction
 // of its own after the thaw. So a process born after the thaw was forked by a process that had
 // already been told to stop: a cleanup helper, not a member that slipped through a fork race.
-// Without a cgroup (the /proc tracker) the hold is empty and repeated passes close the race as
-// well as they can. A cgroup that someone else froze stays frozen and is not thawed by lastcall.
+// A cgroup that someone else froze stays frozen and is not thawed by lastcall.
+//
+// Without a cgroup (the /proc tracker) a process group can be held with SIGSTOP instead (see
+// stopped_group): one kill() stops every member, and a fork racing it fails and is retried only
+// after the stop has acted. Visible to a parent that asks for stops (waitpid WUNTRACED), so it
+// is used only when the walk would otherwise be starved (a fork bomb; docs/design.md).
 class FreezeHold {
   public:
     FreezeHold() = default;
     FreezeHold(UniqueFd freeze, bool complete) : fd_(std::move(freeze)), complete_(complete) {}
-    FreezeHold(FreezeHold&&) = default;
-    FreezeHold& operator=(FreezeHold&&) = default;
+    // A process group that kill(kill_target, SIGSTOP) has stopped (kill_target is -pgid, or -1
+    // as PID 1): thawed with SIGCONT to the same target.
+    static FreezeHold stopped_group(pid_t kill_target);
+    FreezeHold(FreezeHold&& other) noexcept { *this = std::move(other); }
+    FreezeHold& operator=(FreezeHold&& other) noexcept {
+        if (this != &other) {
+            thaw();
+            fd_ = std::move(other.fd_);
+            complete_ = other.complete_;
+            stopped_ = std::exchange(other.stopped_, 0);
+        }
+        return *this;
+    }
     ~FreezeHold() { thaw(); }
     // The kernel reported every member frozen (cgroup.events "frozen 1") in time.
     bool complete() const { return complete_; }
+    // Is p held by this hold's SIGSTOP? Its SIGCONT then comes with the thaw: one sent before
+    // would let it run, and fork, while the passes still walk.
+    bool holds_group() const { return stopped_ != 0; }
+    bool holds(const ProcInfo& p) const {
+        return stopped_ == -1 || (stopped_ < 0 && p.pgid == -stopped_);
+    }
     void thaw();
 
   private:
     UniqueFd fd_;  // cgroup.freeze to write "0" to, or none
     bool complete_ = false;
+    pid_t stopped_ = 0;  // the kill() target to send SIGCONT to, or 0
 };
+
+// Would `runnable` tasks make a walk of /proc by lastcall, one among them, take seconds?
+bool crowds_the_cpus(std::size_t runnable);
+// The running count of /proc/loadavg against the online CPUs: one small read.
+bool run_queue_crowded();
 
 // The processes of one unit of work (a service instance, a job run), nested in the instance's
 // tree. With cgroup v2 it is a child cgroup of the instance's (membership recursive: every
@@ -113,7 +142,11 @@ class Tracker {
     // many it signalled. For the stop signal, use send_stop_signal (process/stop.hpp).
     virtual int signal_all(int sig, const MemberFilter& filter, int max_passes = 3);
     // SIGKILL to everyone: first the filter sees each member (to record who had to be forced).
-    virtual int kill_all(const MemberFilter& filter) { return signal_all(SIGKILL_, filter); }
+    // max_passes: 1 when the tree is held still (FreezeHold::stopped_group), where a second
+    // walk finds nobody new and would double the force's time under a fork bomb.
+    virtual int kill_all(const MemberFilter& filter, int max_passes = 3) {
+        return signal_all(SIGKILL_, filter, max_passes);
+    }
     // An fd for the main command's spawn (its leaf cgroup's cgroup.procs), or -1.
     virtual int spawn_cgroup_fd() const { return -1; }
     // Freezes every unit of the tree for the stop signal (see FreezeHold); empty without cgroups.
