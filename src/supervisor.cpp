@@ -10,7 +10,6 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -660,19 +659,8 @@ void Supervisor::signal_tree(int sig) {
         // No kill(-pgid) first: a process would get it twice. No rescans later: a process born
         // after this is a cleanup helper, and the kill at grace end covers it.
         auto out_of_time = stop_pass_budget([this] { return clock_.now(); });
-        bool held = false;
-        StopPassIo io{[&] {
-                          auto members = tracker_->members_within(out_of_time);
-                          // Once: the group's priority is set for good.
-                          if (held && yield_cpu_to_lastcall(members.size())) held = false;
-                          return members;
-                      },
-                      signal_exact, out_of_time,
-                      [&] {
-                          auto hold = hold_tree_still();
-                          held = hold.holds_group();
-                          return one_hold(std::move(hold));
-                      }};
+        StopPassIo io{[&] { return tracker_->members_within(out_of_time); }, signal_exact,
+                      out_of_time, [this] { return one_hold(hold_tree_still()); }};
         auto result = send_stop_signal(io, sig, [this](const ProcInfo& p) { return take_stop(p); });
         n += result.signalled;
         if (!result.settled)
@@ -730,23 +718,6 @@ FreezeHold Supervisor::hold_tree_still() {
     if (!signal_whole_groups(SIGSTOP)) return {};
     spdlog::debug("the run queue is crowded: the tree is held with SIGSTOP for the stop passes");
     return FreezeHold::stopped_group(::getpid() == 1 ? -1 : -main_pid_);
-}
-
-bool Supervisor::yield_cpu_to_lastcall(std::size_t members) {
-    // After the hold, the grace timer has the walk's problem: woken among 2,000 runnable
-    // processes, lastcall ran it 1.7 s late. When the tree itself is the crowd (as many members
-    // as a crowded run queue has runnable tasks), its group goes to the lowest priority, nice 19
-    // (a process may lower its own processes' priority, never raise its own): lastcall's few
-    // milliseconds of work then win the CPU when they are due. A small tree on a machine crowded
-    // by something else keeps its priority: it would drain slower for no gain. Set while held,
-    // after the walk, not at the stop: a fork under way when SIGSTOP went out completes, and its
-    // child would have kept the old priority, it and its whole progeny. Not as PID 1, where
-    // there is no group to name but lastcall's whole user.
-    if (::getpid() == 1 || main_pid_ <= 0 || main_status_ || !crowds_the_cpus(members))
-        return false;
-    if (::setpriority(PRIO_PGRP, static_cast<id_t>(main_pid_), 19) != 0) return false;
-    spdlog::debug("{} processes in the held tree: its group now runs at nice 19", members);
-    return true;
 }
 
 bool Supervisor::signal_whole_groups(int sig) {

@@ -151,9 +151,6 @@ class Supervisor final : private ShutdownActions {
     // Holds the tree still for the stop passes: the cgroup freezer, or (the /proc tracker, a
     // crowded run queue) SIGSTOP to the main group. Empty when neither applies.
     FreezeHold hold_tree_still();
-    // Lowers the held tree's priority when its size says it is what crowds the CPUs.
-    // True once it did.
-    bool yield_cpu_to_lastcall(std::size_t members);
     void forward_extra(int sig) override;
 
     Options opts_;

@@ -439,14 +439,6 @@ void FreezeHold::thaw() {
     if (stopped_ != 0) (void)::kill(std::exchange(stopped_, 0), SIGCONT);
 }
 
-bool crowds_the_cpus(std::size_t runnable) {
-    // 16 runnable per CPU: lastcall, one of them, gets a few milliseconds of CPU per scheduler
-    // period, and each period is 16 time slices long or more; a walk of thousands of /proc
-    // files then spans many periods. A fork bomb at ulimit -u 2000 shows ~2,000.
-    long cpus = std::max(::sysconf(_SC_NPROCESSORS_ONLN), 1L);
-    return runnable > static_cast<std::size_t>(16 * cpus);
-}
-
 bool run_queue_crowded() {
     // "0.52 0.58 0.59 3/412 12345": the fourth field is runnable/total scheduling entities.
     std::string text = read_small_file("/proc/loadavg");
@@ -454,7 +446,11 @@ bool run_queue_crowded() {
     while (field < 3 && (pos = text.find(' ', pos)) != std::string::npos) ++field, ++pos;
     if (field < 3) return false;
     long running = std::strtol(text.c_str() + pos, nullptr, 10);
-    return running > 0 && crowds_the_cpus(static_cast<std::size_t>(running));
+    // 16 runnable per CPU: lastcall, one of them, gets a few milliseconds of CPU per scheduler
+    // period, and each period is 16 time slices long or more; a walk of thousands of /proc
+    // files then spans many periods. A fork bomb at ulimit -u 2000 shows ~2,000.
+    long cpus = std::max(::sysconf(_SC_NPROCESSORS_ONLN), 1L);
+    return running > 16 * cpus;
 }
 
 std::optional<ProcInfo> read_proc_stat(pid_t pid) {

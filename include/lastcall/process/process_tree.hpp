@@ -80,7 +80,6 @@ class FreezeHold {
     bool complete() const { return complete_; }
     // Is p held by this hold's SIGSTOP? Its SIGCONT then comes with the thaw: one sent before
     // would let it run, and fork, while the passes still walk.
-    bool holds_group() const { return stopped_ != 0; }
     bool holds(const ProcInfo& p) const {
         return stopped_ == -1 || (stopped_ < 0 && p.pgid == -stopped_);
     }
@@ -92,8 +91,6 @@ class FreezeHold {
     pid_t stopped_ = 0;  // the kill() target to send SIGCONT to, or 0
 };
 
-// Would `runnable` tasks make a walk of /proc by lastcall, one among them, take seconds?
-bool crowds_the_cpus(std::size_t runnable);
 // The running count of /proc/loadavg against the online CPUs: one small read.
 bool run_queue_crowded();
 
