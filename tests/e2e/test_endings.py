@@ -426,6 +426,11 @@ class TriggerTimeTest(EndingsTestCase):
         self.assertEqual(self.fifo.readline(), "ready")
         pid = run.lastcall_pid()
         os.kill(pid, signal.SIGSTOP)
+        # The stop acts when lastcall next runs: wait for it. On a loaded machine lastcall was
+        # seen still running when the HUP came, read it alone, and handled it before TERM was
+        # even sent (CI, under the sanitizers).
+        _, status = os.waitpid(pid, os.WUNTRACED)
+        self.assertTrue(os.WIFSTOPPED(status))
         os.kill(pid, signal.SIGHUP)
         os.kill(pid, signal.SIGTERM)
         os.kill(pid, signal.SIGCONT)
