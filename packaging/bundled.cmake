@@ -1,7 +1,9 @@
 # spdlog, fmt, toml++ and SQLite compiled into lastcall instead of loaded as shared libraries (the
 # default, and the static build): included from the top CMakeLists.txt before lastcall_core is
 # defined; it replaces entries of LASTCALL_DEPS.
-# - spdlog and fmt are used header-only (spdlog without SPDLOG_COMPILED_LIB, FMT_HEADER_ONLY);
+# - spdlog and fmt are compiled once, in src/core/bundled_libs.cpp (LASTCALL_BUNDLED_LIBS), as
+#   compiled libraries (SPDLOG_COMPILED_LIB, no FMT_HEADER_ONLY): Debian ships their headers and
+#   shared libraries only, and used header-only they were compiled again into every file that logs;
 # - toml++ is header-only unless TOML_HEADER_ONLY=0, which is what its pkg-config file adds, so
 #   only its include directory is taken;
 # - SQLite comes from libsqlite3.a (libsqlite3-dev): Debian's libsqlite3.so is linked with
@@ -12,10 +14,12 @@ find_package(fmt REQUIRED)
 find_package(Threads REQUIRED)
 
 add_library(lastcall_bundled_spdlog INTERFACE)
-target_compile_definitions(lastcall_bundled_spdlog INTERFACE SPDLOG_FMT_EXTERNAL)
+target_compile_definitions(lastcall_bundled_spdlog INTERFACE SPDLOG_FMT_EXTERNAL
+                           SPDLOG_COMPILED_LIB LASTCALL_BUNDLED_LIBS)
 get_target_property(_spdlog_includes spdlog::spdlog_header_only INTERFACE_INCLUDE_DIRECTORIES)
-target_include_directories(lastcall_bundled_spdlog INTERFACE ${_spdlog_includes})
-target_link_libraries(lastcall_bundled_spdlog INTERFACE fmt::fmt-header-only Threads::Threads)
+get_target_property(_fmt_includes fmt::fmt-header-only INTERFACE_INCLUDE_DIRECTORIES)
+target_include_directories(lastcall_bundled_spdlog INTERFACE ${_spdlog_includes} ${_fmt_includes})
+target_link_libraries(lastcall_bundled_spdlog INTERFACE Threads::Threads)
 
 add_library(lastcall_bundled_tomlpp INTERFACE)
 target_include_directories(lastcall_bundled_tomlpp INTERFACE ${TOMLPP_INCLUDE_DIRS})
