@@ -715,19 +715,25 @@ FreezeHold Supervisor::hold_tree_still() {
     // WUNTRACED sees the stop (an interactive shell reports its job stopped), which the cgroup
     // freezer never shows.
     if (!run_queue_crowded()) return {};
-    if (!signal_whole_groups(SIGSTOP)) return {};
+    auto target = whole_group_target();
+    if (!target || ::kill(*target, SIGSTOP) != 0) return {};
     spdlog::debug("the run queue is crowded: the tree is held with SIGSTOP for the stop passes");
-    return FreezeHold::stopped_group(::getpid() == 1 ? -1 : -main_pid_);
+    return FreezeHold::stopped_group(*target);
+}
+
+std::optional<pid_t> Supervisor::whole_group_target() const {
+    // As PID 1 every process of the namespace is part of the tree; otherwise the main child's
+    // process group, whose id cannot be reused while the main child is unreaped.
+    if (::getpid() == 1) return -1;
+    if (main_pid_ > 0 && !main_status_) return -main_pid_;
+    return std::nullopt;
 }
 
 bool Supervisor::signal_whole_groups(int sig) {
-    // As PID 1 every process of the namespace is part of the tree; otherwise the main child's
-    // process group, whose id cannot be reused while the main child is unreaped. One system call
-    // each, and one a racing fork cannot escape: the kernel fails a fork that a group signal
-    // interrupts, and the parent retries it only after the signal has acted.
-    if (::getpid() == 1) return ::kill(-1, sig) == 0;
-    if (main_pid_ > 0 && !main_status_) return ::kill(-main_pid_, sig) == 0;
-    return false;
+    // One system call, and one a racing fork cannot escape: the kernel fails a fork that a group
+    // signal interrupts, and the parent retries it only after the signal has acted.
+    auto target = whole_group_target();
+    return target && ::kill(*target, sig) == 0;
 }
 
 Scope Supervisor::effective_scope() const {

@@ -146,7 +146,10 @@ class Supervisor final : private ShutdownActions {
     void start_pre_stop() override;
     void signal_tree(int sig) override;
     void kill_tree() override;
-    // `sig` to the main child's process group (to every process, as PID 1) in one call.
+    // The kill() target that reaches the whole tree in one call: -1 as PID 1, the main child's
+    // process group while it is unreaped; none otherwise.
+    std::optional<pid_t> whole_group_target() const;
+    // `sig` to whole_group_target() in one call.
     bool signal_whole_groups(int sig);
     // Holds the tree still for the stop passes: the cgroup freezer, or (the /proc tracker, a
     // crowded run queue) SIGSTOP to the main group. Empty when neither applies.
