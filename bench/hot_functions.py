@@ -61,7 +61,7 @@ def run_scenario(binary, args, sig, out):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if sig is not None:
         # Under valgrind start-up takes a second or more; the signal must find the loop running.
-        # The child's exec is the event to wait for: a sleep appears under lastcall.
+        # The child's exec is the event to wait for: lastcall's child is named sleep.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not child_running(proc.pid, "sleep"):
             time.sleep(0.05)
@@ -70,21 +70,20 @@ def run_scenario(binary, args, sig, out):
 
 
 def child_running(pid, comm):
-    """Whether a process named comm is a descendant of pid."""
-    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,comm="], capture_output=True,
-                         text=True).stdout
-    parent = {}
-    for line in out.splitlines():
-        p = line.split(None, 2)
-        if len(p) == 3:
-            parent[int(p[0])] = (int(p[1]), p[2].strip())
-    for child, (ppid, name) in parent.items():
-        if name != comm:
-            continue
-        while ppid > 1:
-            if ppid == pid:
-                return True
-            ppid = parent.get(ppid, (0, ""))[0]
+    """Whether a direct child of pid (lastcall runs under valgrind in valgrind's own process)
+    is named comm: the command has been exec'd."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = f.read().split()
+    except OSError:
+        return False
+    for child in children:
+        try:
+            with open(f"/proc/{child}/comm") as f:
+                if f.read().strip() == comm:
+                    return True
+        except OSError:
+            pass
     return False
 
 
