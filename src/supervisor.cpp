@@ -517,6 +517,11 @@ void Supervisor::watch_tree_events() {
     if (!st) spdlog::warn("tree events will not wake the loop: {}", st.error().message);
 }
 
+bool Supervisor::has_child_to_reap() const {
+    siginfo_t si{};
+    return ::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid != 0;
+}
+
 bool Supervisor::has_children() const {
     siginfo_t si{};
     return !(::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD);
@@ -675,27 +680,58 @@ void Supervisor::signal_tree(int sig) {
 }
 
 void Supervisor::kill_tree() {
+    // A repeat while the tree collapses is put off, up to a second: 2,000 processes killed at
+    // once take the kernel half a second to end, and a walk of them meanwhile (every 100 ms)
+    // kept the loop from reaping them and lastcall from exiting for as long (a fork bomb's
+    // force: 0.5 s longer). Reaping is what shrinks the tree, and the walk after it is short.
+    // Not forever: a process outside the killed groups may keep leaving children to reap.
+    MonoTime now = clock_.now();
+    if (last_kill_walk_ && now - *last_kill_walk_ < std::chrono::seconds(1) && has_child_to_reap())
+        return;
+    last_kill_walk_ = now;
     for (auto* c : components_) c->before_force();
     // With the /proc tracker nothing holds off forks while /proc is walked. Under a fork bomb
     // (2,000 processes of one user retrying fork on 2 cores) lastcall got a sliver of the CPU,
     // one walk took tens of seconds while the bomb refilled what it killed, and lastcall gave up
-    // with processes left (58 s in CI). SIGSTOP to the whole groups first: in one system call the
-    // bulk of the tree stops forking and stops competing for the CPU, so the walk below is short,
-    // complete, and names each process it kills. A stopped process never runs again: SIGKILL
-    // ends it where it stands. The cgroup tracker's kill is cgroup.kill, atomic however many
-    // members fork: no stop needed.
-    bool held = tracker_->name() == "proc" && signal_whole_groups(SIGSTOP);
+    // with processes left (58 s in CI). SIGSTOP to the whole groups first (the main child's
+    // process group; every process of the namespace as PID 1): in one system call the bulk of
+    // the tree stops forking and stops competing for the CPU, so the walk below is short,
+    // complete, and names each process before it dies. The cgroup tracker's kill is
+    // cgroup.kill, atomic however many members fork: no stop needed.
+    //
+    // Not killed first: a process that dies before the walk reaches it, reaped by its own
+    // parent, would be missing from the record (a fork bomb's report named 1,376 of 1,999).
+    auto group = tracker_->name() == "proc" ? whole_group_target() : std::nullopt;
+    bool held = group && ::kill(*group, SIGSTOP) == 0;
+    // A stopped member of the held groups is killed by the groups' SIGKILL after the walk, in
+    // one system call: the walk only names it, and does not spend a pidfd_open, a /proc read
+    // and a pidfd_send_signal on each of thousands. Stopped, it cannot leave the group before
+    // that kill. A zombie leader with live threads is signalled through its pidfd.
+    auto left_to_group_kill = [&](const ProcInfo& p) {
+        return held && p.state != 'Z' && (*group == -1 || p.pgid == -*group);
+    };
+    int named_for_group_kill = 0;
     // Whatever the kill scope, the escalation covers the whole tree: lastcall never exits with
     // a descendant left behind. Held, one walk: the group cannot fork, and what a process
     // outside it forks meanwhile gets the next SIGKILL (Forcing repeats it every 100 ms).
     int n = tracker_->kill_all(
         [&](const ProcInfo& p) {
             auto& rec = book_.observe(p);
-            if (rec.killed) return false;
+            if (rec.killed) {
+                // Left to an earlier group kill, and still here: slow to die, or moved out of
+                // the group before that kill by a parent outside it (setpgid). One SIGKILL of
+                // its own settles it either way.
+                if (std::exchange(rec.killed_by_group, false)) (void)signal_exact(p, SIGKILL);
+                return false;
+            }
             rec.killed = true;
-            return true;
+            if (!left_to_group_kill(p)) return true;
+            rec.killed_by_group = true;
+            ++named_for_group_kill;
+            return false;
         },
         held ? 1 : 3);
+    n += named_for_group_kill;
     // After the walk, so that the record names each process lastcall killed: the groups' kill
     // reaches what the walk missed (a member stopped above and forked just before the stop), and
     // is the fallback when lastcall has no descriptor left for the walk (RLIMIT_NOFILE lowered

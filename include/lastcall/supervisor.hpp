@@ -133,6 +133,8 @@ class Supervisor final : private ShutdownActions {
     void check_tree_gone();
     // False once waitid says ECHILD: no child, hence no descendant, is left.
     bool has_children() const;
+    // True when a child has exited and waits to be reaped (waitid WNOWAIT: nothing is reaped).
+    bool has_child_to_reap() const;
     // Registers the tracker's watch fd (cgroup.events) on the loop; at the start of the shutdown.
     void watch_tree_events();
     // Filter for the stop signal: true the first time a process (of the kill scope) is seen.
@@ -184,7 +186,8 @@ class Supervisor final : private ShutdownActions {
     std::unique_ptr<Ending> ending_;
     bool main_stopped_first_ = false;  // the stop signal already reached the main child
     bool gave_up_ = false;
-    std::set<pid_t> helper_sessions_;  // sessions of lastcall's own helpers
+    std::optional<MonoTime> last_kill_walk_;  // when the force last walked the tree
+    std::set<pid_t> helper_sessions_;         // sessions of lastcall's own helpers
     struct Flood {
         std::optional<MonoTime> logged;  // when the signal was last logged
         long long unlogged = 0;          // arrivals since then, forwarded but not logged

@@ -16,14 +16,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <new>
 #include <set>
-#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -39,6 +39,25 @@ namespace {
 // SIGKILL to every pid, reap, a minimal report).
 void throw_if_out_of_memory(int err) {
     if (err == ENOMEM) throw std::bad_alloc();
+}
+
+// "12 345 6789 ": the pids of a children file or of cgroup.procs, without a string stream (a
+// walk parses one such file per process).
+std::vector<pid_t> parse_pids(std::string_view text) {
+    std::vector<pid_t> out;
+    const char* p = text.data();
+    const char* end = p + text.size();
+    while (p < end) {
+        if (*p < '0' || *p > '9') {
+            ++p;
+            continue;
+        }
+        pid_t pid = 0;
+        auto [next, ec] = std::from_chars(p, end, pid);
+        if (ec == std::errc{}) out.push_back(pid);
+        p = next;
+    }
+    return out;
 }
 
 std::string read_small_file(const std::string& path) {
@@ -86,9 +105,7 @@ bool have_proc_children() {
 // Every live process listed in `dir`/cgroup.procs and in the cgroup.procs of every cgroup below
 // it: membership of a scope is recursive, so a process moved into a sub-cgroup is still a member.
 void cgroup_members(const std::string& dir, std::vector<ProcInfo>& out, std::set<pid_t>& seen) {
-    std::istringstream in(read_small_file(dir + "/cgroup.procs"));
-    pid_t pid;
-    while (in >> pid)
+    for (pid_t pid : parse_pids(read_small_file(dir + "/cgroup.procs")))
         if (seen.insert(pid).second)
             if (auto info = read_proc_stat(pid); info && is_alive(*info)) out.push_back(*info);
     for_each_entry(dir, [&](const dirent& e) {
@@ -102,10 +119,7 @@ void cgroup_members(const std::string& dir, std::vector<ProcInfo>& out, std::set
 // kill misses those the kernel has already taken out of the cgroup (an exiting task leaves
 // cgroup.procs at once), and a log line "SIGKILL to 0" for a kill that ended a process is wrong.
 std::size_t cgroup_pid_count(const std::string& dir) {
-    std::istringstream in(read_small_file(dir + "/cgroup.procs"));
-    std::size_t n = 0;
-    pid_t pid;
-    while (in >> pid) ++n;
+    std::size_t n = parse_pids(read_small_file(dir + "/cgroup.procs")).size();
     for_each_entry(dir, [&](const dirent& e) {
         if (e.d_type == DT_DIR && e.d_name[0] != '.') n += cgroup_pid_count(dir + "/" + e.d_name);
     });
@@ -454,33 +468,51 @@ bool run_queue_crowded() {
 }
 
 std::optional<ProcInfo> read_proc_stat(pid_t pid) {
-    std::string s = read_small_file("/proc/" + std::to_string(pid) + "/stat");
+    // One open, one read, one close, no allocation but comm: a walk of a fork bomb reads this
+    // file for each of its thousands of processes while the grace runs out. The file is one
+    // seq_file record produced whole, and it cannot reach the buffer's size (52 numeric fields
+    // of at most 20 digits and a 16-byte comm), so the first read has all of it: the read that
+    // would return 0 at the end is not made.
+    char path[32];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+    UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+    if (!fd) {
+        throw_if_out_of_memory(errno);
+        return std::nullopt;
+    }
+    char buf[4096];
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n <= 0) return std::nullopt;
+    return parse_proc_stat(pid, std::string_view(buf, static_cast<std::size_t>(n)));
+}
+
+std::optional<ProcInfo> parse_proc_stat(pid_t pid, std::string_view s) {
     // comm may contain spaces and parentheses: it ends at the *last* ')'.
     auto open = s.find('('), close = s.rfind(')');
-    if (open == std::string::npos || close == std::string::npos || close < open)
+    if (open == std::string_view::npos || close == std::string_view::npos || close < open ||
+        close + 2 >= s.size())
         return std::nullopt;
     ProcInfo info;
     info.pid = pid;
-    info.comm = s.substr(open + 1, close - open - 1);
-    std::istringstream rest(s.substr(close + 2));
-    std::string state;
-    long ppid, pgrp, session, field;
-    rest >> state >> ppid >> pgrp >> session;
-    // Fields 7..21 sit between session (6) and starttime (22); num_threads is 20.
-    long threads = 0;
-    for (int i = 7; i <= 21; ++i) {
-        rest >> field;
-        if (i == 20) threads = field;
+    info.comm = std::string(s.substr(open + 1, close - open - 1));
+    // Field 3 (state) follows ") "; the numeric fields after it are separated by one space.
+    info.state = s[close + 2];
+    const char* p = s.data() + close + 3;
+    const char* end = s.data() + s.size();
+    // Fields 4 (ppid), 5 (pgrp), 6 (session), 20 (num_threads) and 22 (starttime).
+    long long fields[23] = {};
+    for (int i = 4; i <= 22; ++i) {
+        if (p >= end || *p != ' ') return std::nullopt;
+        ++p;
+        auto [next, ec] = std::from_chars(p, end, fields[i]);
+        if (ec != std::errc{}) return std::nullopt;
+        p = next;
     }
-    unsigned long long start = 0;
-    rest >> start;
-    if (!rest) return std::nullopt;
-    info.state = state.empty() ? '?' : state[0];
-    info.ppid = static_cast<pid_t>(ppid);
-    info.pgid = static_cast<pid_t>(pgrp);
-    info.sid = static_cast<pid_t>(session);
-    info.start = start;
-    info.threads = threads;
+    info.ppid = static_cast<pid_t>(fields[4]);
+    info.pgid = static_cast<pid_t>(fields[5]);
+    info.sid = static_cast<pid_t>(fields[6]);
+    info.threads = static_cast<long>(fields[20]);
+    info.start = static_cast<unsigned long long>(fields[22]);
     return info;
 }
 
@@ -502,8 +534,11 @@ std::unique_ptr<UnitScope> make_unit_scope(Tracker& tracker, const std::string& 
 bool is_alive(const ProcInfo& p) {
     if (p.state == 'X') return false;
     if (p.state != 'Z') return true;
-    // A zombie leader with live threads: /proc/<pid>/task lists them (a true zombie has only
-    // itself there, or nothing).
+    // A zombie leader with live threads. The kernel counts a thread group's threads until each
+    // is released, so the stat file of a true zombie says 1 (the leader itself) and that of a
+    // leader whose other threads run says more: no listing of /proc/<pid>/task for each of the
+    // zombies a force leaves behind. Unknown (0): /proc/<pid>/task lists the live threads.
+    if (p.threads > 0) return p.threads > 1;
     return numeric_entries("/proc/" + std::to_string(p.pid) + "/task").size() > 1;
 }
 
@@ -547,15 +582,17 @@ std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& ou
             auto tids = single ? std::vector<pid_t>{p}
                                : numeric_entries("/proc/" + std::to_string(p) + "/task");
             for (pid_t tid : tids) {
-                std::istringstream in(read_small_file("/proc/" + std::to_string(p) + "/task/" +
-                                                      std::to_string(tid) + "/children"));
-                pid_t c;
-                while (in >> c) {
+                std::string children = read_small_file("/proc/" + std::to_string(p) + "/task/" +
+                                                       std::to_string(tid) + "/children");
+                for (pid_t c : parse_pids(children)) {
                     if (!seen.insert(c).second) continue;
                     // A flat tree (orphans reparented to lastcall) comes from one file.
                     if (out_of_time && ++reads % 16 == 0 && out_of_time()) return out;
                     auto info = read_proc_stat(c);
-                    if (info && is_alive(*info)) out.push_back(*info);
+                    bool alive = info && is_alive(*info);
+                    if (alive) out.push_back(*info);
+                    // A true zombie has no children: its threads' exits gave them away.
+                    if (info && !alive) continue;
                     stack.push_back({c, info && info->threads == 1 && info->state != 'Z'});
                 }
             }

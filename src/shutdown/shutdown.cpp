@@ -158,8 +158,7 @@ void Shutdown::on_timer() {
             if (now >= *entered(State::Forcing) + config_.force_limit) {
                 apply(Event::GiveUp);
             } else if (now >= next_kill_) {
-                next_kill_ = now + config_.force_repeat;
-                actions_.kill_tree();
+                repeat_kill();
             }
             break;
         default:
@@ -215,12 +214,19 @@ void Shutdown::apply(Event e) {
             break;
         }
         case State::Forcing:
-            next_kill_ = clock_.now() + config_.force_repeat;
-            actions_.kill_tree();
+            repeat_kill();
             break;
         default:
             break;
     }
+}
+
+void Shutdown::repeat_kill() {
+    actions_.kill_tree();
+    // Counted from the end of the pass: a /proc walk of thousands of dying processes can take
+    // longer than the interval, and passes back to back would leave the loop no turn to reap
+    // what they killed (a fork bomb's force took 0.5 s longer that way).
+    next_kill_ = clock_.now() + config_.force_repeat;
 }
 
 int Shutdown::stop_signal() const {

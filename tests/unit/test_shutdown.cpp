@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,11 @@ struct Recorder final : ShutdownActions {
     void readiness_off() override { log.push_back("readiness_off"); }
     void start_pre_stop() override { log.push_back("pre_stop"); }
     void signal_tree(int sig) override { log.push_back("signal " + std::to_string(sig)); }
-    void kill_tree() override { log.push_back("kill"); }
+    void kill_tree() override {
+        log.push_back("kill");
+        if (during_kill) during_kill();
+    }
+    std::function<void()> during_kill;  // e.g. a /proc walk that takes time
     void forward_extra(int sig) override { log.push_back("forward " + std::to_string(sig)); }
     long count(const std::string& s) const { return std::count(log.begin(), log.end(), s); }
 };
@@ -213,6 +218,28 @@ TEST_CASE("SIGKILL is repeated while forcing, and lastcall gives up after the fo
     f.clock.advance(f.config.force_limit);
     sd.on_timer();
     CHECK(sd.state() == State::Stopped);
+}
+
+TEST_CASE("the next SIGKILL pass comes one interval after the last pass ended, not began",
+          "[shutdown]") {
+    // A /proc walk of a collapsing fork bomb takes longer than the interval; passes back to
+    // back would leave the loop no turn to reap what they killed.
+    Fixture f;
+    f.config.grace = 1s;
+    auto sd = f.make();
+    sd.on_signal(SIGTERM);
+    f.actions.during_kill = [&] { f.clock.advance(3 * f.config.force_repeat); };
+    f.clock.advance(1s);
+    sd.on_timer();
+    REQUIRE(sd.state() == State::Forcing);
+    REQUIRE(f.actions.count("kill") == 1);
+    sd.on_timer();  // the pass took three intervals: the next is still one interval away
+    CHECK(f.actions.count("kill") == 1);
+    REQUIRE(sd.next_deadline());
+    CHECK(*sd.next_deadline() == f.clock.now() + f.config.force_repeat);
+    f.clock.advance(f.config.force_repeat);
+    sd.on_timer();
+    CHECK(f.actions.count("kill") == 2);
 }
 
 TEST_CASE("a tree that empties within the grace ends clean, without SIGKILL", "[shutdown]") {

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,8 @@ struct ProcInfo {
 
 // Parses /proc/<pid>/stat. Works for zombies too (comm and pgrp are kept until the reap).
 std::optional<ProcInfo> read_proc_stat(pid_t pid);
+// The parser behind it: the text of a /proc/<pid>/stat file.
+std::optional<ProcInfo> parse_proc_stat(pid_t pid, std::string_view text);
 // /proc/<pid>/cmdline with NULs turned into spaces; empty for zombies and kernel threads.
 std::string read_cmdline(pid_t pid);
 // Is there anything left to signal? Not for a zombie, except a zombie leader whose other threads

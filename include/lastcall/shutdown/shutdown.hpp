@@ -119,6 +119,7 @@ class Shutdown {
     void start(Trigger t);
     void apply(Event e);
     void maybe_finish_drain();
+    void repeat_kill();  // SIGKILL to the tree now, and the next pass one interval later
     void enter(State s);
 
     ShutdownConfig config_;
