@@ -681,13 +681,15 @@ void Supervisor::signal_tree(int sig) {
 
 void Supervisor::kill_tree() {
     // A repeat while the tree collapses is put off, up to a second: 2,000 processes killed at
-    // once take the kernel half a second to end, and a walk of them meanwhile (every 100 ms)
-    // kept the loop from reaping them and lastcall from exiting for as long (a fork bomb's
-    // force: 0.5 s longer). Reaping is what shrinks the tree, and the walk after it is short.
-    // Not forever: a process outside the killed groups may keep leaving children to reap.
+    // once take the kernel over half a second to end, and a walk of them meanwhile (every
+    // 100 ms) competed with their exits for the CPU and kept the loop from reaping them (a fork
+    // bomb's force: 0.2-0.5 s longer). Collapsing: a child waits to be reaped, or one was
+    // reaped since the last look. Reaping is what shrinks the tree, and the walk after it is
+    // short. Not forever: a process outside the killed groups may keep leaving children to reap.
     MonoTime now = clock_.now();
-    if (last_kill_walk_ && now - *last_kill_walk_ < std::chrono::seconds(1) && has_child_to_reap())
-        return;
+    bool collapsing = book_.reaped_count() > reaped_at_last_look_ || has_child_to_reap();
+    reaped_at_last_look_ = book_.reaped_count();
+    if (last_kill_walk_ && now - *last_kill_walk_ < std::chrono::seconds(1) && collapsing) return;
     last_kill_walk_ = now;
     for (auto* c : components_) c->before_force();
     // With the /proc tracker nothing holds off forks while /proc is walked. Under a fork bomb

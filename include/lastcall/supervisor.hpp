@@ -187,6 +187,7 @@ class Supervisor final : private ShutdownActions {
     bool main_stopped_first_ = false;  // the stop signal already reached the main child
     bool gave_up_ = false;
     std::optional<MonoTime> last_kill_walk_;  // when the force last walked the tree
+    long long reaped_at_last_look_ = 0;       // the reaped count when the force last looked
     std::set<pid_t> helper_sessions_;         // sessions of lastcall's own helpers
     struct Flood {
         std::optional<MonoTime> logged;  // when the signal was last logged
