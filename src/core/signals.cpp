@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/core/signals.hpp"
 
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
 #include <cctype>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace lastcall {
@@ -95,25 +98,51 @@ sigset_t handled_signals() {
     return set;
 }
 
+namespace {
+
+// "SigIgn:\t0000000000001000": bit n-1 for signal n. False without /proc (or the line).
+bool read_ignored_from_proc(SignalBits& out) {
+    int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char buf[4096];
+    ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    const char* line = std::strstr(buf, "\nSigIgn:");
+    if (!line) return false;
+    char* end = nullptr;
+    out.bits = std::strtoull(line + 8, &end, 16);
+    return end != line + 8;
+}
+
+}  // namespace
+
+const SignalBits& ignored_dispositions() {
+    static const SignalBits ignored = [] {
+        SignalBits set;
+        if (read_ignored_from_proc(set)) return set;
+        // The raw system call, because glibc's sigaction() refuses its two reserved real-time
+        // signals (32, 33), whose disposition is inherited like any other.
+        struct {
+            void (*handler)(int);
+            unsigned long flags;
+            void (*restorer)();
+            unsigned long mask;
+        } old{};
+        for (int sig = 1; sig < NSIG; ++sig) {
+            if (sig == SIGKILL || sig == SIGSTOP) continue;
+            if (::syscall(SYS_rt_sigaction, sig, nullptr, &old, sizeof old.mask) == 0 &&
+                old.handler == SIG_IGN)
+                set.add(sig);
+        }
+        return set;
+    }();
+    return ignored;
+}
+
 InheritedSignals inherited_signals(const sigset_t& mask) {
-    InheritedSignals in;
-    in.mask = mask;
-    sigemptyset(&in.ignored);
-    // The raw system call, because glibc's sigaction() refuses its two reserved real-time
-    // signals (32, 33), whose disposition is inherited like any other.
-    struct {
-        void (*handler)(int);
-        unsigned long flags;
-        void (*restorer)();
-        unsigned long mask;
-    } old{};
-    for (int sig = 1; sig < NSIG; ++sig) {
-        if (sig == SIGKILL || sig == SIGSTOP) continue;
-        if (::syscall(SYS_rt_sigaction, sig, nullptr, &old, sizeof old.mask) == 0 &&
-            old.handler == SIG_IGN)
-            sigaddset(&in.ignored, sig);
-    }
-    return in;
+    return InheritedSignals{mask, ignored_dispositions()};
 }
 
 bool is_termination_signal(int sig) {

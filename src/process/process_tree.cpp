@@ -126,8 +126,12 @@ std::size_t cgroup_pid_count(const std::string& dir) {
     return n;
 }
 
-// Leaves first: a cgroup with children cannot be removed.
+// Leaves first: a cgroup with children cannot be removed (EBUSY). The rmdir is tried first, and
+// the directory listed only when it fails: a cgroup usually has no child left by now, and the
+// listing (opendir's 32 KiB buffer, five system calls) ran twice on every exit.
 Status remove_cgroup_tree(const std::string& dir) {
+    if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return Ok{};
+    if (errno != EBUSY) return sys_error("rmdir " + dir, errno);
     for_each_entry(dir, [&](const dirent& e) {
         if (e.d_type == DT_DIR && e.d_name[0] != '.')
             (void)remove_cgroup_tree(dir + "/" + e.d_name);

@@ -133,8 +133,8 @@ void write_decimal(char* out, long v) {
 
 [[noreturn]] void run_child(const SpawnSpec& spec, char* const* candidates,
                             std::size_t candidate_count, char* const* argv, char** envp,
-                            char* listen_pid_slot, int report_fd, pid_t parent,
-                            bool born_in_cgroup) {
+                            char* listen_pid_slot, int report_fd, pid_t parent, bool born_in_cgroup,
+                            const SignalBits& ignored) {
     using Session = SpawnSpec::Session;
     if (spec.session == Session::NewSession) {
         if (::setsid() < 0) fail(report_fd, SpawnStage::Setsid);
@@ -182,7 +182,10 @@ void write_decimal(char* out, long v) {
     }
     if (listen_pid_slot) write_decimal(listen_pid_slot, ::getpid());
     // Dispositions first, then the mask: a signal already pending is then delivered with its
-    // default action, as if lastcall had never been in between.
+    // default action, as if lastcall had never been in between. Exec resets every handler to
+    // the default and keeps only SIG_IGN, and lastcall ignores nothing it did not inherit
+    // (`ignored`, read before the fork): only those are reset, and not in tini mode, whose child
+    // inherits them. None in the common case; a reset of all 64 cost a start-up 64 system calls.
     // The raw system call, because glibc's sigaction() refuses its two reserved real-time
     // signals (32, 33) with EINVAL, and an ignored disposition for them inherited from whoever
     // started lastcall would otherwise reach the command.
@@ -192,13 +195,11 @@ void write_decimal(char* out, long v) {
         void (*restorer)();
         unsigned long mask;
     } dfl{SIG_DFL, 0, nullptr, 0};
-    auto ign = dfl;
-    ign.handler = SIG_IGN;
     const InheritedSignals* in = spec.inherited_signals;
     for (int sig = 1; sig < NSIG; ++sig) {
-        if (sig == SIGKILL || sig == SIGSTOP) continue;
-        bool ignored = in && sigismember(&in->ignored, sig) == 1;
-        ::syscall(SYS_rt_sigaction, sig, ignored ? &ign : &dfl, nullptr, sizeof dfl.mask);
+        if (!ignored.has(sig)) continue;
+        if (in && in->ignored.has(sig)) continue;  // passed on, as tini does
+        ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
     }
     sigset_t none;
     sigemptyset(&none);
@@ -297,6 +298,7 @@ SpawnResult spawn(const SpawnSpec& spec) {
     }
     UniqueFd report_read(pipefd[0]), report_write(pipefd[1]);
     pid_t parent = ::getpid();
+    const SignalBits& ignored = ignored_dispositions();  // read here: the child must not allocate
     bool born_in_cgroup = false;
     pid_t pid = -1;
     if (spec.cgroup_procs_fd >= 0) {
@@ -316,7 +318,7 @@ SpawnResult spawn(const SpawnSpec& spec) {
     }
     if (pid == 0)
         run_child(spec, candidate_ptrs.data(), candidate_ptrs.size(), argv.data(), envp.data(),
-                  listen_pid_slot, report_write.get(), parent, born_in_cgroup);
+                  listen_pid_slot, report_write.get(), parent, born_in_cgroup, ignored);
     report_write.reset();
 
     ChildReport report{};

@@ -4,6 +4,8 @@
 
 #include <signal.h>
 
+#include <cstdint>
+
 #include <string>
 #include <string_view>
 
@@ -25,11 +27,29 @@ sigset_t handled_signals();
 
 // What lastcall's own parent handed it: the signal mask and the ignored dispositions, as they
 // were before lastcall changed anything (tini passes them on to its child).
+// A set of signals 1-64 as a bit mask (bit n-1 for signal n), as /proc/PID/status shows them:
+// glibc's sigaddset() refuses its two reserved real-time signals (32, 33), which a parent can
+// leave ignored like any other.
+struct SignalBits {
+    std::uint64_t bits = 0;
+    bool has(int sig) const { return sig >= 1 && sig <= 64 && (bits >> (sig - 1)) & 1U; }
+    void add(int sig) {
+        if (sig >= 1 && sig <= 64) bits |= 1ULL << (sig - 1);
+    }
+};
+
 struct InheritedSignals {
     sigset_t mask;
-    sigset_t ignored;
+    SignalBits ignored;
 };
 InheritedSignals inherited_signals(const sigset_t& mask);
+
+// The dispositions lastcall's parent left ignored. SIG_IGN is the one disposition that exec
+// keeps (a handler is reset to the default), and lastcall never ignores a signal itself: so this
+// is all a child could inherit besides the defaults. Read once, on the first call, which main
+// makes before anything else: from /proc/self/status (SigIgn), or without /proc by asking the
+// kernel for each signal's disposition.
+const SignalBits& ignored_dispositions();
 
 // Termination requests start (or escalate) the shutdown; everything else is forwarded as is.
 bool is_termination_signal(int sig);
