@@ -18,7 +18,7 @@ BENCH_PKGS := tini dumb-init catatonit hyperfine gnuplot-nox
 # cpack's DEB generator: dpkg-shlibdeps (dpkg-dev) computes Depends, file finds the ELF files.
 PKG_PKGS   := dpkg-dev file
 
-.PHONY: all deps build demo test test-release test-sanitize fuzz package static bench bench-ledger format clean
+.PHONY: all deps build demo test test-sanitize fuzz package static bench bench-ledger format clean
 
 all: build
 
@@ -38,23 +38,17 @@ deps:
 # The developer and CI builds treat warnings as errors; a packager's build (plain cmake) does not.
 WERROR     ?= ON
 
+# Both binaries: $(BUILD)/lastcall (the .deb's) and $(BUILD)/static/lastcall (`make static`), the
+# second from the same objects (three files compiled for it, and a link).
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLASTCALL_WERROR=$(WERROR)
-	cmake --build $(BUILD) -j $(JOBS)
+	cmake --build $(BUILD) -j $(JOBS) --target all lastcall-static
 
 demo: build
 	./scripts/demo.sh $(BUILD)/lastcall
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(TEST_JOBS)
-
-# The release artifacts, built once each: the static binary (`make static`) and the .deb (cpack in
-# test_packaging), tested by test_packaging against the static binary too. Kept out of `make
-# test`, where a second full build of every source took most of the time; CI runs both.
-test-release: build static
-	$(call apt_install,$(PKG_PKGS))
-	LASTCALL_STATIC_BINARY=$(CURDIR)/build-static/lastcall \
-	  ctest --test-dir $(BUILD) --output-on-failure -R 'e2e: test_packaging'
 
 # The whole suite (unit and end to end) against an ASan+UBSan build. (No TSan build: lastcall is
 # single-threaded, see shutdown/admission.hpp.) Sanitizer reports go to files, not to stderr: an e2e test that expects lastcall to
@@ -96,7 +90,7 @@ bench: package static
 	$(call apt_install,$(BENCH_PKGS) valgrind file)
 	rm -rf $(BUILD)/bench-root
 	dpkg -x $$(ls -t $(BUILD)/packages/lastcall_*.deb | head -1) $(BUILD)/bench-root
-	LASTCALL_STATIC_BIN=$(CURDIR)/build-static/lastcall /usr/bin/python3 bench/run.py \
+	/usr/bin/python3 bench/run.py --lastcall-static $(BUILD)/static/lastcall \
 	  --lastcall $(BUILD)/bench-root/usr/bin/lastcall \
 	  --lastcall-origin "$$(ls -t $(BUILD)/packages/lastcall_*.deb | head -1)" \
 	  $(if $(QUICK),--quick,) $(if $(PROFILE),--profile,) $(BENCH_ARGS)
@@ -112,14 +106,14 @@ package: build
 	cpack --config $(BUILD)/CPackConfig.cmake -B $(BUILD)/packages
 	@ls -1 $(BUILD)/packages/*.deb
 
-# One fully static binary, build-static/lastcall, for scratch/distroless/alpine images (no
-# libsystemd: sd_notify is spoken directly; --user reads /etc/passwd itself; see packaging/).
-static: deps
-	cmake -S . -B build-static -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLASTCALL_STATIC=ON -DLASTCALL_TESTS=OFF
-	cmake --build build-static -j $(JOBS) --target lastcall
+# One fully static binary, $(BUILD)/static/lastcall (stripped, its debug info in lastcall.debug
+# beside it), for scratch/distroless/alpine images (no libsystemd: sd_notify is spoken directly;
+# --user reads /etc/passwd itself). `make build` makes it with the default one.
+static: build
+	@ls -l $(BUILD)/static/lastcall
 
 format:
 	clang-format -i src/*.cpp src/*/*.cpp include/lastcall/*.hpp include/lastcall/*/*.hpp tests/unit/*.cpp tests/e2e/helpers/*.c
 
 clean:
-	rm -rf $(BUILD) build-san build-static build-fuzz
+	rm -rf $(BUILD) build-san build-fuzz

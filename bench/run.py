@@ -73,12 +73,10 @@ def build_helpers(bindir):
 def find_static(explicit):
     if explicit:
         return explicit, "given on the command line"
-    for d in ("build-static", "build-bench-static"):
-        p = os.path.join(ROOT, d, "lastcall")
-        if os.path.exists(p) and "statically linked" in sh(["file", "-L", p]):
-            return p, d + "/lastcall"
-    return None, ("no static build: build-static/lastcall does not exist and "
-                  "`-DLASTCALL_STATIC=ON` does not link on this machine (see the Makefile's bench target)")
+    p = os.path.join(ROOT, "build", "static", "lastcall")
+    if os.path.exists(p) and "statically linked" in sh(["file", "-L", p]):
+        return p, "build/static/lastcall"
+    return None, "no static build: build/static/lastcall does not exist (`make static`)"
 
 
 class Init:

@@ -1,5 +1,5 @@
 # spdlog, fmt, toml++ and SQLite compiled into lastcall instead of loaded as shared libraries (the
-# default, and the static build): included from the top CMakeLists.txt before lastcall_core is
+# default, and the static build): included from the top CMakeLists.txt before lastcall_common is
 # defined; it replaces entries of LASTCALL_DEPS.
 # - spdlog and fmt are compiled once, in src/core/bundled_libs.cpp (LASTCALL_BUNDLED_LIBS), as
 #   compiled libraries (SPDLOG_COMPILED_LIB, no FMT_HEADER_ONLY): Debian ships their headers and
