@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -18,6 +17,7 @@
 #include <sstream>
 
 #include "lastcall/cli/cli11_app.hpp"
+#include "lastcall/core/read_file.hpp"
 #include "lastcall/core/text_table.hpp"
 #include "lastcall/core/timefmt.hpp"
 
@@ -489,12 +489,13 @@ int run_report(const std::vector<std::string>& args) {
         text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
         path = "standard input";
     } else {
-        std::ifstream in(path, std::ios::binary);
-        if (!in) {
-            std::fprintf(stderr, "lastcall report: %s: %s\n", path.c_str(), std::strerror(errno));
+        auto file = read_file(path);
+        if (!file) {
+            std::fprintf(stderr, "lastcall report: %s: %s\n", path.c_str(),
+                         std::strerror(file.error().code));
             return 1;
         }
-        text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        text = std::move(*file);
     }
     auto rendered = render_report_text(text, ReportView{width ? width : terminal_width()});
     if (!rendered) {

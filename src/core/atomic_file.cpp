@@ -8,8 +8,6 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "lastcall/core/safe_path.hpp"
 
@@ -20,14 +18,6 @@ std::string dir_of(const std::string& path) {
     if (slash == std::string::npos) return ".";
     if (slash == 0) return "/";
     return path.substr(0, slash);
-}
-
-Result<std::string> read_file(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) return sys_error("cannot read " + path, errno);
-    std::stringstream buf;
-    buf << in.rdbuf();
-    return buf.str();
 }
 
 Status fsync_dir(const std::string& dir) {

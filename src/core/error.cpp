@@ -9,7 +9,7 @@ Error sys_error(std::string_view what, int err) {
     std::string msg(what);
     msg += ": ";
     msg += std::strerror(err);
-    return Error{std::move(msg)};
+    return Error{std::move(msg), err};
 }
 
 }  // namespace lastcall

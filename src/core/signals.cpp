@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/core/signals.hpp"
 
-#include <fcntl.h>
+#include "lastcall/core/read_file.hpp"
+
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
 #include <cctype>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 namespace lastcall {
@@ -102,18 +102,14 @@ namespace {
 
 // "SigIgn:\t0000000000001000": bit n-1 for signal n. False without /proc (or the line).
 bool read_ignored_from_proc(SignalBits& out) {
-    int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    char buf[4096];
-    ssize_t n = ::read(fd, buf, sizeof buf - 1);
-    ::close(fd);
-    if (n <= 0) return false;
-    buf[n] = '\0';
-    const char* line = std::strstr(buf, "\nSigIgn:");
-    if (!line) return false;
+    auto text = read_file("/proc/self/status");
+    if (!text) return false;
+    auto at = text->find("\nSigIgn:");
+    if (at == std::string::npos) return false;
+    const char* start = text->c_str() + at + 8;
     char* end = nullptr;
-    out.bits = std::strtoull(line + 8, &end, 16);
-    return end != line + 8;
+    out.bits = std::strtoull(start, &end, 16);
+    return end != start;
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // [jobs.*] and top-level keys of the TOML config; plain crontab files.
 #include "lastcall/jobs/config.hpp"
-#include "lastcall/core/atomic_file.hpp"
+#include "lastcall/core/read_file.hpp"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -15,7 +15,6 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <utility>
 #include "lastcall/core/safe_path.hpp"

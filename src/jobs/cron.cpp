@@ -2,6 +2,7 @@
 #include "lastcall/jobs/cron.hpp"
 
 #include "lastcall/core/duration.hpp"
+#include "lastcall/core/read_file.hpp"
 
 #include <algorithm>
 #include <array>
@@ -396,21 +397,8 @@ bool valid_zone_name(std::string_view name) {
     return true;
 }
 
-std::optional<std::string> read_small_file(const std::string& path) {
-    std::FILE* f = std::fopen(path.c_str(), "rbe");
-    if (!f) return std::nullopt;
-    std::string data;
-    char buf[4096];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
-        data.append(buf, n);
-        if (data.size() > (1u << 20)) break;  // no zone file is this big; don't slurp /dev/zero
-    }
-    const bool err = std::ferror(f) != 0;
-    std::fclose(f);
-    if (err || data.size() > (1u << 20)) return std::nullopt;
-    return data;
-}
+// No zone file comes near 1 MiB; a path that names /dev/zero must not be slurped.
+constexpr std::size_t kZoneFileLimit = std::size_t{1} << 20;
 
 std::string zoneinfo_dir() {
     const char* dir = std::getenv("TZDIR");
@@ -555,7 +543,7 @@ Result<TimeZone> TimeZone::from_tzif(std::string_view name, std::string_view byt
 Result<TimeZone> TimeZone::load(std::string_view name) {
     if (!valid_zone_name(name)) return fail("invalid time zone name '" + std::string(name) + "'");
     const std::string path = zoneinfo_dir() + "/" + std::string(name);
-    auto bytes = read_small_file(path);
+    auto bytes = read_file(path, kZoneFileLimit);
     if (!bytes) {
         if (name == "UTC" || name == "Etc/UTC") return utc();
         return fail("unknown time zone '" + std::string(name) + "' (no " + path + ")");
@@ -566,7 +554,7 @@ Result<TimeZone> TimeZone::load(std::string_view name) {
 Result<TimeZone> TimeZone::local() {
     const char* tz = std::getenv("TZ");
     if (!tz) {
-        auto bytes = read_small_file("/etc/localtime");
+        auto bytes = read_file("/etc/localtime", kZoneFileLimit);
         if (!bytes) return utc();
         return from_tzif("localtime", *bytes);
     }
@@ -575,7 +563,7 @@ Result<TimeZone> TimeZone::local() {
     if (spec.front() == ':') {
         spec.remove_prefix(1);
         if (!spec.empty() && spec.front() == '/') {
-            auto bytes = read_small_file(std::string(spec));
+            auto bytes = read_file(std::string(spec), kZoneFileLimit);
             if (!bytes) return fail("TZ: cannot read " + std::string(spec));
             return from_tzif(spec, *bytes);
         }

@@ -2,6 +2,7 @@
 #include "lastcall/process/process_tree.hpp"
 #include "lastcall/core/signals.hpp"
 
+#include "lastcall/core/read_file.hpp"
 #include "lastcall/process/process_ref.hpp"
 
 #include <dirent.h>
@@ -60,17 +61,12 @@ std::vector<pid_t> parse_pids(std::string_view text) {
     return out;
 }
 
-std::string read_small_file(const std::string& path) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) {
-        throw_if_out_of_memory(errno);
-        return {};
-    }
-    std::string out;
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::read(fd.get(), buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-    return out;
+// A /proc or cgroup file: empty when the process or cgroup is gone (or was never ours to read).
+std::string read_kernel_file(const std::string& path) {
+    auto text = read_file(path);
+    if (text) return std::move(*text);
+    throw_if_out_of_memory(text.error().code);
+    return {};
 }
 
 template <typename F>
@@ -105,7 +101,7 @@ bool have_proc_children() {
 // Every live process listed in `dir`/cgroup.procs and in the cgroup.procs of every cgroup below
 // it: membership of a scope is recursive, so a process moved into a sub-cgroup is still a member.
 void cgroup_members(const std::string& dir, std::vector<ProcInfo>& out, std::set<pid_t>& seen) {
-    for (pid_t pid : parse_pids(read_small_file(dir + "/cgroup.procs")))
+    for (pid_t pid : parse_pids(read_kernel_file(dir + "/cgroup.procs")))
         if (seen.insert(pid).second)
             if (auto info = read_proc_stat(pid); info && is_alive(*info)) out.push_back(*info);
     for_each_entry(dir, [&](const dirent& e) {
@@ -119,7 +115,7 @@ void cgroup_members(const std::string& dir, std::vector<ProcInfo>& out, std::set
 // kill misses those the kernel has already taken out of the cgroup (an exiting task leaves
 // cgroup.procs at once), and a log line "SIGKILL to 0" for a kill that ended a process is wrong.
 std::size_t cgroup_pid_count(const std::string& dir) {
-    std::size_t n = parse_pids(read_small_file(dir + "/cgroup.procs")).size();
+    std::size_t n = parse_pids(read_kernel_file(dir + "/cgroup.procs")).size();
     for_each_entry(dir, [&](const dirent& e) {
         if (e.d_type == DT_DIR && e.d_name[0] != '.') n += cgroup_pid_count(dir + "/" + e.d_name);
     });
@@ -379,7 +375,7 @@ class CgroupTracker final : public Tracker {
     }
 
     bool populated() override {
-        std::string events = read_small_file(dir_ + "/cgroup.events");
+        std::string events = read_kernel_file(dir_ + "/cgroup.events");
         return events.find("populated 1") != std::string::npos;
     }
 
@@ -459,7 +455,7 @@ void FreezeHold::thaw() {
 
 bool run_queue_crowded() {
     // "0.52 0.58 0.59 3/412 12345": the fourth field is runnable/total scheduling entities.
-    std::string text = read_small_file("/proc/loadavg");
+    std::string text = read_kernel_file("/proc/loadavg");
     std::size_t field = 0, pos = 0;
     while (field < 3 && (pos = text.find(' ', pos)) != std::string::npos) ++field, ++pos;
     if (field < 3) return false;
@@ -521,7 +517,7 @@ std::optional<ProcInfo> parse_proc_stat(pid_t pid, std::string_view s) {
 }
 
 std::string read_cmdline(pid_t pid) {
-    std::string s = read_small_file("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string s = read_kernel_file("/proc/" + std::to_string(pid) + "/cmdline");
     while (!s.empty() && s.back() == '\0') s.pop_back();
     for (char& c : s)
         if (c == '\0') c = ' ';
@@ -551,7 +547,7 @@ std::vector<ProcInfo> processes_with_environment(const std::vector<std::string>&
     pid_t self = ::getpid();
     for (pid_t pid : numeric_entries("/proc")) {
         if (pid == self) continue;
-        std::string env = read_small_file("/proc/" + std::to_string(pid) + "/environ");
+        std::string env = read_kernel_file("/proc/" + std::to_string(pid) + "/environ");
         if (env.empty()) continue;  // gone, a kernel thread, or not ours to read
         std::size_t found = 0;
         for (std::size_t pos = 0; pos < env.size();) {
@@ -586,8 +582,8 @@ std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& ou
             auto tids = single ? std::vector<pid_t>{p}
                                : numeric_entries("/proc/" + std::to_string(p) + "/task");
             for (pid_t tid : tids) {
-                std::string children = read_small_file("/proc/" + std::to_string(p) + "/task/" +
-                                                       std::to_string(tid) + "/children");
+                std::string children = read_kernel_file("/proc/" + std::to_string(p) + "/task/" +
+                                                        std::to_string(tid) + "/children");
                 for (pid_t c : parse_pids(children)) {
                     if (!seen.insert(c).second) continue;
                     // A flat tree (orphans reparented to lastcall) comes from one file.
@@ -656,7 +652,7 @@ Result<std::string> own_cgroup_dir() {
     // "0::/path" is the cgroup2 line of /proc/self/cgroup.
     std::string rel;
     {
-        std::string text = read_small_file("/proc/self/cgroup");
+        std::string text = read_kernel_file("/proc/self/cgroup");
         std::string_view rest(text);
         while (!rest.empty()) {
             std::size_t nl = rest.find('\n');
@@ -667,7 +663,7 @@ Result<std::string> own_cgroup_dir() {
     }
     if (rel.empty()) return Error{"no cgroup2 entry in /proc/self/cgroup"};
     // mountinfo: id parent major:minor root mountpoint options... - fstype source superopts
-    std::string text = read_small_file("/proc/self/mountinfo");
+    std::string text = read_kernel_file("/proc/self/mountinfo");
     std::string_view rest(text);
     while (!rest.empty()) {
         std::size_t nl = rest.find('\n');

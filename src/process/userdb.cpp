@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/process/userdb.hpp"
 
+#include "lastcall/core/read_file.hpp"
+
 #include <grp.h>
 #include <pwd.h>
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
+#include <string_view>
 
 namespace lastcall::userdb {
 
@@ -36,9 +38,13 @@ std::optional<Id> parse_id(std::string_view s) {
 // when f returns true. Comment and blank lines are skipped (they appear in hand-written images).
 template <typename F>
 void scan(const std::string& path, std::size_t min_fields, F&& f) {
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
+    auto text = read_file(path);
+    if (!text) return;
+    std::string_view rest(*text);
+    while (!rest.empty()) {
+        std::size_t nl = rest.find('\n');
+        std::string_view line = rest.substr(0, nl);
+        rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
         if (line.empty() || line[0] == '#') continue;
         auto fields = split(line, ':');
         if (fields.size() >= min_fields && f(fields)) return;

@@ -7,13 +7,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 #include "lastcall/core/toml_parse.hpp"
 
-#include "lastcall/core/atomic_file.hpp"
+#include "lastcall/core/read_file.hpp"
 #include "lastcall/core/signals.hpp"
 #include "lastcall/services/services.hpp"
 

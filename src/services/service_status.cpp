@@ -10,10 +10,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
 #include "lastcall/core/atomic_file.hpp"
+#include "lastcall/core/read_file.hpp"
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/safe_path.hpp"
 

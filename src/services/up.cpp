@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/services/up.hpp"
-#include "lastcall/core/atomic_file.hpp"
+#include "lastcall/core/read_file.hpp"
 #include "lastcall/core/instance.hpp"
 #include "lastcall/core/safe_path.hpp"
 
@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
 #include "lastcall/cli/cli.hpp"

@@ -49,9 +49,6 @@ class AtomicFile {
     bool committed_ = false;
 };
 
-// The whole content of a (small, text) file: configs, Procfiles, status files.
-Result<std::string> read_file(const std::string& path);
-
 // fsync of a directory, so that a rename or unlink in it is durable.
 Status fsync_dir(const std::string& dir);
 std::string dir_of(const std::string& path);

@@ -10,6 +10,7 @@ namespace lastcall {
 
 struct Error {
     std::string message;  // one line, e.g. "open /run/x.json.tmp: Read-only file system"
+    int code = 0;         // the errno behind it, when a system call failed (sys_error)
 };
 
 // "what: strerror(err)" in one place so every message has the same shape.
