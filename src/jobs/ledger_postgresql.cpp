@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 
+#include "lastcall/core/linkage.hpp"
 #include "lastcall/jobs/ledger.hpp"
 
 namespace lastcall {
@@ -61,11 +62,10 @@ bool resolve(void* handle, const char* name, F& out) {
 // Loaded at most once per process and never unloaded (libpq registers atexit handlers of its
 // own through libssl).
 Result<const LibPq*> load_libpq() {
-#ifdef LASTCALL_STATIC_BUILD
-    return Error{
-        "a postgresql:// ledger needs libpq, which the static build cannot load (use the "
-        ".deb's binary)"};
-#else
+    if (!can_load_shared_libraries())
+        return Error{
+            "a postgresql:// ledger needs libpq, which the static build cannot load (use the "
+            ".deb's binary)"};
     static LibPq lib;
     static std::string failure;
     static std::once_flag once;
@@ -95,7 +95,6 @@ Result<const LibPq*> load_libpq() {
     });
     if (!failure.empty()) return Error{failure};
     return &lib;
-#endif
 }
 
 // The database's clock in Unix milliseconds: what leases are measured in.

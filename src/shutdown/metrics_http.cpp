@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "lastcall/core/linkage.hpp"
 #include "lastcall/shutdown/metrics.hpp"
 
 namespace lastcall {
@@ -46,11 +47,10 @@ bool resolve(void* handle, const char* name, F& out) {
 }
 
 Result<std::shared_ptr<const MetricsServer::Library>> load_library() {
-#ifdef LASTCALL_STATIC_BUILD
-    return Error{
-        "--metrics-listen needs libmicrohttpd, which the static build cannot load "
-        "(use --metrics-file, or the .deb's binary)"};
-#else
+    if (!can_load_shared_libraries())
+        return Error{
+            "--metrics-listen needs libmicrohttpd, which the static build cannot load "
+            "(use --metrics-file, or the .deb's binary)"};
     auto lib = std::make_shared<MetricsServer::Library>();
     lib->handle = ::dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
     if (!lib->handle)
@@ -68,7 +68,6 @@ Result<std::shared_ptr<const MetricsServer::Library>> load_library() {
               resolve(lib->handle, "MHD_destroy_response", lib->destroy_response);
     if (!ok) return Error{std::string(kLibrary) + ": " + ::dlerror()};
     return std::shared_ptr<const MetricsServer::Library>(std::move(lib));
-#endif
 }
 
 struct Request {

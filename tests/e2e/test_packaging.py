@@ -292,6 +292,14 @@ class StaticBinaryTest(unittest.TestCase):
         self.assertNotIn("INTERP", headers)
         self.assertNotIn("(NEEDED)", headers)
 
+    def test_refuses_what_needs_a_shared_library_with_a_one_line_error(self):
+        # core/linkage: the static binary cannot dlopen libmicrohttpd or libpq; it says so
+        # before starting anything, instead of trying.
+        out = run([self.binary, "--metrics-listen", "127.0.0.1:0", "--", "/bin/true"], timeout=30)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertEqual(out.stderr.strip().count("\n"), 0, out.stderr)
+        self.assertIn("needs libmicrohttpd, which the static build cannot load", out.stderr)
+
     def test_runs_with_an_empty_environment(self):
         out = run(["env", "-i", self.binary, "--", "/bin/true"], timeout=30)
         self.assertEqual(out.returncode, 0, out.stderr)
