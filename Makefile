@@ -39,7 +39,7 @@ deps:
 WERROR     ?= ON
 
 # Both binaries: $(BUILD)/lastcall (the .deb's) and $(BUILD)/static/lastcall (`make static`), the
-# second from the same objects (three files compiled for it, and a link).
+# second from the same objects (two small files compiled for it, and a link).
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLASTCALL_WERROR=$(WERROR)
 	cmake --build $(BUILD) -j $(JOBS) --target all lastcall-static

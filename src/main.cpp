@@ -171,7 +171,6 @@ int main(int argc, char** argv) {
     sigset_t handled = handled_signals();
     sigset_t inherited_mask;  // what lastcall's parent handed it, for tini mode's child
     ::sigprocmask(SIG_BLOCK, &handled, &inherited_mask);
-    (void)ignored_dispositions();  // as inherited, before anything could change one
 
     std::vector<std::string> args(argv, argv + argc);
     if (auto code = run_subcommand(args, handled)) return *code;

@@ -489,14 +489,10 @@ void Supervisor::on_sigchld() {
 void Supervisor::check_tree_gone() {
     State s = shutdown_.state();
     if (s == State::Running || s == State::Stopped) return;
-    {
-        // No SIGCHLD may ever come (lastcall ran without a command and nothing was running),
-        // and a component may have spawned since the last reap saw none (a scheduled job): ask
-        // the kernel directly, without reaping, whether any child is left.
-        siginfo_t si{};
-        children_gone_ =
-            ::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD;
-    }
+    // No SIGCHLD may ever come (lastcall ran without a command and nothing was running), and a
+    // component may have spawned since the last reap saw none (a scheduled job): ask the kernel
+    // directly, without reaping, whether any child is left.
+    children_gone_ = peek_children() == Children::None;
     // lastcall is PID 1 or a subreaper, so every descendant is reparented to it before it dies:
     // no child left means no descendant left. cgroup.events is not waited for: its
     // notification is rate-limited by the kernel and would add milliseconds to every exit.
@@ -517,14 +513,11 @@ void Supervisor::watch_tree_events() {
     if (!st) spdlog::warn("tree events will not wake the loop: {}", st.error().message);
 }
 
-bool Supervisor::has_child_to_reap() const {
+Supervisor::Children Supervisor::peek_children() const {
     siginfo_t si{};
-    return ::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid != 0;
-}
-
-bool Supervisor::has_children() const {
-    siginfo_t si{};
-    return !(::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 && errno == ECHILD);
+    if (::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0)
+        return errno == ECHILD ? Children::None : Children::Running;  // EINTR: assume some
+    return si.si_pid != 0 ? Children::Exited : Children::Running;
 }
 
 void Supervisor::on_timer() {
@@ -656,7 +649,7 @@ void Supervisor::signal_tree(int sig) {
             if (auto info = read_proc_stat(main_pid_)) book_.observe(*info).stop_signal = sig;
             n = 1;
         }
-    } else if (has_children()) {
+    } else if (peek_children() != Children::None) {
         // With no child left there is no descendant left either (lastcall is PID 1 or a
         // subreaper): the common exit path of a command that left nothing behind skips the
         // enumeration (a read of cgroup.procs, or of all of /proc for the /proc tracker).
@@ -687,7 +680,8 @@ void Supervisor::kill_tree() {
     // reaped since the last look. Reaping is what shrinks the tree, and the walk after it is
     // short. Not forever: a process outside the killed groups may keep leaving children to reap.
     MonoTime now = clock_.now();
-    bool collapsing = book_.reaped_count() > reaped_at_last_look_ || has_child_to_reap();
+    bool collapsing =
+        book_.reaped_count() > reaped_at_last_look_ || peek_children() == Children::Exited;
     reaped_at_last_look_ = book_.reaped_count();
     if (last_kill_walk_ && now - *last_kill_walk_ < std::chrono::seconds(1) && collapsing) return;
     last_kill_walk_ = now;

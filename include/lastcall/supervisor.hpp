@@ -131,10 +131,11 @@ class Supervisor final : private ShutdownActions {
     void stop_main_child_first(int sig);
     void suspend(int sig);
     void check_tree_gone();
-    // False once waitid says ECHILD: no child, hence no descendant, is left.
-    bool has_children() const;
-    // True when a child has exited and waits to be reaped (waitid WNOWAIT: nothing is reaped).
-    bool has_child_to_reap() const;
+    // What waitid(WNOHANG | WNOWAIT) says of lastcall's children, reaping none: no child left
+    // (ECHILD: as PID 1 or a subreaper, no descendant either), one waiting to be reaped, or only
+    // running ones.
+    enum class Children { None, Exited, Running };
+    Children peek_children() const;
     // Registers the tracker's watch fd (cgroup.events) on the loop; at the start of the shutdown.
     void watch_tree_events();
     // Filter for the stop signal: true the first time a process (of the kill scope) is seen.

@@ -25,8 +25,6 @@ std::string signal_name(int sig);
 // fault in lastcall is still delivered, the kernel unblocks it).
 sigset_t handled_signals();
 
-// What lastcall's own parent handed it: the signal mask and the ignored dispositions, as they
-// were before lastcall changed anything (tini passes them on to its child).
 // A set of signals 1-64 as a bit mask (bit n-1 for signal n), as /proc/PID/status shows them:
 // glibc's sigaddset() refuses its two reserved real-time signals (32, 33), which a parent can
 // leave ignored like any other.
@@ -38,6 +36,8 @@ struct SignalBits {
     }
 };
 
+// What lastcall's own parent handed it: the signal mask and the ignored dispositions, as they
+// were before lastcall changed anything (tini passes them on to its child).
 struct InheritedSignals {
     sigset_t mask;
     SignalBits ignored;
@@ -46,9 +46,9 @@ InheritedSignals inherited_signals(const sigset_t& mask);
 
 // The dispositions lastcall's parent left ignored. SIG_IGN is the one disposition that exec
 // keeps (a handler is reset to the default), and lastcall never ignores a signal itself: so this
-// is all a child could inherit besides the defaults. Read once, on the first call, which main
-// makes before anything else: from /proc/self/status (SigIgn), or without /proc by asking the
-// kernel for each signal's disposition.
+// is all a child could inherit besides the defaults, whenever it is read. Read once, on the first
+// call (the first spawn, or tini mode's start; never for a read-only subcommand): from
+// /proc/self/status (SigIgn), or without /proc by asking the kernel for each disposition.
 const SignalBits& ignored_dispositions();
 
 // Termination requests start (or escalate) the shutdown; everything else is forwarded as is.
