@@ -855,6 +855,7 @@ int Supervisor::finish() {
     in.drain_delay = opts_.drain_delay;
     in.shutdown = &shutdown_;
     in.now = clock_.now();
+    in.wall_now = std::chrono::system_clock::now();
     in.admission = admission_.stats();
     in.log_lines_lost = log_lines_lost();
     in.log_lines_waiting = log_lines_waiting();

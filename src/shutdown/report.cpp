@@ -83,9 +83,9 @@ std::vector<pid_t> ProcessBook::forced() const {
 
 namespace {
 
-std::string iso_time(MonoTime t, MonoTime mono_now) {
-    auto wall = std::chrono::system_clock::now() -
-                std::chrono::duration_cast<std::chrono::system_clock::duration>(mono_now - t);
+std::string iso_time(MonoTime t, const ReportInput& in) {
+    auto wall =
+        in.wall_now - std::chrono::duration_cast<std::chrono::system_clock::duration>(in.now - t);
     auto ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(wall.time_since_epoch()).count();
     return iso_utc_ms(ms);
@@ -171,14 +171,14 @@ std::string render_report(const ReportInput& in) {
             j.field("kind", "none");
             break;
     }
-    if (sd.trigger().kind != TriggerKind::None) j.field("at", iso_time(sd.trigger().at, in.now));
+    if (sd.trigger().kind != TriggerKind::None) j.field("at", iso_time(sd.trigger().at, in));
     j.end_object();
 
     j.key("transitions").begin_array();
     for (State s :
          {State::Running, State::Draining, State::Stopping, State::Forcing, State::Stopped}) {
         if (!sd.entered(s)) continue;
-        j.begin_object().field("state", to_string(s)).field("at", iso_time(*sd.entered(s), in.now));
+        j.begin_object().field("state", to_string(s)).field("at", iso_time(*sd.entered(s), in));
         j.end_object();
     }
     j.end_array();
@@ -198,8 +198,8 @@ std::string render_report(const ReportInput& in) {
     if (in.pre_stop) {
         j.key("pre_stop").begin_object();
         j.field("pid", static_cast<long long>(in.pre_stop->pid));
-        j.field("started_at", iso_time(in.pre_stop->started, in.now));
-        if (in.pre_stop->ended) j.field("ended_at", iso_time(*in.pre_stop->ended, in.now));
+        j.field("started_at", iso_time(in.pre_stop->started, in));
+        if (in.pre_stop->ended) j.field("ended_at", iso_time(*in.pre_stop->ended, in));
         if (in.pre_stop->status) {
             int st = *in.pre_stop->status;
             if (WIFEXITED(st))
@@ -214,7 +214,7 @@ std::string render_report(const ReportInput& in) {
         j.begin_object()
             .field("signal", signal_name(b.signal))
             .field("count", b.count)
-            .field("at", iso_time(b.first, in.now))
+            .field("at", iso_time(b.first, in))
             .end_object();
     j.end_array();
 
@@ -226,9 +226,9 @@ std::string render_report(const ReportInput& in) {
         j.field("main", r.is_main);
         j.field("left_group", r.pgid != in.main_pid);
         if (r.stop_signal) j.field("stop_signal", signal_name(r.stop_signal));
-        if (r.signalled_at) j.field("signalled_at", iso_time(*r.signalled_at, in.now));
+        if (r.signalled_at) j.field("signalled_at", iso_time(*r.signalled_at, in));
         write_ending(j, r);
-        if (r.ended_at) j.field("ended_at", iso_time(*r.ended_at, in.now));
+        if (r.ended_at) j.field("ended_at", iso_time(*r.ended_at, in));
         j.end_object();
     }
     j.end_array();
@@ -245,7 +245,7 @@ std::string render_report(const ReportInput& in) {
                 .field("kind", to_string(f.kind))
                 .field("source", f.source)
                 .field("count", f.count)
-                .field("at", iso_time(f.at, in.now))
+                .field("at", iso_time(f.at, in))
                 .end_object();
     j.end_array();
     if (in.gave_up) j.field("abandoned", true);

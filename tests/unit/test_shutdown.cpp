@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "lastcall/shutdown/report.hpp"
 #include "lastcall/shutdown/shutdown.hpp"
 
 using namespace lastcall;
@@ -186,6 +187,27 @@ TEST_CASE("the trigger time is the signal's dequeue time, not the handling time"
     sd.on_signal(SIGTERM, dequeued);
     CHECK(sd.trigger().at == dequeued);
     CHECK(sd.grace_deadline() == dequeued + f.config.grace);
+}
+
+TEST_CASE("the report places every time on the wall clock through the one pair read with it",
+          "[shutdown][report]") {
+    // The report is rendered long after the trigger (CI under the sanitizers: 7 ms for 300
+    // processes); its times must not move by however long the rendering took.
+    Fixture f;
+    auto sd = f.make();
+    MonoTime dequeued = f.clock.now();
+    sd.on_signal(SIGTERM, dequeued);
+    f.clock.advance(2500ms);
+    ProcessBook book;
+    ReportInput in;
+    in.shutdown = &sd;
+    in.book = &book;
+    in.now = f.clock.now();
+    in.wall_now =
+        std::chrono::system_clock::time_point(std::chrono::milliseconds(1'800'000'002'500));
+    std::string report = render_report(in);
+    // 1,800,000,000,000 ms after the epoch is 2027-01-15T08:00:00.000Z.
+    CHECK(report.find(R"("at":"2027-01-15T08:00:00.000Z")") != std::string::npos);
 }
 
 TEST_CASE("the grace deadline escalates to SIGKILL when the tree has not emptied", "[shutdown]") {
