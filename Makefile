@@ -13,7 +13,7 @@ DEB_PKGS   := build-essential cmake pkg-config python3 util-linux procps \
               libsystemd-dev libspdlog-dev libcli11-dev catch2 libtomlplusplus-dev libsqlite3-dev \
               nlohmann-json3-dev libmicrohttpd-dev libmicrohttpd12 libpq-dev libpq5 postgresql-15 \
               python3-croniter python3-prometheus-client scdoc file
-SAN_PKGS   := clang-14 libclang-rt-14-dev
+SAN_PKGS   := clang-14 libclang-rt-14-dev clang-format-14
 BENCH_PKGS := tini dumb-init catatonit hyperfine gnuplot-nox
 # cpack's DEB generator: dpkg-shlibdeps (dpkg-dev) computes Depends, file finds the ELF files.
 PKG_PKGS   := dpkg-dev file
@@ -112,8 +112,9 @@ package: build
 static: build
 	@ls -l $(BUILD)/static/lastcall
 
+# The same files as the format test in tests/CMakeLists.txt checks.
 format:
-	clang-format -i src/*.cpp src/*/*.cpp include/lastcall/*.hpp include/lastcall/*/*.hpp tests/unit/*.cpp tests/e2e/helpers/*.c
+	clang-format-14 -i $$(git ls-files '*.c' '*.h' '*.cpp' '*.hpp')
 
 clean:
 	rm -rf $(BUILD) build-san build-fuzz

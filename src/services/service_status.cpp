@@ -13,8 +13,8 @@
 #include <sstream>
 
 #include "lastcall/core/atomic_file.hpp"
-#include "lastcall/core/read_file.hpp"
 #include "lastcall/core/duration.hpp"
+#include "lastcall/core/read_file.hpp"
 #include "lastcall/core/safe_path.hpp"
 
 namespace lastcall {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/services/up.hpp"
-#include "lastcall/core/read_file.hpp"
 #include "lastcall/core/instance.hpp"
+#include "lastcall/core/read_file.hpp"
 #include "lastcall/core/safe_path.hpp"
 
 #include <unistd.h>
