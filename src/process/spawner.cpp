@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -244,6 +245,111 @@ pid_t clone_into_cgroup(int cgroup_dir_fd) {
     return r < 0 ? -1 : static_cast<pid_t>(r);
 }
 
+// What run_child needs, passed through the clone to a child that shares lastcall's memory.
+struct ChildArgs {
+    const SpawnSpec* spec;
+    char* const* candidates;
+    std::size_t candidate_count;
+    char* const* argv;
+    char** envp;
+    char* listen_pid_slot;
+    int report_fd;
+    pid_t parent;
+    bool born_in_cgroup;
+    const SignalBits* ignored;
+};
+
+int child_main(void* p) {
+    const auto& a = *static_cast<const ChildArgs*>(p);
+    run_child(*a.spec, a.candidates, a.candidate_count, a.argv, a.envp, a.listen_pid_slot,
+              a.report_fd, a.parent, a.born_in_cgroup, *a.ignored);
+}
+
+// The child shares lastcall's memory until its exec (CLONE_VM | CLONE_VFORK, as posix_spawn
+// does), instead of a copy of it. A fork copies the page tables (0.4-0.5 ms on the
+// paravirtualised VM of bench/results, catatonit's fork costs the same), and write-protects
+// every private page, so that each page lastcall writes afterwards costs it one more fault.
+// Safe because lastcall is suspended until the child's exec or _exit (so the child's writes,
+// errno and the LISTEN_PID slot, race nothing), lastcall is single-threaded (no lock can be held
+// by another thread), and the child runs on a stack of its own inside spawn()'s frame: on
+// lastcall's stack it would overwrite the frames lastcall returns through. Not under
+// AddressSanitizer: its shadow memory would be shared too, and left poisoned by the child's
+// frames.
+#if defined(__SANITIZE_ADDRESS__)
+#define LASTCALL_SHARED_MEMORY_SPAWN 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LASTCALL_SHARED_MEMORY_SPAWN 0
+#endif
+#endif
+#ifndef LASTCALL_SHARED_MEMORY_SPAWN
+#define LASTCALL_SHARED_MEMORY_SPAWN 1
+#endif
+
+// The child's stack: run_child makes only system calls, a few frames deep (glibc's posix_spawn
+// gives its child 32 KiB too).
+constexpr std::size_t kChildStack = 32 * 1024;
+
+#if LASTCALL_SHARED_MEMORY_SPAWN && defined(__x86_64__)
+// clone3 with a stack of the child's own, on x86-64: the child cannot return from the system
+// call into C++ (its stack is empty), so this trampoline calls fn(arg) on the new stack and
+// exits with its result. glibc 2.36 has a clone() with a stack but no clone3() for
+// CLONE_INTO_CGROUP. fn and arg travel in r8/r9, which the system call preserves (it clobbers
+// rax, rcx and r11 only) in both processes. Returns the child's pid or -errno.
+static_assert(SYS_clone3 == 435 && SYS_exit == 60, "x86-64 system call numbers");
+extern "C" long lastcall_clone3_on_stack(CloneArgs* args, std::size_t size, int (*fn)(void*),
+                                         void* arg);
+asm(R"(
+    .pushsection .text
+    .globl lastcall_clone3_on_stack
+    .hidden lastcall_clone3_on_stack
+    .type lastcall_clone3_on_stack, @function
+    .p2align 4
+lastcall_clone3_on_stack:
+    movq %rdx, %r8
+    movq %rcx, %r9
+    movl $435, %eax
+    syscall
+    testq %rax, %rax
+    jz 1f
+    ret
+1:
+    xorl %ebp, %ebp
+    movq %r9, %rdi
+    callq *%r8
+    movl %eax, %edi
+    movl $60, %eax
+    syscall
+    hlt
+    .size lastcall_clone3_on_stack, .-lastcall_clone3_on_stack
+    .popsection
+)");
+
+// The child born in the cgroup and sharing lastcall's memory; -1 where the kernel or a seccomp
+// filter refuses clone3 (Docker's default profile answers ENOSYS).
+pid_t spawn_into_cgroup_sharing_memory(int cgroup_dir_fd, char* stack, ChildArgs& child) {
+    CloneArgs args{};
+    args.flags = CLONE_VM | CLONE_VFORK | kCloneIntoCgroup;
+    args.exit_signal = SIGCHLD;
+    args.stack = reinterpret_cast<std::uint64_t>(stack);
+    args.stack_size = kChildStack;
+    args.cgroup = static_cast<std::uint64_t>(cgroup_dir_fd);
+    long r = lastcall_clone3_on_stack(&args, sizeof args, child_main, &child);
+    return r < 0 ? -1 : static_cast<pid_t>(r);
+}
+#else
+pid_t spawn_into_cgroup_sharing_memory(int, char*, ChildArgs&) {
+    return -1;
+}
+#endif
+
+// Without a cgroup to be born in: glibc's clone() switches to the child's stack itself, on
+// every architecture. -1 if it fails; the caller then forks.
+pid_t spawn_sharing_memory(char* stack, ChildArgs& child) {
+    if (!LASTCALL_SHARED_MEMORY_SPAWN) return -1;
+    return ::clone(child_main, stack + kChildStack, CLONE_VM | CLONE_VFORK | SIGCHLD, &child);
+}
+
 }  // namespace
 
 std::vector<std::string> command_candidates(const std::string& name,
@@ -299,6 +405,17 @@ SpawnResult spawn(const SpawnSpec& spec) {
     UniqueFd report_read(pipefd[0]), report_write(pipefd[1]);
     pid_t parent = ::getpid();
     const SignalBits& ignored = ignored_dispositions();  // read here: the child must not allocate
+    ChildArgs in_child{&spec,
+                       candidate_ptrs.data(),
+                       candidate_ptrs.size(),
+                       argv.data(),
+                       envp.data(),
+                       listen_pid_slot,
+                       report_write.get(),
+                       parent,
+                       false,
+                       &ignored};
+    alignas(16) char child_stack[kChildStack];
     bool born_in_cgroup = false;
     pid_t pid = -1;
     if (spec.cgroup_procs_fd >= 0) {
@@ -307,18 +424,23 @@ SpawnResult spawn(const SpawnSpec& spec) {
         // every start. Kernels or sandboxes without it fall back to fork() + the write.
         UniqueFd dir = cgroup_dir_of(spec.cgroup_procs_fd);
         if (dir) {
-            pid = clone_into_cgroup(dir.get());
+            in_child.born_in_cgroup = true;
+            pid = spawn_into_cgroup_sharing_memory(dir.get(), child_stack, in_child);
+            if (pid < 0) pid = clone_into_cgroup(dir.get());
+            if (pid == 0) child_main(&in_child);  // in a copy of lastcall's memory
             born_in_cgroup = pid >= 0;
+            in_child.born_in_cgroup = born_in_cgroup;
         }
     }
-    if (!born_in_cgroup) pid = ::fork();
+    if (!born_in_cgroup) {
+        pid = spawn_sharing_memory(child_stack, in_child);
+        if (pid < 0) pid = ::fork();
+        if (pid == 0) child_main(&in_child);  // in a copy of lastcall's memory
+    }
     if (pid < 0) {
         result.error = sys_error("fork " + spec.argv[0], errno);
         return result;
     }
-    if (pid == 0)
-        run_child(spec, candidate_ptrs.data(), candidate_ptrs.size(), argv.data(), envp.data(),
-                  listen_pid_slot, report_write.get(), parent, born_in_cgroup, ignored);
     report_write.reset();
 
     ChildReport report{};

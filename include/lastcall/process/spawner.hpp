@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// spawn(): fork + exec with everything a supervised child needs set up in between.
+// spawn(): fork + exec with everything a supervised child needs set up in between. The "fork"
+// is a clone that shares lastcall's memory until the exec where it can (docs/design.md).
 //
 // Everything that allocates, formats or can take a lock (PATH search, env building, user lookup)
 // happens in the parent before fork. Between fork and exec the child makes only
