@@ -295,12 +295,13 @@ constexpr std::size_t kChildStack = 32 * 1024;
 // call into C++ (its stack is empty), so this trampoline calls fn(arg) on the new stack and
 // exits with its result. glibc 2.36 has a clone() with a stack but no clone3() for
 // CLONE_INTO_CGROUP. fn and arg travel in r8/r9, which the system call preserves (it clobbers
-// rax, rcx and r11 only) in both processes. Returns the child's pid or -errno.
+// rax, rcx and r11 only) in both processes. Returns the child's pid or -errno. In a section of
+// its own, as -ffunction-sections would put it: the link orders it with the hot functions.
 static_assert(SYS_clone3 == 435 && SYS_exit == 60, "x86-64 system call numbers");
 extern "C" long lastcall_clone3_on_stack(CloneArgs* args, std::size_t size, int (*fn)(void*),
                                          void* arg);
 asm(R"(
-    .pushsection .text
+    .pushsection .text.lastcall_clone3_on_stack, "ax", @progbits
     .globl lastcall_clone3_on_stack
     .hidden lastcall_clone3_on_stack
     .type lastcall_clone3_on_stack, @function
