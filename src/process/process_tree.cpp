@@ -155,8 +155,14 @@ void kill_zombie_leader(const ProcInfo& p) {
 // Without a complete freeze the passes of the stop primitive close the fork race as before.
 constexpr std::chrono::milliseconds kFreezeWait{100};
 
-// Writes "1" to dir/cgroup.freeze and waits, bounded, for cgroup.events to say "frozen 1"
-// (kernfs notifies pollers of the file with POLLPRI when it changes: no polling loop).
+// Writes "1" to dir/cgroup.freeze and waits, bounded, for cgroup.events to say "frozen 1".
+// The kernel notifies pollers of cgroup.events with POLLPRI, but at most once per 10 ms per file
+// (CGROUP_FILE_NOTIFY_MIN_INTV): a change within 10 ms of the last notification (the populated
+// one at the spawn, the previous freeze) is announced only when that window ends. A freeze
+// settles in 50-200 us, and the notification came 10-12 ms later: the main child's stop signal,
+// sent frozen, waited for it (8 ms of forward latency against the peers' 0.2 ms). So the file is
+// also read again after a short timeout that doubles from 50 us; the notification only ends a
+// longer wait sooner.
 FreezeHold freeze_cgroup(const std::string& dir) {
     UniqueFd freeze(::open((dir + "/cgroup.freeze").c_str(), O_RDWR | O_CLOEXEC));
     if (!freeze) return {};
@@ -168,6 +174,7 @@ FreezeHold freeze_cgroup(const std::string& dir) {
     UniqueFd events(::open((dir + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
     bool frozen = false;
     auto deadline = std::chrono::steady_clock::now() + kFreezeWait;
+    std::chrono::nanoseconds recheck = std::chrono::microseconds(50);
     while (events) {
         // Reading the file re-arms its notification; the poll after it cannot miss the change.
         char buf[256];
@@ -175,11 +182,14 @@ FreezeHold freeze_cgroup(const std::string& dir) {
         if (n <= 0) break;
         buf[n] = '\0';
         if ((frozen = std::strstr(buf, "frozen 1") != nullptr)) break;
-        auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline -
-                                                                 std::chrono::steady_clock::now());
+        auto left = deadline - std::chrono::steady_clock::now();
         if (left.count() <= 0) break;
+        auto wait = std::min<std::chrono::nanoseconds>(left, recheck);
+        recheck = std::min<std::chrono::nanoseconds>(recheck * 2, std::chrono::milliseconds(5));
+        timespec ts{static_cast<time_t>(wait.count() / 1'000'000'000),
+                    static_cast<long>(wait.count() % 1'000'000'000)};
         pollfd pfd{events.get(), POLLPRI, 0};
-        if (::poll(&pfd, 1, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
+        if (::ppoll(&pfd, 1, &ts, nullptr) < 0 && errno != EINTR) break;
     }
     return FreezeHold(std::move(freeze), frozen);
 }
