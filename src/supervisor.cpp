@@ -653,23 +653,42 @@ void Supervisor::signal_tree(int sig) {
         // With no child left there is no descendant left either (lastcall is PID 1 or a
         // subreaper): the common exit path of a command that left nothing behind skips the
         // enumeration (a read of cgroup.procs, or of all of /proc for the /proc tracker).
-        // The stop primitive: once to each member, SIGCONT after it, passes until nobody new.
-        // No kill(-pgid) first: a process would get it twice. No rescans later: a process born
-        // after this is a cleanup helper, and the kill at grace end covers it.
-        auto out_of_time = stop_pass_budget([this] { return clock_.now(); });
-        StopPassIo io{[&] { return tracker_->members_within(out_of_time); }, signal_exact,
-                      out_of_time, [this] { return one_hold(hold_tree_still()); }};
-        auto result = send_stop_signal(io, sig, [this](const ProcInfo& p) { return take_stop(p); });
-        n += result.signalled;
-        if (!result.settled)
-            spdlog::warn(
-                "processes kept appearing while {} went out: the rest is killed at the "
-                "end of the grace",
-                signal_name(sig));
+        n += run_stop_passes();
     }
     spdlog::debug("sent {} to {} process(es) (kill scope {})", signal_name(sig), n,
                   to_string(scope));
     check_tree_gone();
+}
+
+int Supervisor::run_stop_passes() {
+    // The stop primitive: once to each member, SIGCONT after it, passes until nobody new.
+    // No kill(-pgid) first: a process would get it twice. No rescans later: a process born
+    // after this is a cleanup helper, and the kill at grace end covers it.
+    auto out_of_time = stop_pass_budget([this] { return clock_.now(); });
+    StopPassIo io{[&] { return tracker_->members_within(out_of_time); }, signal_exact, out_of_time,
+                  [this] { return one_hold(hold_tree_still()); }};
+    auto result =
+        send_stop_signal(io, stop_signal_, [this](const ProcInfo& p) { return take_stop(p); });
+    if (result.cut) {
+        // The budget ended a pass half-way (the /proc tracker signals a member in about 0.2 ms
+        // on a slow machine: a 1,000-process tree's first pass took longer than the budget),
+        // and members it had not reached yet would have waited for the kill at grace end
+        // without ever getting the stop signal. The loop gets its turn (a second signal, the
+        // grace timer), then the passes go on where the record says they stopped: take_stop()
+        // still gives each process the signal once.
+        loop_->post([this] {
+            if (shutdown_.state() != State::Stopping) return;  // forcing or stopped meanwhile
+            int more = run_stop_passes();
+            spdlog::debug("sent {} to {} more process(es)", signal_name(stop_signal_), more);
+            check_tree_gone();
+        });
+    } else if (!result.settled) {
+        spdlog::warn(
+            "processes kept appearing while {} went out: the rest is killed at the end of the "
+            "grace",
+            signal_name(stop_signal_));
+    }
+    return result.signalled;
 }
 
 void Supervisor::kill_tree() {

@@ -148,6 +148,8 @@ class Supervisor final : private ShutdownActions {
     void readiness_off() override;
     void start_pre_stop() override;
     void signal_tree(int sig) override;
+    // One round of stop passes over the tree; a round the budget cut goes on in a later turn.
+    int run_stop_passes();
     void kill_tree() override;
     // The kill() target that reaches the whole tree in one call: -1 as PID 1, the main child's
     // process group while it is unreaped; none otherwise.

@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/process/stop.hpp"
 
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+
 #include <algorithm>
 
 namespace lastcall {
@@ -39,13 +43,27 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
                                     [&](const FreezeHold& h) { return h.holds(p); });
             if (needs_sigcont(sig) && !held) io.send(p, SIGCONT);
         }
-        if (cut || partial) break;
+        if (cut || partial) {
+            result.cut = true;
+            break;
+        }
         if (fresh == 0) {
             result.settled = true;
             break;
         }
     }
     return result;
+}
+
+std::chrono::milliseconds stop_pass_budget_length() {
+    static const std::chrono::milliseconds length = [] {
+        const char* text = std::getenv("LASTCALL_STOP_PASS_BUDGET_MS");
+        int ms = 0;
+        if (text && std::from_chars(text, text + std::strlen(text), ms).ec == std::errc{} && ms > 0)
+            return std::chrono::milliseconds(ms);
+        return kStopPassBudget;
+    }();
+    return length;
 }
 
 }  // namespace lastcall

@@ -159,6 +159,30 @@ class StopPrimitive(LastcallTestCase):
             os.kill(pid, signal.SIGTERM)
             run.wait()
 
+    def test_a_stop_pass_cut_by_its_budget_goes_on_until_every_member_had_the_stop_signal(self):
+        # The stop passes give the loop its turn after a budget (250 ms; 1 ms here, so that the
+        # first pass over this tree is cut on any machine). The first version ended the passes
+        # there: with the /proc tracker a 1,000-process tree left 24-136 members that never got
+        # SIGTERM and were killed at grace end, and the run was reported forced.
+        script = """trap 'exit 0' TERM
+        for i in $(seq 150); do
+          sh -c 'trap "exit 0" TERM; while :; do sleep 1; done' &
+        done
+        echo ready > "$EVENTS"; wait"""
+        report = os.path.join(self.dir, "report.json")
+        env = dict(self.env, LASTCALL_STOP_PASS_BUDGET_MS="1")
+        run = self.start(["--tracker", "proc", "--grace", "60s", "--report", report, "-v",
+                          "--", "sh", "-c", script], env=env)
+        self.fifo.expect("ready")
+        run.signal(signal.SIGTERM)
+        # Cut or not, every member exits on its SIGTERM long before the 60 s grace.
+        self.assertEqual(run.wait(timeout=50), 0, run.output()[-3000:])
+        with open(report) as f:
+            rep = json.load(f)
+        self.assertEqual(rep["verdict"], "clean", run.output()[-3000:])
+        self.assertIn("more process(es)", run.output())  # the budget did cut the first pass
+        self.assertNoLeftovers()
+
     def test_a_stopped_child_acts_on_sigterm_because_sigcont_follows_it(self):
         script = '''trap 'echo got-term > "$EVENTS"; exit 0' TERM
         echo "pid $$" > "$EVENTS"

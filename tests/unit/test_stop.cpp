@@ -105,6 +105,7 @@ TEST_CASE("a fork storm ends the passes unsettled instead of holding the loop") 
     auto r = send_stop_signal(
         tree.io(), SIGTERM, [&](const ProcInfo& p) { return had.insert(key_of(p)).second; }, 5);
     CHECK_FALSE(r.settled);
+    CHECK_FALSE(r.cut);  // every pass was whole: the storm's later children get the grace kill
     CHECK(r.signalled == 5);
 }
 
@@ -195,6 +196,26 @@ TEST_CASE("an incomplete freeze is reported, so the passes are what closes the f
     CHECK(r.settled);
 }
 
+TEST_CASE("a pass cut by the budget says so, and the next call reaches the rest exactly once") {
+    FakeTree tree;
+    for (pid_t p = 1; p <= 100; ++p) tree.live.push_back(proc(p));
+    std::set<ProcKey> had;
+    auto take = [&](const ProcInfo& p) { return had.insert(key_of(p)).second; };
+    StopPassIo io = tree.io();
+    int calls = 0;
+    io.out_of_time = [&] { return ++calls > 2; };
+    auto first = send_stop_signal(io, SIGTERM, take);
+    CHECK(first.cut);
+    CHECK(first.signalled < 100);
+    // What the caller does in a later turn: a fresh budget, the same record of who had it.
+    io.out_of_time = [] { return false; };
+    auto rest = send_stop_signal(io, SIGTERM, take);
+    CHECK_FALSE(rest.cut);
+    CHECK(rest.settled);
+    CHECK(first.signalled + rest.signalled == 100);
+    for (pid_t p = 1; p <= 100; ++p) CHECK(tree.count(p, SIGTERM) == 1);
+}
+
 TEST_CASE("a walk cut short at the budget is never taken for a settled tree") {
     // The second pass's walk (members_within) ran out of time after the members already
     // signalled: nobody new in that part proves nothing about the rest of the tree.
@@ -213,6 +234,7 @@ TEST_CASE("a walk cut short at the budget is never taken for a settled tree") {
                                    [&](const ProcInfo& p) { return taken.insert(p.pid).second; });
     CHECK(result.signalled == 2);
     CHECK_FALSE(result.settled);
+    CHECK(result.cut);
     CHECK(walks == 2);
 }
 

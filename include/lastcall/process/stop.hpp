@@ -43,7 +43,10 @@ inline ProcKey key_of(const ProcInfo& p) {
 struct StopPassResult {
     int signalled = 0;     // processes that got the stop signal in this call
     bool settled = false;  // the last pass found nobody new (false: passes ran out, fork storm)
-    bool frozen = false;   // the passes ran with every cgroup of the unit frozen
+    // The budget ended a pass before it had walked the whole unit or signalled everyone it
+    // found: members may be left that never had the stop signal. The caller goes on later.
+    bool cut = false;
+    bool frozen = false;  // the passes ran with every cgroup of the unit frozen
 };
 
 struct StopPassIo {
@@ -72,12 +75,15 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
 // its grace timer, the other units' stops. Whatever the passes did not reach, the kill at grace
 // end covers.
 inline constexpr std::chrono::milliseconds kStopPassBudget{250};
+// kStopPassBudget, or LASTCALL_STOP_PASS_BUDGET_MS from lastcall's environment: the tests set
+// it to 1 ms so that a small tree's first pass is cut on any machine.
+std::chrono::milliseconds stop_pass_budget_length();
 
-// An out_of_time for StopPassIo: true once kStopPassBudget has passed since this call, on the
-// clock now() reads.
+// An out_of_time for StopPassIo: true once the budget has passed since this call, on the clock
+// now() reads.
 template <typename Now>
 std::function<bool()> stop_pass_budget(Now now) {
-    auto end = now() + kStopPassBudget;
+    auto end = now() + stop_pass_budget_length();
     return [now, end] { return now() >= end; };
 }
 
