@@ -10,11 +10,16 @@
 namespace lastcall {
 
 StopPassResult send_stop_signal(const StopPassIo& io, int sig,
-                                const std::function<bool(const ProcInfo&)>& take, int max_passes) {
+                                const std::function<bool(const ProcInfo&)>& take, int max_passes,
+                                std::vector<FreezeHold>* carried) {
     StopPassResult result;
-    // Declared before the passes, destroyed after them: the thaw comes after the last signal.
-    std::vector<FreezeHold> holds;
-    if (io.freeze) holds = io.freeze();
+    // Declared before the passes, released after them: the thaw comes after the last signal.
+    // A round the budget cut keeps them in *carried: nothing forks, and no signalled process
+    // runs its TERM handler (which could fork a cleanup helper that the next round would take
+    // for a member), until the round that finishes the passes thaws.
+    std::vector<FreezeHold> local;
+    std::vector<FreezeHold>& holds = carried ? *carried : local;
+    if (holds.empty() && io.freeze) holds = io.freeze();
     result.frozen = !holds.empty();
     for (const auto& h : holds) result.frozen = result.frozen && h.complete();
     for (int pass = 0; pass < max_passes; ++pass) {
@@ -45,13 +50,14 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
         }
         if (cut || partial) {
             result.cut = true;
-            break;
+            return result;  // *carried keeps the holds for the next round
         }
         if (fresh == 0) {
             result.settled = true;
             break;
         }
     }
+    holds.clear();  // the thaw, after the last signal of the last round
     return result;
 }
 

@@ -55,6 +55,17 @@ struct FakeTree {
     }
 };
 
+// A real file stands in for cgroup.freeze: a hold made from it writes "0" when it thaws.
+struct FreezeFile {
+    UniqueFd fd{::memfd_create("cgroup.freeze", MFD_CLOEXEC)};
+    FreezeFile() { REQUIRE(::pwrite(fd.get(), "1", 1, 0) == 1); }
+    char state() const {
+        char c = '?';
+        return ::pread(fd.get(), &c, 1, 0) == 1 ? c : '?';
+    }
+    FreezeHold hold() const { return FreezeHold(UniqueFd(::dup(fd.get())), true); }
+};
+
 }  // namespace
 
 TEST_CASE("the stop signal reaches each member once, and SIGCONT follows it") {
@@ -157,14 +168,8 @@ TEST_CASE("a pass over thousands of members stops when the budget runs out") {
 }
 
 TEST_CASE("the stop signal goes out while the unit is frozen, and the thaw follows the last one") {
-    // A real file stands in for cgroup.freeze: the hold writes "0" to it when it thaws.
-    UniqueFd freeze(::memfd_create("cgroup.freeze", MFD_CLOEXEC));
-    REQUIRE(freeze);
-    REQUIRE(::pwrite(freeze.get(), "1", 1, 0) == 1);
-    auto state = [fd = freeze.get()] {
-        char c = '?';
-        return ::pread(fd, &c, 1, 0) == 1 ? c : '?';
-    };
+    FreezeFile freeze;
+    auto state = [&] { return freeze.state(); };
     FakeTree tree;
     tree.live = {proc(10), proc(11)};
     std::vector<char> seen_while_sending;
@@ -173,8 +178,7 @@ TEST_CASE("the stop signal goes out while the unit is frozen, and the thaw follo
                       seen_while_sending.push_back(state());
                       return true;
                   },
-                  nullptr,
-                  [&] { return one_hold(FreezeHold(UniqueFd(::dup(freeze.get())), true)); }};
+                  nullptr, [&] { return one_hold(freeze.hold()); }};
     std::set<ProcKey> had;
     auto r = send_stop_signal(io, SIGTERM,
                               [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
@@ -214,6 +218,36 @@ TEST_CASE("a pass cut by the budget says so, and the next call reaches the rest 
     CHECK(rest.settled);
     CHECK(first.signalled + rest.signalled == 100);
     for (pid_t p = 1; p <= 100; ++p) CHECK(tree.count(p, SIGTERM) == 1);
+}
+
+TEST_CASE("a cut round leaves the unit frozen; the round that finishes the passes thaws it") {
+    // Thawed between rounds, a signalled member would run its TERM handler, and a cleanup
+    // helper it forks would be taken for a member by the next round.
+    FreezeFile freeze;
+    auto state = [&] { return freeze.state(); };
+    FakeTree tree;
+    for (pid_t p = 1; p <= 100; ++p) tree.live.push_back(proc(p));
+    int freezes = 0;
+    StopPassIo io = tree.io();
+    io.freeze = [&] {
+        ++freezes;
+        return one_hold(freeze.hold());
+    };
+    int calls = 0;
+    io.out_of_time = [&] { return ++calls > 2; };
+    std::set<ProcKey> had;
+    auto take = [&](const ProcInfo& p) { return had.insert(key_of(p)).second; };
+    std::vector<FreezeHold> carried;
+    auto first = send_stop_signal(io, SIGTERM, take, 16, &carried);
+    REQUIRE(first.cut);
+    CHECK(state() == '1');
+    CHECK(carried.size() == 1);
+    io.out_of_time = [] { return false; };
+    auto rest = send_stop_signal(io, SIGTERM, take, 16, &carried);
+    CHECK(rest.settled);
+    CHECK(freezes == 1);  // the second round went on under the first one's freeze
+    CHECK(carried.empty());
+    CHECK(state() == '0');
 }
 
 TEST_CASE("a walk cut short at the budget is never taken for a settled tree") {

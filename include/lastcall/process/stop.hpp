@@ -67,9 +67,12 @@ struct StopPassIo {
 // At most max_passes enumerations, and none started once io.out_of_time() says so: a fork storm
 // must not hold the event loop past the grace; the kill at grace end covers whatever the passes
 // did not reach.
+// `carried`: the holds of a round the budget cut, kept (still frozen) for the caller's next
+// call, which goes on without freezing again and thaws when it is not cut. Null: every call
+// freezes and thaws by itself.
 StopPassResult send_stop_signal(const StopPassIo& io, int sig,
                                 const std::function<bool(const ProcInfo&)>& take,
-                                int max_passes = 16);
+                                int max_passes = 16, std::vector<FreezeHold>* carried = nullptr);
 
 // How long the stop passes over one unit (or the tree) may run before they give way to the loop:
 // its grace timer, the other units' stops. Whatever the passes did not reach, the kill at grace
@@ -79,11 +82,12 @@ inline constexpr std::chrono::milliseconds kStopPassBudget{250};
 // it to 1 ms so that a small tree's first pass is cut on any machine.
 std::chrono::milliseconds stop_pass_budget_length();
 
-// An out_of_time for StopPassIo: true once the budget has passed since this call, on the clock
-// now() reads.
+// An out_of_time for StopPassIo: true once `rounds` budgets have passed since this call, on the
+// clock now() reads. A caller that goes on after a cut round doubles `rounds`: a walk that cannot
+// finish within one budget (tens of thousands of processes) still finishes in a later round.
 template <typename Now>
-std::function<bool()> stop_pass_budget(Now now) {
-    auto end = now() + stop_pass_budget_length();
+std::function<bool()> stop_pass_budget(Now now, int rounds = 1) {
+    auto end = now() + stop_pass_budget_length() * rounds;
     return [now, end] { return now() >= end; };
 }
 
