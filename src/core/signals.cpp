@@ -3,7 +3,6 @@
 
 #include "lastcall/core/read_file.hpp"
 
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
@@ -118,19 +117,10 @@ const SignalBits& ignored_dispositions() {
     static const SignalBits ignored = [] {
         SignalBits set;
         if (read_ignored_from_proc(set)) return set;
-        // The raw system call, because glibc's sigaction() refuses its two reserved real-time
-        // signals (32, 33), whose disposition is inherited like any other.
-        struct {
-            void (*handler)(int);
-            unsigned long flags;
-            void (*restorer)();
-            unsigned long mask;
-        } old{};
+        KernelSigaction old;
         for (int sig = 1; sig < NSIG; ++sig) {
             if (sig == SIGKILL || sig == SIGSTOP) continue;
-            if (::syscall(SYS_rt_sigaction, sig, nullptr, &old, sizeof old.mask) == 0 &&
-                old.handler == SIG_IGN)
-                set.add(sig);
+            if (kernel_sigaction(sig, nullptr, &old) == 0 && old.handler == SIG_IGN) set.add(sig);
         }
         return set;
     }();

@@ -187,20 +187,14 @@ void write_decimal(char* out, long v) {
     // the default and keeps only SIG_IGN, and lastcall ignores nothing it did not inherit
     // (`ignored`, read before the fork): only those are reset, and not in tini mode, whose child
     // inherits them. None in the common case; a reset of all 64 cost a start-up 64 system calls.
-    // The raw system call, because glibc's sigaction() refuses its two reserved real-time
-    // signals (32, 33) with EINVAL, and an ignored disposition for them inherited from whoever
+    // The raw system call (kernel_sigaction): an ignored 32 or 33 inherited from whoever
     // started lastcall would otherwise reach the command.
-    struct {
-        void (*handler)(int);
-        unsigned long flags;
-        void (*restorer)();
-        unsigned long mask;
-    } dfl{SIG_DFL, 0, nullptr, 0};
+    const KernelSigaction dfl;
     const InheritedSignals* in = spec.inherited_signals;
     for (int sig = 1; sig < NSIG; ++sig) {
         if (!ignored.has(sig)) continue;
         if (in && in->ignored.has(sig)) continue;  // passed on, as tini does
-        ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
+        kernel_sigaction(sig, &dfl, nullptr);
     }
     sigset_t none;
     sigemptyset(&none);

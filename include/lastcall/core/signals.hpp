@@ -3,6 +3,8 @@
 #pragma once
 
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdint>
 
@@ -35,6 +37,19 @@ struct SignalBits {
         if (sig >= 1 && sig <= 64) bits |= 1ULL << (sig - 1);
     }
 };
+
+// The kernel's struct sigaction, for the raw rt_sigaction system call: glibc's sigaction()
+// refuses its two reserved real-time signals (32, 33), whose dispositions are inherited like any
+// other. A system call, so async-signal-safe: the spawned child uses it between fork and exec.
+struct KernelSigaction {
+    void (*handler)(int) = SIG_DFL;
+    unsigned long flags = 0;
+    void (*restorer)() = nullptr;
+    unsigned long mask = 0;
+};
+inline long kernel_sigaction(int sig, const KernelSigaction* act, KernelSigaction* old) {
+    return ::syscall(SYS_rt_sigaction, sig, act, old, sizeof(KernelSigaction::mask));
+}
 
 // What lastcall's own parent handed it: the signal mask and the ignored dispositions, as they
 // were before lastcall changed anything (tini passes them on to its child).
