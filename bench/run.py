@@ -4,7 +4,7 @@
 
 Usage: bench/run.py [--quick] [--out bench/results] [--lastcall PATH] [--lastcall-static PATH]
                     [--lastcall-origin TEXT] [--extra NAME=PATH ...] [--reap-sizes 2000,16384]
-                    [--only startup,sigfwd,reap,drain,escalate,idle,scale] [--profile]
+                    [--only startup,sigfwd,reap,drain,escalate,idle,scale,forkbomb] [--profile]
 --extra adds another lastcall binary (an earlier build: before/after in the same run).
 Environment: QUICK=1 is --quick. Writes <out>/<date>.md and <out>/<date>-*.png (gnuplot).
 
@@ -60,7 +60,7 @@ def sh(cmd, **kw):
 def build_helpers(bindir):
     os.makedirs(bindir, exist_ok=True)
     out = {}
-    for name in ("lcbench", "sigchild", "orphans", "tree"):
+    for name in ("lcbench", "sigchild", "orphans", "tree", "forkbomb"):
         src = os.path.join(HERE, "src", name + ".c")
         exe = os.path.join(bindir, name)
         if not os.path.exists(exe) or os.path.getmtime(exe) < max(
@@ -225,6 +225,59 @@ def case_scale(bins, lc, sizes, tmp):
         out[n] = row
         log("scale", n, row)
     return out
+
+
+def case_forkbomb(bins, lc, lc_static, runs, tmp):
+    """A fork bomb (every process forks forever, retrying refused forks) under `--grace 2s`,
+    SIGTERM once it started: time from the SIGTERM to the init's exit, alternated run by run with
+    the kernel's floor (a minimal C subreaper: kill(-pgid, SIGKILL) of the same bomb and
+    waitpid(-1) until ECHILD). The bomb's user is limited to 2,000 processes; with the /proc
+    tracker lastcall runs as that user too (no cgroup to kill), with the cgroup tracker as root
+    (`--user`). Peers: n/a (they never kill the tree)."""
+    uid = 40000 + os.getpid() % 20000
+    # The bomb runs as another user: it must be able to execute the driver and open the FIFO.
+    os.chmod(tmp, 0o755)
+    os.chmod(os.path.dirname(bins["forkbomb"]), 0o755)
+    fifo = os.path.join(tmp, "bomb.fifo")
+    if not os.path.exists(fifo):
+        os.mkfifo(fifo)
+    os.chmod(fifo, 0o666)
+    grace = ["--grace", "2s"]
+    cases = [("kernel floor", ["floor", uid, 2000, 2000, 1, fifo])]
+    cases.append(("lastcall-proc", ["init", uid, 2000, fifo, 1, "--", lc, "--tracker", "proc"]
+                  + grace + ["--"]))
+    if lc_static:
+        cases.append(("lastcall-static-proc", ["init", uid, 2000, fifo, 1, "--", lc_static,
+                                               "--tracker", "proc"] + grace + ["--"]))
+    if own_cgroup_writable():
+        cases.append(("lastcall (cgroup)", ["init-root", uid, 2000, fifo, 1, "--", lc,
+                                            "--tracker", "cgroup", "--user", f"{uid}:{uid}"]
+                      + grace + ["--"]))
+    res = {name: [] for name, _ in cases}
+    for run in range(runs):
+        for name, args in cases:
+            p = subprocess.run([bins["forkbomb"]] + [str(x) for x in args], capture_output=True,
+                               text=True, timeout=300)
+            for line in p.stdout.splitlines():
+                f = line.split()
+                ns, left = int(f[2]), int(f[4])
+                after = ns / 1e9 - (0 if f[0] == "floor" else 2.0)
+                status = int(f[3])
+                code = (status >> 8) if f[0] == "init" else 0
+                res[name].append({"after_grace": after, "left": left, "code": code})
+            if p.returncode != 0:
+                log("forkbomb:", name, p.stderr.strip()[:500])
+        log("forkbomb run", run, {k: round(v[-1]["after_grace"], 3) for k, v in res.items() if v})
+    return res
+
+
+def own_cgroup_writable():
+    try:
+        out = subprocess.run(["findmnt", "-n", "-t", "cgroup2", "-o", "TARGET"],
+                             capture_output=True, text=True).stdout.split()
+        return os.geteuid() == 0 and bool(out)
+    except OSError:
+        return False
 
 
 def gnuplot_lines(path, title, xlabel, ylabel, points, series):
@@ -438,7 +491,7 @@ def main():
     ap.add_argument("--lastcall", default=os.environ.get("LASTCALL",
                                                          os.path.join(ROOT, "build-bench", "lastcall")))
     ap.add_argument("--lastcall-static", default=os.environ.get("LASTCALL_STATIC_BIN"))
-    ap.add_argument("--only", default="startup,sigfwd,reap,drain,escalate,idle,scale")
+    ap.add_argument("--only", default="startup,sigfwd,reap,drain,escalate,idle,scale,forkbomb")
     ap.add_argument("--lastcall-origin", default=os.environ.get("LASTCALL_ORIGIN", ""),
                     help="where the binary came from (the .deb), for the report")
     ap.add_argument("--extra", action="append", default=[],
@@ -459,6 +512,7 @@ def main():
         "esc_n": 1000 if q else 10000, "esc_iters": 1 if q else 3,
         "idle_s": 5 if q else 30,
         "scale_sizes": [250, 1000] if q else [1000, 2500, 5000, 10000],
+        "forkbomb_runs": 2 if q else 20,
     }
     if a.reap_sizes:
         P["reap_sizes"] = [int(x) for x in a.reap_sizes.split(",")]
@@ -515,6 +569,12 @@ def main():
     if "scale" in only:
         log("scale:", P["scale_sizes"])
         results["scale"] = case_scale(bins, lc, P["scale_sizes"], tmp)
+    if "forkbomb" in only:
+        if os.geteuid() != 0:
+            notes.append("forkbomb skipped: it needs root to run the bomb as a limited user")
+        else:
+            log("fork bomb:", P["forkbomb_runs"], "runs each")
+            results["forkbomb"] = case_forkbomb(bins, lc, lc_static, P["forkbomb_runs"], tmp)
     if a.profile:
         log("callgrind of lastcall -- /bin/true")
         results["profile"] = case_profile(lc, tmp)
@@ -734,6 +794,33 @@ def write_report(a, R, inits, notes, lc, lc_static):
                       ["drain: SIGTERM to exit", "escalation: grace expiry to exit"])
         md += ["", f"![scale rss]({os.path.basename(base)}-scale-rss.png)",
                f"![scale time]({os.path.basename(base)}-scale-time.png)", ""]
+
+    if "forkbomb" in R:
+        F = R["forkbomb"]
+        md += [f"## 9. A fork bomb stopped at the end of a 2 s grace ({P['forkbomb_runs']} runs each)",
+               "",
+               "Every process of the bomb forks forever and retries a refused fork after 1 ms; its "
+               "user is limited to 2,000 processes. SIGTERM once the bomb has started; the table "
+               "gives the time from the grace's end (SIGTERM + 2 s) to the init's exit. The kernel "
+               "floor, alternated with the others: a minimal C subreaper lets the same bomb run "
+               "2 s, then `kill(-pgid, SIGKILL)` and `waitpid(-1)` until ECHILD (no naming of the "
+               "processes, no record). With the /proc tracker lastcall runs as the limited user; "
+               "with the cgroup tracker as root (`--user`). Peers: n/a, they never kill a tree.", "",
+               "| | after grace median s | p90 s | max s | runs within grace + 1 s | exit code | "
+               "processes left (max) |", "|---|---:|---:|---:|---:|---|---:|"]
+        for name, rs in F.items():
+            if not rs:
+                continue
+            a_ = [r["after_grace"] for r in rs]
+            within = sum(1 for x in a_ if x <= 1.0)
+            codes = ",".join(sorted({str(r["code"]) for r in rs})) if name != "kernel floor" else "–"
+            md.append(f"| {name} | {fmt(med(a_), 3)} | {fmt(pct(a_, 90), 3)} | {fmt(max(a_), 3)} | "
+                      f"{within}/{len(rs)} | {codes} | {max(r['left'] for r in rs)} |")
+            if name != "kernel floor":
+                ok = within == len(rs) and all(r["left"] == 0 and r["code"] == 137 for r in rs)
+                targets.append((f"fork bomb gone within grace + 1 s, reported forced: {name}",
+                                f"{within}/{len(rs)} runs, max {max(a_):.2f} s after grace", ok))
+        md.append("")
 
     if R.get("profile"):
         md += ["## Profile: `valgrind --tool=callgrind lastcall -- /bin/true` (inclusive Ir)", "",
