@@ -308,6 +308,9 @@ class ProcTracker final : public Tracker {
     std::vector<ProcInfo> members_within(const std::function<bool()>& out_of_time) override {
         return descendants_of(::getpid(), out_of_time);
     }
+    std::vector<ProcInfo> members_listing(const Visit& listed) override {
+        return descendants_of(::getpid(), {}, listed);
+    }
     Result<std::unique_ptr<UnitScope>> make_scope(const std::string&) override {
         return std::unique_ptr<UnitScope>(new ProcScope);
     }
@@ -573,21 +576,28 @@ std::vector<ProcInfo> processes_with_environment(const std::vector<std::string>&
     return out;
 }
 
-std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& out_of_time) {
+std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& out_of_time,
+                                     const std::function<void(const ProcInfo&)>& listed) {
     std::vector<ProcInfo> out;
     std::size_t reads = 0;
     if (have_proc_children()) {
-        // (pid, single-threaded): a single-threaded process's children are all in its main
-        // thread's file, which saves listing its task directory (5 system calls of ~13 per
-        // process; 2,000 processes of a fork bomb are walked while the grace runs out). Not
+        // (pid, single-threaded, index in out): a single-threaded process's children are all in
+        // its main thread's file, which saves listing its task directory (5 system calls of ~13
+        // per process; 2,000 processes of a fork bomb are walked while the grace runs out). Not
         // for a zombie leader: its one live thread is another task, which holds the children.
-        std::vector<std::pair<pid_t, bool>> stack{{root, false}};
+        struct Next {
+            pid_t pid;
+            bool single;
+            std::size_t index;  // in out; npos for the root
+        };
+        constexpr std::size_t kRoot = static_cast<std::size_t>(-1);
+        std::vector<Next> stack{{root, false, kRoot}};
         std::set<pid_t> seen{root};
         while (!stack.empty()) {
             // Every 16 /proc reads (a process's children files, a child's stat): the budget
             // is checked in the middle of a deep tree and of a flat one alike.
             if (out_of_time && ++reads % 16 == 0 && out_of_time()) return out;
-            auto [p, single] = stack.back();
+            auto [p, single, index] = stack.back();
             stack.pop_back();
             auto tids = single ? std::vector<pid_t>{p}
                                : numeric_entries("/proc/" + std::to_string(p) + "/task");
@@ -603,9 +613,11 @@ std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& ou
                     if (alive) out.push_back(*info);
                     // A true zombie has no children: its threads' exits gave them away.
                     if (info && !alive) continue;
-                    stack.push_back({c, info && info->threads == 1 && info->state != 'Z'});
+                    stack.push_back({c, info && info->threads == 1 && info->state != 'Z',
+                                     alive ? out.size() - 1 : kRoot});
                 }
             }
+            if (listed && index != kRoot) listed(out[index]);
         }
         return out;
     }
@@ -625,6 +637,8 @@ std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& ou
             stack.push_back(it->second.pid);
         }
     }
+    if (listed)
+        for (const auto& p : out) listed(p);
     return out;
 }
 
@@ -632,10 +646,9 @@ int Tracker::signal_all(int sig, const MemberFilter& filter, int max_passes) {
     int total = 0;
     for (int pass = 0; pass < max_passes; ++pass) {
         int signalled = 0;
-        for (const auto& p : members()) {
-            if (!filter(p)) continue;
-            if (signal_exact(p, sig)) ++signalled;
-        }
+        (void)members_listing([&](const ProcInfo& p) {
+            if (filter(p) && signal_exact(p, sig)) ++signalled;
+        });
         total += signalled;
         if (signalled == 0) break;
     }

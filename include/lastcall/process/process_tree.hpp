@@ -137,6 +137,15 @@ class Tracker {
         (void)out_of_time;
         return members();
     }
+    using Visit = std::function<void(const ProcInfo&)>;
+    // The same, handing each member to listed() as soon as the walk may let it go: once its own
+    // children are listed (the /proc walk), so that a kill can go out while the walk goes on,
+    // and the kernel ends the first members while the last are being found.
+    virtual std::vector<ProcInfo> members_listing(const Visit& listed) {
+        auto all = members();
+        for (const auto& p : all) listed(p);
+        return all;
+    }
     // Signals every member the filter accepts; enumerates again until a pass finds nobody new (at
     // most max_passes: a fork storm must not hold the event loop past a deadline). Returns how
     // many it signalled. For the stop signal, use send_stop_signal (process/stop.hpp).
@@ -197,7 +206,11 @@ Result<std::string> own_cgroup_dir();
 // kernel has it (CONFIG_PROC_CHILDREN), else one scan of /proc/[0-9]*/stat building the parent map.
 // With out_of_time: a walk that stops early once it says so (checked every 16 processes) and
 // returns what it found so far; a fork storm must not hold the loop in one walk.
-std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& out_of_time = {});
+// With listed: called for each descendant once its own children have been listed (they are
+// on the walk's list, and were not yet visited), so that it may kill the process: its children,
+// reparented to lastcall, are still reached.
+std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& out_of_time = {},
+                                     const std::function<void(const ProcInfo&)>& listed = {});
 
 // Live processes (other than lastcall) whose environment holds every one of `entries`
 // ("NAME=value", exact): the processes of a unit that a previous lastcall left behind, found by

@@ -31,10 +31,10 @@ struct ProcessRecord {
     std::string cmdline;
     pid_t pgid = 0;
     bool is_main = false;
-    int stop_signal = 0;           // the stop signal it was sent, 0 if none
-    bool killed = false;           // it was alive when SIGKILL went out
-    bool killed_by_group = false;  // ...in a kill() of its whole process group, not on its own
-    std::optional<int> status;     // wait status, when lastcall reaped it
+    int stop_signal = 0;         // the stop signal it was sent, 0 if none
+    bool killed = false;         // it was alive when SIGKILL went out
+    bool killed_by_pid = false;  // ...while held stopped, by kill() of its pid (no pidfd)
+    std::optional<int> status;   // wait status, when lastcall reaped it
     // When the stop signal went out and when lastcall reaped it (the report's timeline).
     std::optional<MonoTime> signalled_at;
     std::optional<MonoTime> ended_at;
