@@ -664,12 +664,11 @@ int Supervisor::run_stop_passes() {
     // The stop primitive: once to each member, SIGCONT after it, passes until nobody new.
     // No kill(-pgid) first: a process would get it twice. No rescans later: a process born
     // after this is a cleanup helper, and the kill at grace end covers it.
-    auto out_of_time = stop_pass_budget([this] { return clock_.now(); }, stop_budget_rounds_);
+    auto out_of_time = stop_rounds_.budget([this] { return clock_.now(); });
     StopPassIo io{[&] { return tracker_->members_within(out_of_time); }, signal_exact, out_of_time,
                   [this] { return one_hold(hold_tree_still()); }};
-    auto result = send_stop_signal(
-        io, stop_signal_, [this](const ProcInfo& p) { return take_stop(p); }, 16, &stop_holds_);
-    stop_budget_rounds_ = result.cut ? std::min(stop_budget_rounds_ * 2, 64) : 1;
+    auto result = send_stop_round(
+        io, stop_signal_, [this](const ProcInfo& p) { return take_stop(p); }, stop_rounds_);
     if (result.cut) {
         // The budget ended a pass half-way (the /proc tracker signals a member in about 0.2 ms
         // on a slow machine: a 1,000-process tree's first pass took longer than the budget),
@@ -677,10 +676,10 @@ int Supervisor::run_stop_passes() {
         // without ever getting the stop signal. The loop gets its turn (a second signal, the
         // grace timer), then the passes go on where the record says they stopped: take_stop()
         // still gives each process the signal once. The tree stays held meanwhile
-        // (stop_holds_), so that no cleanup helper is born to be taken for a member.
+        // (stop_rounds_), so that no cleanup helper is born to be taken for a member.
         loop_->post([this] {
             if (shutdown_.state() != State::Stopping) {
-                stop_holds_.clear();  // forcing or stopped meanwhile: the kill needs no hold
+                stop_rounds_.end();  // forcing or stopped meanwhile: the kill needs no hold
                 return;
             }
             int more = run_stop_passes();

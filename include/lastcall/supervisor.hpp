@@ -17,6 +17,7 @@
 #include "lastcall/process/environment.hpp"
 #include "lastcall/process/process_tree.hpp"
 #include "lastcall/process/spawner.hpp"
+#include "lastcall/process/stop.hpp"
 #include "lastcall/shutdown/admission.hpp"
 #include "lastcall/shutdown/report.hpp"
 #include "lastcall/shutdown/shutdown.hpp"
@@ -200,10 +201,9 @@ class Supervisor final : private ShutdownActions {
     std::vector<ForceFact> force_facts_;
     std::string emergency_instance_cgroup_;  // kept alive for the emergency plan
     int stop_signal_ = SIGTERM;
-    // The freeze (or SIGSTOP) of a round of stop passes that the budget cut, kept until the
-    // round that finishes them (run_stop_passes).
-    std::vector<FreezeHold> stop_holds_;
-    int stop_budget_rounds_ = 1;  // doubles after each cut round: a long walk finishes
+    // The tree's stop passes across turns: the freeze (or SIGSTOP) of a round the budget cut,
+    // kept until the round that finishes them (run_stop_passes).
+    StopRounds stop_rounds_;
     Scope stop_scope_ = Scope::Tree;
     std::string fatal_;
 };

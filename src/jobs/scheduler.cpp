@@ -839,7 +839,8 @@ void JobScheduler::release_finished_runs() {
 void JobScheduler::arm_timeout_timer() {
     std::optional<MonoTime> next;
     for (const auto& [id, run] : runs_)
-        if (run.deadline && (!next || *run.deadline < *next)) next = run.deadline;
+        for (const auto& at : {run.deadline, run.next_round})
+            if (at && (!next || *at < *next)) next = at;
     if (auto st = timeout_timer_->arm(next); !st)
         spdlog::error("job timeout timer: {}", st.error().message);
 }
@@ -847,6 +848,7 @@ void JobScheduler::arm_timeout_timer() {
 void JobScheduler::on_timeout_timer() {
     auto now = host_->clock().now();
     for (auto& [id, run] : runs_) {
+        if (run.next_round && *run.next_round <= now) stop_round(run);
         if (!run.deadline || *run.deadline > now) continue;
         if (run.phase == Phase::Lingering) continue;
         const JobSpec& spec = jobs_[run.job].spec;
@@ -859,6 +861,8 @@ void JobScheduler::on_timeout_timer() {
         } else {
             spdlog::warn("job {}: run {} still running {} after it was stopped: SIGKILL", spec.name,
                          run.id, format_duration(run.kill_after));
+            run.stop_rounds.end();  // the kill works on frozen processes; no round is owed
+            run.next_round.reset();
             int n = run.scope->kill([](const ProcInfo&) { return true; });
             host_->record_force(ForceKind::Sigkill, "job " + spec.name + ": " + run.stop_cause, n);
             run.deadline.reset();
@@ -872,20 +876,37 @@ void JobScheduler::on_timeout_timer() {
 // The stop signal once to each member of the run's scope, SIGCONT, and the SIGKILL of the
 // whole scope kTimeoutKillAfter later (on_timeout_timer).
 void JobScheduler::stop_scope(Run& run, Millis kill_after, const char* cause) {
-    StopPassIo io{[&] { return run.scope->members(); },
-                  [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); },
-                  stop_pass_budget([this] { return host_->clock().now(); }),
-                  [&] { return one_hold(run.scope->freeze()); }};
-    send_stop_signal(io, SIGTERM, [&](const ProcInfo& p) {
-        if (!run.stopped.insert(key_of(p)).second) return false;
-        host_->note_stop_signal(p, SIGTERM);
-        return true;
-    });
+    stop_round(run);
     run.timed_out = true;
     run.stop_cause = cause;
     run.kill_after = kill_after;
     run.deadline = host_->clock().now() + kill_after;
     arm_timeout_timer();
+}
+
+// A round of the stop passes over the run's scope. One cut by its budget (a fork storm in the
+// run) goes on in the timer's next turn, after the loop's other work: the members it had not
+// reached get the stop signal too, not only the kill after it.
+void JobScheduler::stop_round(Run& run) {
+    StopPassIo io{[&] { return run.scope->members(); },
+                  [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); },
+                  run.stop_rounds.budget([this] { return host_->clock().now(); }),
+                  [&] { return one_hold(run.scope->freeze()); }};
+    int n = send_stop_round(
+                io, SIGTERM,
+                [&](const ProcInfo& p) {
+                    if (!run.stopped.insert(key_of(p)).second) return false;
+                    host_->note_stop_signal(p, SIGTERM);
+                    return true;
+                },
+                run.stop_rounds)
+                .signalled;
+    if (run.next_round) {
+        spdlog::debug("job {}: run {}: sent SIGTERM to {} more process(es)",
+                      jobs_[run.job].spec.name, run.id, n);
+    }
+    run.next_round.reset();
+    if (run.stop_rounds.pending) run.next_round = host_->clock().now();
 }
 
 // The ledger no longer holds this run as this replica's (another replica recorded it

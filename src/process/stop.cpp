@@ -61,6 +61,15 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
     return result;
 }
 
+StopPassResult send_stop_round(const StopPassIo& io, int sig,
+                               const std::function<bool(const ProcInfo&)>& take,
+                               StopRounds& rounds) {
+    auto result = send_stop_signal(io, sig, take, 16, &rounds.holds);
+    rounds.budgets = result.cut ? std::min(rounds.budgets * 2, 64) : 1;
+    rounds.pending = result.cut;
+    return result;
+}
+
 std::chrono::milliseconds stop_pass_budget_length() {
     static const std::chrono::milliseconds length = [] {
         const char* text = std::getenv("LASTCALL_STOP_PASS_BUDGET_MS");

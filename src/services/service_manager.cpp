@@ -92,6 +92,7 @@ struct ServiceManager::Service {
     UniqueFd probe_sock;
 
     std::set<ProcKey> signalled;  // got the stop signal: never a second time
+    StopRounds stop_rounds;       // its stop passes, when the budget cuts them
     std::optional<MonoTime> stop_deadline;
     bool killed = false;
 
@@ -202,6 +203,7 @@ void ServiceManager::start(Service& s) {
     s.recent_starts.push_back(s.started);
     s.told_waiting = false;
     s.signalled.clear();
+    s.stop_rounds.end();
     s.killed = false;
     apply(s, ServiceEvent::Spawned);
     if (!result.child) {
@@ -574,23 +576,23 @@ void ServiceManager::begin_stop(Service& s) {
 }
 
 int ServiceManager::send_stop(Service& s) {
-    // A fork storm in one service must not keep the loop from the other services' graces.
+    // A fork storm in one service must not keep the loop from the other services' graces: a
+    // round cut by its budget goes on at the next poll (check_stop).
     StopPassIo io{[&] { return members_of(s); },
                   [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); },
-                  stop_pass_budget([this] { return host_->clock().now(); }),
+                  s.stop_rounds.budget([this] { return host_->clock().now(); }),
                   [&] {
                       std::vector<FreezeHold> holds;
                       if (s.scope) holds.push_back(s.scope->freeze());
                       for (auto& r : s.retired) holds.push_back(r->freeze());
                       return holds;
                   }};
-    return send_stop_signal(io, s.spec.stop_signal,
-                            [&](const ProcInfo& p) {
-                                if (!s.signalled.insert(key_of(p)).second) return false;
-                                host_->note_stop_signal(p, s.spec.stop_signal);
-                                return true;
-                            })
-        .signalled;
+    auto take = [&](const ProcInfo& p) {
+        if (!s.signalled.insert(key_of(p)).second) return false;
+        host_->note_stop_signal(p, s.spec.stop_signal);
+        return true;
+    };
+    return send_stop_round(io, s.spec.stop_signal, take, s.stop_rounds).signalled;
 }
 
 void ServiceManager::check_stop(Service& s) {
@@ -599,6 +601,7 @@ void ServiceManager::check_stop(Service& s) {
     auto members = members_of(s);
     if (members.empty()) {
         s.wake.reset();
+        s.stop_rounds.end();
         apply(s, ServiceEvent::TreeGone);
         spdlog::info("service {}: stopped{}", s.spec.name, s.killed ? " (forced)" : "");
         retire_scopes(s);
@@ -607,12 +610,20 @@ void ServiceManager::check_stop(Service& s) {
     }
     if (!s.killed && s.stop_deadline && now >= *s.stop_deadline) {
         s.killed = true;
+        s.stop_rounds.end();  // the kill works on frozen processes; nothing more is owed
         int n = kill_members(s);
         host_->record_force(ForceKind::Sigkill, "service " + s.spec.name + ": grace", n);
         spdlog::warn("service {}: still {} process(es) at the end of its grace: sent SIGKILL to {}",
                      s.spec.name, members.size(), n);
         // Its dependencies need not wait for the kernel to finish the kill.
         stop_eligible();
+    }
+    if (!s.killed && s.stop_rounds.pending) {
+        // The last round was cut by its budget: members it had not reached yet get the stop
+        // signal now, not only the kill at the end of the grace.
+        int n = send_stop(s);
+        spdlog::debug("service {}: sent {} to {} more process(es)", s.spec.name,
+                      signal_name(s.spec.stop_signal), n);
     }
     // Processes born since the stop signal are not signalled again: they are the service's
     // cleanup helpers, and the kill at the end of the grace covers them.
@@ -626,6 +637,7 @@ void ServiceManager::end_ordered_stop(bool forced) {
         s.wake.reset();
         cancel_probe(s);
         if (forced && s.state == ServiceState::Stopping) s.killed = true;
+        s.stop_rounds.end();
         if (!forced) {
             // Every process of the tree is gone: so is every service's.
             if (s.state == ServiceState::Starting || s.state == ServiceState::Ready)
@@ -638,8 +650,10 @@ void ServiceManager::end_ordered_stop(bool forced) {
 }
 
 void ServiceManager::before_force() {
-    for (auto& s : services_)
+    for (auto& s : services_) {
         if (s.state == ServiceState::Stopping) s.killed = true;
+        s.stop_rounds.end();  // the tree's kill needs no hold
+    }
 }
 
 std::vector<ProcInfo> ServiceManager::members_of(Service& s) {

@@ -139,6 +139,9 @@ class FakeHost final : public UnitHost {
     int fail_spawns = 0;
     HostSettings host_settings;
     int tree_stop_signal = SIGTERM;
+    // How long each signal takes on the fake clock: a slow machine, a fork storm (a stop pass
+    // over many members then outlasts its budget).
+    std::chrono::milliseconds signal_cost{0};
 
     // -- UnitHost
     const Clock& clock() const override { return clock_; }
@@ -180,6 +183,7 @@ class FakeHost final : public UnitHost {
         auto it = procs_.find(info.pid);
         if (it == procs_.end() || !it->second.alive) return false;
         it->second.signals.emplace_back(sig, clock_.now());
+        move_to(clock_.now() + signal_cost);  // no timer fires inside a pass
         return true;
     }
     void signal_child_group(pid_t pgid, int sig) override {
@@ -267,6 +271,7 @@ class FakeHost final : public UnitHost {
     };
 
     void move_to(MonoTime t) {
+        if (t <= clock_.now()) return;  // a costly signal already took the clock past t
         auto d = t - clock_.now();
         clock_.advance(d);
         wall_ += std::chrono::duration_cast<WallTime::duration>(d);

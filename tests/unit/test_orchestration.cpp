@@ -32,6 +32,19 @@ const int kExit0 = W_EXITCODE(0, 0);
 const int kExit1 = W_EXITCODE(1, 0);
 const int kTermed = SIGTERM;  // a wait status: killed by SIGTERM
 
+// How many of `members` have had `sig`.
+long had(const FakeHost& host, const std::vector<pid_t>& members, int sig) {
+    return std::count_if(members.begin(), members.end(), [&](pid_t p) { return host.got(p, sig); });
+}
+
+// Each of `members` had SIGTERM exactly once, and none was killed.
+void check_stopped_once_each(const FakeHost& host, const std::vector<pid_t>& members) {
+    for (pid_t p : members) {
+        CHECK(host.count(p, SIGTERM) == 1);
+        CHECK_FALSE(host.got(p, SIGKILL));
+    }
+}
+
 std::vector<ServiceSpec> services(const std::string& toml) {
     auto r = parse_services_toml(toml, "test.toml");
     REQUIRE(r);
@@ -273,6 +286,28 @@ grace = "3s"
     CHECK(s.host.forces.empty());
 }
 
+TEST_CASE("a service's stop pass cut by its budget goes on until every member had the stop signal",
+          "[orchestration][services]") {
+    Services s(R"(
+[services.app]
+command = ["app"]
+grace = "30s"
+)",
+               60s);
+    pid_t app = s.pid("app");
+    std::vector<pid_t> members{app};
+    for (int i = 0; i < 40; ++i) members.push_back(s.host.fork_child(app));
+    // 10 ms per signal, two per member (the stop signal and SIGCONT): one 250 ms budget reaches
+    // a dozen of the 41.
+    s.host.signal_cost = 10ms;
+    s.begin_shutdown();
+    s.host.advance(0ms);
+    CHECK(had(s.host, members, SIGTERM) < 41);
+    s.host.advance(2s);  // the service's polls, every 20 ms, well within its grace
+    CHECK(had(s.host, members, SIGTERM) == 41);
+    check_stopped_once_each(s.host, members);
+}
+
 TEST_CASE("a main service's exit asks for the shutdown after the current event, with its code",
           "[orchestration][services]") {
     Services s(R"(
@@ -343,6 +378,13 @@ struct Jobs {
         auto minute = std::chrono::floor<std::chrono::minutes>(now) + 1min;
         host.set_wall(minute);
     }
+    // The next minute comes, and the `* * * * *` job `argv0` starts its one run: its leader.
+    pid_t start_run(const std::string& argv0) {
+        next_minute();
+        auto runs = host.spawned_argv0(argv0);
+        REQUIRE(runs.size() == 1);
+        return runs[0];
+    }
 
     TempDir dir;
     FakeHost host;
@@ -350,20 +392,20 @@ struct Jobs {
     std::unique_ptr<Ledger> reader;
 };
 
-}  // namespace
-
-TEST_CASE("a job that outlives its timeout gets SIGTERM, then SIGKILL 5 s later, and fails",
-          "[orchestration][jobs]") {
-    Jobs j(R"(
+// A job that runs every minute and times out after 30 s.
+constexpr const char* kBackupJob = R"(
 [jobs.backup]
 schedule = "* * * * *"
 command = ["backup"]
 timeout = "30s"
-)");
-    j.next_minute();
-    auto runs = j.host.spawned_argv0("backup");
-    REQUIRE(runs.size() == 1);
-    pid_t leader = runs[0];
+)";
+
+}  // namespace
+
+TEST_CASE("a job that outlives its timeout gets SIGTERM, then SIGKILL 5 s later, and fails",
+          "[orchestration][jobs]") {
+    Jobs j(kBackupJob);
+    pid_t leader = j.start_run("backup");
     pid_t daemon = j.host.fork_child(leader);  // a setsid grandchild, in the run's scope
     CHECK(j.run(1).state == RunState::Started);
     j.host.advance(29999ms);
@@ -381,6 +423,19 @@ timeout = "30s"
     auto r = j.run(1);
     CHECK(r.state == RunState::Failed);
     CHECK_THAT(r.reason, Catch::StartsWith("timeout: ran past its 30s timeout"));
+}
+
+TEST_CASE("a job run's stop pass cut by its budget goes on until every member had SIGTERM",
+          "[orchestration][jobs]") {
+    Jobs j(kBackupJob);
+    std::vector<pid_t> members{j.start_run("backup")};
+    for (int i = 0; i < 40; ++i) members.push_back(j.host.fork_child(members[0]));
+    j.host.signal_cost = 10ms;  // one 250 ms budget reaches a dozen of the 41
+    j.host.advance(30s);
+    CHECK(had(j.host, members, SIGTERM) < 41);
+    j.host.advance(2s);  // the kill comes 5 s after the timeout
+    CHECK(had(j.host, members, SIGTERM) == 41);
+    check_stopped_once_each(j.host, members);
 }
 
 TEST_CASE("a job due once draining has begun is recorded skipped, not started",

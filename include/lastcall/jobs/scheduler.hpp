@@ -75,6 +75,8 @@ class JobScheduler final : public SupervisorComponent {
         std::string stop_cause;  // why: "timeout", "lease lost", "taken over"
         std::unique_ptr<UnitScope> scope;         // every process of the run, verify included
         std::set<ProcKey> stopped;                // got the timeout's SIGTERM: never a second time
+        StopRounds stop_rounds;                   // the stop passes, when the budget cuts them
+        std::optional<MonoTime> next_round;       // when a cut round goes on (the timeout timer)
         Intervention first = Intervention::None;  // lastcall's first intervention
         // `interrupted` could not be written: it is tried again at the leader's exit, and the
         // run is never completed.
@@ -109,6 +111,7 @@ class JobScheduler final : public SupervisorComponent {
     void on_lease_timer();
     void renew_leases();
     void stop_scope(Run& run, Millis kill_after, const char* cause);
+    void stop_round(Run& run);
     Millis lease_kill_after() const;
     void take_away(Run& run, const std::string& why);
     void retry_unwritten();

@@ -91,6 +91,37 @@ std::function<bool()> stop_pass_budget(Now now, int rounds = 1) {
     return [now, end] { return now() >= end; };
 }
 
+// One unit's stop passes across turns of the loop. A round the budget cuts leaves members that
+// never had the stop signal: they must get it (not only the kill at grace end), so a cut round
+// is owed a next one, in a later turn (the loop's timers and the other units' stops come
+// first). Meanwhile the cut round's holds stay (the unit stays frozen: no cleanup helper is born
+// to be taken for a member), and each cut doubles the next round's budget (a walk longer than
+// one budget still finishes).
+struct StopRounds {
+    std::vector<FreezeHold> holds;  // carried from a cut round to the next
+    int budgets = 1;                // the next round's budget, in kStopPassBudget
+    bool pending = false;           // the last round was cut: another is owed
+
+    // The out_of_time of the next round, on the clock now() reads.
+    template <typename Now>
+    std::function<bool()> budget(Now now) const {
+        return stop_pass_budget(now, budgets);
+    }
+    // The passes need no more rounds (the kill went out, the unit is gone): thaw.
+    void end() {
+        holds.clear();
+        budgets = 1;
+        pending = false;
+    }
+};
+
+// A round of steps 1 and 2 for a unit whose stop may span turns: send_stop_signal with the
+// rounds' holds, then the rounds' record of whether another round is owed. io.out_of_time should
+// be rounds.budget(...).
+StopPassResult send_stop_round(const StopPassIo& io, int sig,
+                               const std::function<bool(const ProcInfo&)>& take,
+                               StopRounds& rounds);
+
 // A freeze callback's result for a single hold.
 inline std::vector<FreezeHold> one_hold(FreezeHold hold) {
     std::vector<FreezeHold> holds;
