@@ -176,7 +176,9 @@ class Supervisor final : private ShutdownActions {
     std::optional<Ticket> main_ticket_;
     std::vector<SupervisorComponent*> components_;
     std::unique_ptr<UnitHost> unit_host_;
-    UniqueFd reserved_fds_[4];
+    UniqueFd reserved_fds_[3];
+    UniqueFd last_pid_fd_;  // /proc/sys/kernel/ns_last_pid: the birth line, and a fourth reserve
+    std::optional<BirthLine> birth_line_;  // when the main child's stop signal went out
 
     pid_t main_pid_ = -1;
     UniqueFd main_pidfd_;

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/process/stop.hpp"
 
+#include <time.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -68,6 +71,23 @@ StopPassResult send_stop_round(const StopPassIo& io, int sig,
     rounds.budgets = result.cut ? std::min(rounds.budgets * 2, 64) : 1;
     rounds.pending = result.cut;
     return result;
+}
+
+std::optional<BirthLine> read_birth_line(int last_pid_fd) {
+    char buf[24];
+    ssize_t n = last_pid_fd >= 0 ? ::pread(last_pid_fd, buf, sizeof buf - 1, 0) : -1;
+    if (n <= 0) return std::nullopt;
+    BirthLine line;
+    if (std::from_chars(buf, buf + n, line.last_pid).ec != std::errc{}) return std::nullopt;
+    timespec now{};
+    if (::clock_gettime(CLOCK_BOOTTIME, &now) != 0) return std::nullopt;
+    // The kernel's nsec_to_clock_t: whole USER_HZ ticks, rounded down.
+    long hz = ::sysconf(_SC_CLK_TCK);
+    if (hz <= 0) return std::nullopt;
+    unsigned long long ns = static_cast<unsigned long long>(now.tv_sec) * 1'000'000'000ULL +
+                            static_cast<unsigned long long>(now.tv_nsec);
+    line.tick = ns / (1'000'000'000ULL / static_cast<unsigned long long>(hz));
+    return line;
 }
 
 std::chrono::milliseconds stop_pass_budget_length() {

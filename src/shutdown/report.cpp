@@ -16,18 +16,26 @@
 
 namespace lastcall {
 
-void ProcessBook::set_main(pid_t pid) {
+void ProcessBook::set_main(pid_t pid, const std::vector<std::string>& command) {
+    // Nothing is read from /proc here, on the start-up path: the command is known, and what the
+    // kernel shows of it right after the exec is the same (comm: the executed file's name, cut
+    // to 15 bytes). The start time, which tells this process from a later one with its pid, is
+    // filled in by the first observation of a live main child (observe(): a record without one
+    // takes it), the shutdown's stop signal; a main child that ended before needs none.
     main_pid_ = pid;
-    if (auto info = read_proc_stat(pid)) {
-        observe(*info);
-    } else {
-        ProcessRecord r;
-        r.pid = pid;
-        r.pgid = pid;
-        r.is_main = true;
-        live_[pid] = records_.size();
-        records_.push_back(r);
+    ProcessRecord r;
+    r.pid = pid;
+    r.pgid = pid;  // spawned in its own group (or session)
+    r.is_main = true;
+    if (!command.empty()) {
+        std::string_view exe = command.front();
+        if (auto slash = exe.rfind('/'); slash != std::string_view::npos)
+            exe.remove_prefix(slash + 1);
+        r.comm = std::string(exe.substr(0, 15));
     }
+    for (std::size_t i = 0; i < command.size(); ++i) r.cmdline += (i ? " " : "") + command[i];
+    live_[pid] = records_.size();
+    records_.push_back(std::move(r));
 }
 
 ProcessRecord& ProcessBook::observe(const ProcInfo& info) {

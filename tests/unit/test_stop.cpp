@@ -3,6 +3,8 @@
 // signal, how often, and what follows it. No process is started.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <map>
 #include <set>
 
+#include "lastcall/core/fd.hpp"
 #include "lastcall/process/stop.hpp"
 
 using namespace lastcall;
@@ -318,4 +321,43 @@ TEST_CASE("a group held with SIGSTOP gets its SIGCONT at the thaw, not during th
     CHECK(read_proc_stat(child)->state != 'T');
     ::kill(child, SIGKILL);
     ::waitpid(child, nullptr, 0);
+}
+
+TEST_CASE(
+    "a process dated after the stop's tick, or in its tick with a later pid, is born after "
+    "it") {
+    BirthLine line{1000, 500};
+    auto at = [](pid_t pid, unsigned long long start) {
+        ProcInfo p;
+        p.pid = pid;
+        p.start = start;
+        return p;
+    };
+    CHECK(line.born_after(at(7, 1001)));         // a later tick: after, whatever its pid (wrapped)
+    CHECK_FALSE(line.born_after(at(900, 999)));  // an earlier tick: before, whatever its pid
+    CHECK(line.born_after(at(501, 1000)));       // the same tick: the pid tells
+    CHECK_FALSE(line.born_after(at(500, 1000)));
+    CHECK_FALSE(line.born_after(at(12, 1000)));
+}
+
+TEST_CASE("the birth line read now dates a process forked after it as born after it") {
+    UniqueFd last_pid(::open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC));
+    REQUIRE(last_pid);
+    auto line = read_birth_line(last_pid.get());
+    REQUIRE(line);
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        ::pause();
+        ::_exit(0);
+    }
+    auto info = read_proc_stat(child);
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    REQUIRE(info);
+    CHECK(line->born_after(*info));
+    // And lastcall's own process, older than the line, is not.
+    auto self = read_proc_stat(::getpid());
+    REQUIRE(self);
+    CHECK_FALSE(line->born_after(*self));
 }

@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -90,6 +91,26 @@ std::function<bool()> stop_pass_budget(Now now, int rounds = 1) {
     auto end = now() + stop_pass_budget_length() * rounds;
     return [now, end] { return now() >= end; };
 }
+
+// The moment the stop began, as the kernel dates processes: a process born after it is a cleanup
+// helper of a process that is shutting down (its TERM trap forked it), not a member to stop.
+// /proc/PID/stat dates a process in clock ticks (10 ms); within the tick of the stop, pids tell
+// the order: the pid namespace hands them out in increasing order (ns_last_pid is the last one
+// given), so a process born after the stop has a larger one unless the pids wrapped around
+// pid_max within those 10 ms (then it is taken for a member: the old behaviour).
+struct BirthLine {
+    unsigned long long tick = 0;  // CLOCK_BOOTTIME at the stop, in /proc's clock ticks
+    pid_t last_pid = 0;           // ns_last_pid just before the stop signal went out
+    bool born_after(const ProcInfo& p) const {
+        if (p.start != tick) return p.start > tick;
+        return p.pid > last_pid;
+    }
+};
+
+// Reads the birth line now, before the first stop signal goes out. `last_pid_fd`: an open
+// /proc/sys/kernel/ns_last_pid (opened at start-up: its open is a path walk the stop should not
+// wait for). nullopt where it cannot be read: then nobody counts as born after.
+std::optional<BirthLine> read_birth_line(int last_pid_fd);
 
 // One unit's stop passes across turns of the loop. A round the budget cuts leaves members that
 // never had the stop signal: they must get it (not only the kill at grace end), so a cut round

@@ -42,7 +42,8 @@ struct ProcessRecord {
 
 class ProcessBook {
   public:
-    void set_main(pid_t pid);
+    // The main child, just spawned from `command`.
+    void set_main(pid_t pid, const std::vector<std::string>& command);
     // Records a member seen alive; returns its record (existing or new).
     ProcessRecord& observe(const ProcInfo& info);
     // Records a reap. `forcing`: SIGKILL had gone out, so a SIGKILL death is lastcall's doing.
