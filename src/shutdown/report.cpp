@@ -38,6 +38,11 @@ void ProcessBook::set_main(pid_t pid, const std::vector<std::string>& command) {
     records_.push_back(std::move(r));
 }
 
+ProcessRecord* ProcessBook::live_main() {
+    auto it = live_.find(main_pid_);
+    return it == live_.end() ? nullptr : &records_[it->second];
+}
+
 ProcessRecord& ProcessBook::observe(const ProcInfo& info) {
     auto it = live_.find(info.pid);
     if (it != live_.end()) {

@@ -326,7 +326,7 @@ TEST_CASE("a group held with SIGSTOP gets its SIGCONT at the thaw, not during th
 TEST_CASE(
     "a process dated after the stop's tick, or in its tick with a later pid, is born after "
     "it") {
-    BirthLine line{1000, 500};
+    BirthLine line{1000 * BirthLine::ns_per_clock_tick() + 1, 500};  // in tick 1000
     auto at = [](pid_t pid, unsigned long long start) {
         ProcInfo p;
         p.pid = pid;

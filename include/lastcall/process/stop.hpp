@@ -99,12 +99,15 @@ std::function<bool()> stop_pass_budget(Now now, int rounds = 1) {
 // given), so a process born after the stop has a larger one unless the pids wrapped around
 // pid_max within those 10 ms (then it is taken for a member: the old behaviour).
 struct BirthLine {
-    unsigned long long tick = 0;  // CLOCK_BOOTTIME at the stop, in /proc's clock ticks
-    pid_t last_pid = 0;           // ns_last_pid just before the stop signal went out
+    unsigned long long boottime_ns = 0;  // CLOCK_BOOTTIME just before the stop signal
+    pid_t last_pid = 0;                  // ns_last_pid then
     bool born_after(const ProcInfo& p) const {
+        // The kernel's nsec_to_clock_t: whole clock ticks, rounded down.
+        unsigned long long tick = boottime_ns / ns_per_clock_tick();
         if (p.start != tick) return p.start > tick;
         return p.pid > last_pid;
     }
+    static unsigned long long ns_per_clock_tick();
 };
 
 // Reads the birth line now, before the first stop signal goes out. `last_pid_fd`: an open

@@ -44,6 +44,8 @@ class ProcessBook {
   public:
     // The main child, just spawned from `command`.
     void set_main(pid_t pid, const std::vector<std::string>& command);
+    // The main child's record (set_main), unless it was reaped since.
+    ProcessRecord* live_main();
     // Records a member seen alive; returns its record (existing or new).
     ProcessRecord& observe(const ProcInfo& info);
     // Records a reap. `forcing`: SIGKILL had gone out, so a SIGKILL death is lastcall's doing.
