@@ -404,10 +404,10 @@ void Supervisor::stop_main_child_first(int sig) {
     if (!send_via_pidfd(main_pidfd_.get(), stop)) return;
     birth_line_ = line;
     if (needs_sigcont(stop)) send_via_pidfd(main_pidfd_.get(), SIGCONT);
-    // The child is often woken on this CPU (the kernel places a wakee near its waker), where it
+    // The child may be woken on this CPU (the kernel places a wakee near its waker), where it
     // waited for lastcall's bookkeeping below, 0.35-0.55 ms, before its handler could run (one
-    // run in four; sched traces). Its handler first: the rest of the tree gets its stop signal
-    // a slice later at most. Where the child runs elsewhere this returns at once.
+    // run in eight in sched traces). Its handler first: the rest of the tree gets its stop
+    // signal a slice later at most. Where the child runs elsewhere this returns at once.
     ::sched_yield();
     main_stopped_first_ = true;
     // Its record exists since the spawn: no /proc read here. The stop passes fill in its start
