@@ -401,9 +401,13 @@ void Supervisor::stop_main_child_first(int sig) {
     auto line = read_birth_line(last_pid_fd_.get());
     if (!line && effective_scope() != Scope::Child && tracker_->freezes()) return;
     int stop = opts_.stop_signal ? opts_.stop_signal : sig;
+    // SIGCONT first: its state is not read here (no /proc read before the signal), and a SIGCONT
+    // after the stop signal could land after the child's reaction to it and discard a stop
+    // that the reaction queued (send_stop_signal). Resumed first, a stopped child then gets
+    // the stop signal at once.
+    if (needs_sigcont(stop)) send_via_pidfd(main_pidfd_.get(), SIGCONT);
     if (!send_via_pidfd(main_pidfd_.get(), stop)) return;
     birth_line_ = line;
-    if (needs_sigcont(stop)) send_via_pidfd(main_pidfd_.get(), SIGCONT);
     // The child may be woken on this CPU (the kernel places a wakee near its waker), where it
     // waited for lastcall's bookkeeping below, 0.35-0.55 ms, before its handler could run (one
     // run in eight in sched traces). Its handler first: the rest of the tree gets its stop
@@ -666,8 +670,10 @@ void Supervisor::signal_tree(int sig) {
     stop_scope_ = scope;
     int n = main_stopped_first_ ? 1 : 0;
     if (scope == Scope::Child) {
+        // SIGCONT first, as in stop_main_child_first.
+        if (!main_stopped_first_ && main_pidfd_ && needs_sigcont(sig))
+            send_via_pidfd(main_pidfd_.get(), SIGCONT);
         if (!main_stopped_first_ && main_pidfd_ && send_via_pidfd(main_pidfd_.get(), sig)) {
-            if (needs_sigcont(sig)) send_via_pidfd(main_pidfd_.get(), SIGCONT);
             if (auto info = read_proc_stat(main_pid_)) book_.observe(*info).stop_signal = sig;
             n = 1;
         }

@@ -51,7 +51,12 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
             // held by a SIGSTOP hold gets its SIGCONT with the thaw, after the passes.
             bool held = std::any_of(holds.begin(), holds.end(),
                                     [&](const FreezeHold& h) { return h.holds(p); });
-            if (needs_sigcont(sig) && !held) io.send(p, SIGCONT);
+            // Only to a member that was stopped when the pass read it ('T'): stopped, it cannot
+            // have acted on the stop signal yet. A SIGCONT to one that runs could land after its
+            // reaction to the signal and discard a stop that reaction queued: the SIGSTOP of a
+            // PTRACE_ATTACH by a helper it started (LeakSanitizer's tracer at exit, a debugger),
+            // whose waitpid then never returned (CI, 2026-12-05).
+            if (needs_sigcont(sig) && !held && p.state == 'T') io.send(p, SIGCONT);
         }
         if (cut || partial) {
             result.cut = true;
