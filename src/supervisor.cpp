@@ -148,7 +148,7 @@ Status Supervisor::set_up() {
     // The fourth is ns_last_pid, read for the birth line just before the main child's stop
     // signal (stop_main_child_first): opened here, off the path of that signal.
     for (auto& fd : reserved_fds_) fd.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    last_pid_fd_.reset(::open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC));
+    last_pid_fd_ = open_ns_last_pid();
     // Without it (no /proc/sys), still a reserve: an empty read there draws no line.
     if (!last_pid_fd_) last_pid_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     emergency_instance_cgroup_ = tracker_->where();
@@ -384,6 +384,15 @@ void Supervisor::start_or_escalate(int sig, MonoTime arrival) {
     }
 }
 
+bool Supervisor::send_stop_to_main(int sig) {
+    // SIGCONT first: the main child's state is not read here (no /proc read before the signal),
+    // and a SIGCONT after the stop signal could land after the child's reaction to it and
+    // discard a stop that the reaction queued (send_stop_signal). Resumed first, a stopped
+    // child then gets the stop signal at once.
+    if (needs_sigcont(sig)) send_via_pidfd(main_pidfd_.get(), SIGCONT);
+    return send_via_pidfd(main_pidfd_.get(), sig);
+}
+
 void Supervisor::stop_main_child_first(int sig) {
     // When the shutdown will signal the tree at once (no drain delay, readiness file, pre-stop
     // hook or ordered stop of --config services before it), the main child gets the stop signal
@@ -401,12 +410,7 @@ void Supervisor::stop_main_child_first(int sig) {
     auto line = read_birth_line(last_pid_fd_.get());
     if (!line && effective_scope() != Scope::Child && tracker_->freezes()) return;
     int stop = opts_.stop_signal ? opts_.stop_signal : sig;
-    // SIGCONT first: its state is not read here (no /proc read before the signal), and a SIGCONT
-    // after the stop signal could land after the child's reaction to it and discard a stop
-    // that the reaction queued (send_stop_signal). Resumed first, a stopped child then gets
-    // the stop signal at once.
-    if (needs_sigcont(stop)) send_via_pidfd(main_pidfd_.get(), SIGCONT);
-    if (!send_via_pidfd(main_pidfd_.get(), stop)) return;
+    if (!send_stop_to_main(stop)) return;
     birth_line_ = line;
     // The child may be woken on this CPU (the kernel places a wakee near its waker), where it
     // waited for lastcall's bookkeeping below, 0.35-0.55 ms, before its handler could run (one
@@ -670,10 +674,7 @@ void Supervisor::signal_tree(int sig) {
     stop_scope_ = scope;
     int n = main_stopped_first_ ? 1 : 0;
     if (scope == Scope::Child) {
-        // SIGCONT first, as in stop_main_child_first.
-        if (!main_stopped_first_ && main_pidfd_ && needs_sigcont(sig))
-            send_via_pidfd(main_pidfd_.get(), SIGCONT);
-        if (!main_stopped_first_ && main_pidfd_ && send_via_pidfd(main_pidfd_.get(), sig)) {
+        if (!main_stopped_first_ && main_pidfd_ && send_stop_to_main(sig)) {
             if (auto info = read_proc_stat(main_pid_)) book_.observe(*info).stop_signal = sig;
             n = 1;
         }
@@ -683,10 +684,7 @@ void Supervisor::signal_tree(int sig) {
         // enumeration (a read of cgroup.procs, or of all of /proc for the /proc tracker).
         // The birth line, unless the main child's stop signal drew it already: from here on,
         // a new process is a helper of the stop.
-        if (!birth_line_) {
-            UniqueFd last_pid(::open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC));
-            birth_line_ = read_birth_line(last_pid.get());
-        }
+        if (!birth_line_) birth_line_ = read_birth_line(open_ns_last_pid().get());
         n += run_stop_passes();
     }
     spdlog::debug("sent {} to {} process(es) (kill scope {})", signal_name(sig), n,

@@ -128,6 +128,8 @@ class Supervisor final : private ShutdownActions {
     void on_timer();
     void on_pre_stop_output();
     void forward(int sig, Scope scope);
+    // The stop signal to the main child through its pidfd, SIGCONT before it; false if not sent.
+    bool send_stop_to_main(int sig);
     // The first termination signal's fast path to the main child (see supervisor.cpp).
     void stop_main_child_first(int sig);
     void suspend(int sig);

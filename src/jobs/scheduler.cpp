@@ -838,9 +838,13 @@ void JobScheduler::release_finished_runs() {
 
 void JobScheduler::arm_timeout_timer() {
     std::optional<MonoTime> next;
-    for (const auto& [id, run] : runs_)
-        for (const auto& at : {run.deadline, run.next_round})
+    auto now = host_->clock().now();
+    for (const auto& [id, run] : runs_) {
+        // A stop round cut by its budget goes on in the timer's next turn.
+        auto round = run.stop_rounds.pending ? std::optional<MonoTime>(now) : std::nullopt;
+        for (const auto& at : {run.deadline, round})
             if (at && (!next || *at < *next)) next = at;
+    }
     if (auto st = timeout_timer_->arm(next); !st)
         spdlog::error("job timeout timer: {}", st.error().message);
 }
@@ -848,7 +852,7 @@ void JobScheduler::arm_timeout_timer() {
 void JobScheduler::on_timeout_timer() {
     auto now = host_->clock().now();
     for (auto& [id, run] : runs_) {
-        if (run.next_round && *run.next_round <= now) stop_round(run);
+        if (run.stop_rounds.pending) stop_round(run);
         if (!run.deadline || *run.deadline > now) continue;
         if (run.phase == Phase::Lingering) continue;
         const JobSpec& spec = jobs_[run.job].spec;
@@ -862,7 +866,6 @@ void JobScheduler::on_timeout_timer() {
             spdlog::warn("job {}: run {} still running {} after it was stopped: SIGKILL", spec.name,
                          run.id, format_duration(run.kill_after));
             run.stop_rounds.end();  // the kill works on frozen processes; no round is owed
-            run.next_round.reset();
             int n = run.scope->kill([](const ProcInfo&) { return true; });
             host_->record_force(ForceKind::Sigkill, "job " + spec.name + ": " + run.stop_cause, n);
             run.deadline.reset();
@@ -892,6 +895,7 @@ void JobScheduler::stop_round(Run& run) {
                   [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); },
                   run.stop_rounds.budget([this] { return host_->clock().now(); }),
                   [&] { return one_hold(run.scope->freeze()); }};
+    bool more = run.stop_rounds.pending;
     int n = send_stop_round(
                 io, SIGTERM,
                 [&](const ProcInfo& p) {
@@ -901,12 +905,10 @@ void JobScheduler::stop_round(Run& run) {
                 },
                 run.stop_rounds)
                 .signalled;
-    if (run.next_round) {
+    if (more) {
         spdlog::debug("job {}: run {}: sent SIGTERM to {} more process(es)",
                       jobs_[run.job].spec.name, run.id, n);
     }
-    run.next_round.reset();
-    if (run.stop_rounds.pending) run.next_round = host_->clock().now();
 }
 
 // The ledger no longer holds this run as this replica's (another replica recorded it

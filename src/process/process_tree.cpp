@@ -588,7 +588,7 @@ std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& ou
         struct Next {
             pid_t pid;
             bool single;
-            std::size_t index;  // in out; npos for the root
+            std::size_t index;  // in out; kRoot: nobody to hand over (the root, a dead child)
         };
         constexpr std::size_t kRoot = static_cast<std::size_t>(-1);
         std::vector<Next> stack{{root, false, kRoot}};

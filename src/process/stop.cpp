@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/process/stop.hpp"
 
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -100,6 +101,10 @@ std::optional<BirthLine> read_birth_line(int last_pid_fd) {
     line.boottime_ns = static_cast<unsigned long long>(now.tv_sec) * 1'000'000'000ULL +
                        static_cast<unsigned long long>(now.tv_nsec);
     return line;
+}
+
+UniqueFd open_ns_last_pid() {
+    return UniqueFd(::open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC));
 }
 
 unsigned long long BirthLine::ns_per_clock_tick() {

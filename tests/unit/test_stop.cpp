@@ -347,7 +347,7 @@ TEST_CASE(
 }
 
 TEST_CASE("the birth line read now dates a process forked after it as born after it") {
-    UniqueFd last_pid(::open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC));
+    UniqueFd last_pid = open_ns_last_pid();
     REQUIRE(last_pid);
     auto line = read_birth_line(last_pid.get());
     REQUIRE(line);

@@ -73,10 +73,9 @@ class JobScheduler final : public SupervisorComponent {
         bool timed_out = false;  // the stop signal went out (timeout, lease lost, taken away)
         Millis kill_after{0};    // ... and the scope is killed this long after it
         std::string stop_cause;  // why: "timeout", "lease lost", "taken over"
-        std::unique_ptr<UnitScope> scope;         // every process of the run, verify included
-        std::set<ProcKey> stopped;                // got the timeout's SIGTERM: never a second time
-        StopRounds stop_rounds;                   // the stop passes, when the budget cuts them
-        std::optional<MonoTime> next_round;       // when a cut round goes on (the timeout timer)
+        std::unique_ptr<UnitScope> scope;  // every process of the run, verify included
+        std::set<ProcKey> stopped;         // got the timeout's SIGTERM: never a second time
+        StopRounds stop_rounds;  // the stop passes; pending: a cut round goes on at the next turn
         Intervention first = Intervention::None;  // lastcall's first intervention
         // `interrupted` could not be written: it is tried again at the leader's exit, and the
         // run is never completed.

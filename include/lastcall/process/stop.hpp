@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "lastcall/core/fd.hpp"
 #include "lastcall/process/process_tree.hpp"
 
 namespace lastcall {
@@ -114,6 +115,8 @@ struct BirthLine {
 // /proc/sys/kernel/ns_last_pid (opened at start-up: its open is a path walk the stop should not
 // wait for). nullopt where it cannot be read: then nobody counts as born after.
 std::optional<BirthLine> read_birth_line(int last_pid_fd);
+// /proc/sys/kernel/ns_last_pid, for read_birth_line (an empty fd where it cannot be opened).
+UniqueFd open_ns_last_pid();
 
 // One unit's stop passes across turns of the loop. A round the budget cuts leaves members that
 // never had the stop signal: they must get it (not only the kill at grace end), so a cut round
