@@ -393,19 +393,26 @@ bool Supervisor::send_stop_to_main(int sig) {
     return send_via_pidfd(main_pidfd_.get(), sig);
 }
 
+bool Supervisor::announced_outside() const {
+    for (auto* c : components_)
+        if (c->announces_shutdown()) return true;
+    return false;
+}
+
 void Supervisor::stop_main_child_first(int sig) {
-    // When the shutdown will signal the tree at once (no drain delay, readiness file, pre-stop
-    // hook or ordered stop of --config services before it), the main child gets the stop signal
-    // through the pidfd it already has, before any bookkeeping: the log lines, the state machine,
-    // the enumeration of the rest of the tree and its pidfds. signal_tree() then skips it: each
-    // process gets the stop signal once.
+    // When the shutdown will signal the tree at once (no drain delay, readiness file, STOPPING=1
+    // to systemd, pre-stop hook or ordered stop of --config services before it: intake closes
+    // first, and the outside must see it closed before the child can react), the main child
+    // gets the stop signal through the pidfd it already has, before any bookkeeping: the log
+    // lines, the state machine, the enumeration of the rest of the tree and its pidfds.
+    // signal_tree() then skips it: each process gets the stop signal once.
     // The main child's TERM handler may fork a cleanup helper before the passes over the rest
     // of the tree reach it (the freeze takes 0.1-1 ms to settle; a /proc walk as long): the
     // birth line, read just before the signal, tells the passes that it was born after the stop
     // began, and they leave it alone (take_stop). Without a birth line the main child is
     // signalled first only where nothing is frozen, as before the line existed.
     if (main_status_ || !main_pidfd_ || opts_.drain_delay.count() > 0 || !opts_.pre_stop.empty() ||
-        !opts_.ready_file.empty() || !opts_.config_path.empty())
+        !opts_.ready_file.empty() || !opts_.config_path.empty() || announced_outside())
         return;
     auto line = read_birth_line(last_pid_fd_.get());
     if (!line && effective_scope() != Scope::Child && tracker_->freezes()) return;

@@ -42,6 +42,10 @@ class SupervisorComponent {
     virtual void prepare_spawn(SpawnSpec& /*spec*/, bool /*main_child*/) {}
     virtual void child_started(pid_t /*pid*/) {}
     virtual void state_changed(State /*from*/, State /*to*/) {}
+    // True when the shutdown must be announced outside lastcall (systemd's STOPPING=1) before
+    // any process of the tree gets its stop signal: the main child is then not signalled ahead
+    // of the first state change (Supervisor::stop_main_child_first).
+    virtual bool announces_shutdown() const { return false; }
     // Just before SIGKILL goes to the tree: the last moment to record in-flight work as
     // interrupted, so that nothing that happens after the kill can pass for a success. Called
     // again each time SIGKILL is repeated while forcing: must be idempotent.
@@ -132,6 +136,7 @@ class Supervisor final : private ShutdownActions {
     bool send_stop_to_main(int sig);
     // The first termination signal's fast path to the main child (see supervisor.cpp).
     void stop_main_child_first(int sig);
+    bool announced_outside() const;
     void suspend(int sig);
     void check_tree_gone();
     // What waitid(WNOHANG | WNOWAIT) says of lastcall's children, reaping none: no child left

@@ -168,7 +168,7 @@ class Run:
             return self.proc.pid
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            children = _children_of(self.proc.pid)
+            children = children_of(self.proc.pid)
             if children:
                 return children[0]
             time.sleep(0.005)  # bounded wait for unshare's fork, which has no event to wait on
@@ -188,7 +188,22 @@ class Run:
             return f.read().decode(errors="replace")
 
 
-def _children_of(pid):
+SANITIZED = os.environ.get("LASTCALL_SANITIZED", "").lower() in ("1", "true", "on")
+
+
+def needs_strace(why):
+    """Skips a test that runs lastcall under strace (fault injection widens a race window):
+    strace must be installed and ptrace allowed, and LeakSanitizer does not work under ptrace."""
+    works = shutil.which("strace") and subprocess.run(
+        ["strace", "-o", "/dev/null", "true"], capture_output=True).returncode == 0
+    if not works:
+        return unittest.skip(f"needs a working strace (ptrace allowed) {why}")
+    if SANITIZED:
+        return unittest.skip("LeakSanitizer does not work under ptrace (strace)")
+    return lambda f: f
+
+
+def children_of(pid):
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():

@@ -15,7 +15,7 @@ import subprocess
 import time
 import unittest
 
-from lctest import LASTCALL, LastcallTestCase, Run, _children_of, helper, wait_exit
+from lctest import LASTCALL, LastcallTestCase, Run, children_of, helper, wait_exit
 
 REAL_TINI = "/usr/bin/tini"
 REAL_DUMB_INIT = "/usr/bin/dumb-init"
@@ -613,7 +613,7 @@ class TiniBehaviour(CompatTestCase):
                     ["sh", "-c", '"$@" & wait', "sh", s.executable] + s.argv[1:] +
                     ["-s", "-p", "SIGUSR1", "--", helper("sigprobe"), "child"], env=self.env)
                 self.ready("child")
-                init = _children_of(parent.pid)[0]
+                init = children_of(parent.pid)[0]
                 parent.kill()
                 parent.wait()
                 self.assertEqual(self.fifo.readline(), "child 10")

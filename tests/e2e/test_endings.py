@@ -12,7 +12,7 @@ import sqlite3
 import subprocess
 import time
 
-from lctest import LASTCALL, LastcallTestCase, kill_marked
+from lctest import LASTCALL, SANITIZED, LastcallTestCase, kill_marked
 
 
 # A background sleep, and the line is written once it runs `sleep`: between dash's fork and the
@@ -451,7 +451,7 @@ class EmergencyTest(EndingsTestCase):
         drain's first allocations over a tree of 300 processes fail with std::bad_alloc. The
         emergency teardown kills and reaps everything and writes a minimal report."""
         import resource
-        if os.environ.get("LASTCALL_SANITIZED", "").lower() in ("1", "true", "on"):
+        if SANITIZED:
             self.skipTest("the sanitizers' allocator dies on an address-space limit instead "
                           "of throwing std::bad_alloc")
         child = "for i in $(seq 300); do sleep 100 & done; echo ready > $EVENTS; wait"

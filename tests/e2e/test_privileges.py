@@ -19,7 +19,7 @@ import tempfile
 import time
 import unittest
 
-from lctest import LASTCALL, LastcallTestCase, helper, marked_pids
+from lctest import LASTCALL, LastcallTestCase, helper, marked_pids, needs_strace
 
 FAULTKIT = helper("faultkit")
 IS_ROOT = os.geteuid() == 0
@@ -541,11 +541,7 @@ class NotifyProxyForUser(HostileTestCase):
         self.stop(run)
         self.assertIn("READY=1", seen, run.output())
 
-    @unittest.skipUnless(shutil.which("strace") and subprocess.run(
-        ["strace", "-o", "/dev/null", "true"], capture_output=True).returncode == 0,
-        "needs a working strace (ptrace allowed) to widen the race window")
-    @unittest.skipIf(os.environ.get("LASTCALL_SANITIZED", "").lower() in ("1", "true", "on"),
-                     "LeakSanitizer does not work under ptrace (strace)")
+    @needs_strace("to widen the race window")
     def test_the_proxy_socket_is_never_chowned_through_a_path(self):
         # The runtime directory is the app's (RUNTIME_DIRECTORY it can write). Each chown(2)
         # lastcall makes is delayed by 2 s (strace's fault injection), so the attacker, once it

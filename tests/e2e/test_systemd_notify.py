@@ -168,6 +168,29 @@ class SystemdNotifyTest(lctest.LastcallTestCase):
                         self.systemd.messages)
         self.assertEqual(run.wait(), 0, run.output())
 
+    @lctest.needs_strace("to delay lastcall after its signal")
+    def test_stopping_reaches_systemd_before_the_child_gets_its_signal_however_slow_lastcall_is(self):
+        # Each signal lastcall sends returns 0.5 s late (strace's fault injection): the child's
+        # TERM trap runs long before lastcall's next step. STOPPING=1 must already be queued:
+        # sent before the signal, not just soon after it (a CI stall once showed the difference).
+        script = ('trap \'echo term > "$EVENTS"; exit 0\' TERM\n'
+                  'echo up > "$EVENTS"\n'
+                  'while :; do sleep 1; done\n')
+        run = self.start(["--", "sh", "-c", script],
+                         prefix=["strace", "-o", "/dev/null", "-e", "trace=pidfd_send_signal,kill",
+                                 "-e", "inject=pidfd_send_signal,kill:delay_exit=500000"])
+        self.fifo.expect("up")
+        self.assertIn("READY=1", self.systemd.next())
+        # lastcall is strace's child (strace traces it alone: no -f); the stop goes to it.
+        pids = lctest.children_of(run.proc.pid)
+        self.assertEqual(len(pids), 1, pids)
+        os.kill(pids[0], signal.SIGTERM)
+        self.fifo.expect("term")
+        self.systemd.drain()
+        self.assertTrue(any(has(m, "STOPPING=1") for m in self.systemd.messages),
+                        self.systemd.messages)
+        self.assertEqual(run.wait(), 0, run.output())
+
     def test_watchdog_meant_for_another_pid_sends_no_pings(self):
         # The main child ignores TERM, so it stays alive through the whole 1s drain.
         script = 'trap "" TERM; echo up > "$EVENTS"; exec sleep 60'

@@ -93,6 +93,7 @@ class Notifier final : public SupervisorComponent {
     void prepare_spawn(SpawnSpec& spec, bool main_child) override;
     void child_started(pid_t pid) override;
     void state_changed(State from, State to) override;
+    bool announces_shutdown() const override { return channel_ != nullptr; }
     void reaped(const Reaped& r) override;
     void finished(int exit_code) override;
 
