@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/cli/cli.hpp"
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
-#include <iostream>
 #include <set>
 #include <tuple>
 
@@ -203,7 +201,7 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
     try {
         app.parse(reversed);
     } catch (const CLI::CallForHelp&) {
-        std::cout << app.help();
+        std::fputs(app.help().c_str(), stdout);
         return {std::nullopt, 0};
     } catch (const CLI::ParseError& e) {
         return {std::nullopt, usage_error(one_line(e.what()))};

@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `runs` and `jobs` subcommands. CLI11 parses them here, as cli.cpp does for the main line.
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <iostream>
 
 #include "lastcall/cli/cli11_app.hpp"
 #include "lastcall/cli/jobs_cli.hpp"

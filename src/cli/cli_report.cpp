@@ -10,8 +10,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
-#include <iostream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -486,8 +484,14 @@ int run_report(const std::vector<std::string>& args) {
                          "in; see lastcall report --help)\n");
             return 2;
         }
-        text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
         path = "standard input";
+        auto in = read_all(STDIN_FILENO, path);
+        if (!in) {
+            std::fprintf(stderr, "lastcall report: %s: %s\n", path.c_str(),
+                         std::strerror(in.error().code));
+            return 1;
+        }
+        text = std::move(*in);
     } else {
         auto file = read_file(path);
         if (!file) {

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
-#include <iostream>
 
 #include "lastcall/cli/cli11_app.hpp"
 #include "lastcall/core/duration.hpp"

@@ -3,10 +3,28 @@
 // options. Only the cli/ sources include it (CLI11 stays out of the rest of the program).
 #pragma once
 
+// <iostream> without its static initializer, before CLI11 includes it. In GCC 12's libstdc++ each
+// file that includes <iostream> holds a static std::ios_base::Init, and one in any file of the
+// program constructs the eight standard streams and the classic locale before main: 0.35 ms and
+// 14 page faults of a static C++ program's start-up, a third of what lastcall's start-up cost
+// over catatonit's (bench/results/2026-12-05.md). lastcall writes with stdio and never uses the
+// standard streams; CLI11 uses std::cout only to warn about retired or deprecated options, and
+// in App::exit, which lastcall does not declare or call. The guard is libstdc++'s own; the test
+// "no ios_base::Init" (tests/CMakeLists.txt) fails if any file brings the initializer back.
+#include <istream>
+#include <ostream>
+#if defined(__GLIBCXX__) && !defined(_GLIBCXX_IOSTREAM)
+#define _GLIBCXX_IOSTREAM 1
+namespace std {
+extern istream cin;
+extern ostream cout;
+extern ostream cerr;
+extern ostream clog;
+}  // namespace std
+#endif
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
-#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,7 +88,7 @@ inline std::optional<int> parse_subcommand(CLI::App& app, const std::vector<std:
     try {
         app.parse(rest);
     } catch (const CLI::CallForHelp&) {
-        std::cout << app.help();
+        std::fputs(app.help().c_str(), stdout);
         return 0;
     } catch (const CLI::ParseError& e) {
         std::fprintf(stderr, "lastcall %s: %s (see lastcall %s --help)\n", name,

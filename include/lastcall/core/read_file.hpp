@@ -20,4 +20,8 @@ inline constexpr std::size_t kReadFileLimit = std::size_t{16} << 20;
 // `code` ("cannot read PATH: ...").
 Result<std::string> read_file(const std::string& path, std::size_t limit = kReadFileLimit);
 
+// The rest of an open fd (standard input, a pipe) up to end of file, with read_file's limit;
+// `what` names it in the error ("cannot read WHAT: ...").
+Result<std::string> read_all(int fd, const std::string& what, std::size_t limit = kReadFileLimit);
+
 }  // namespace lastcall
