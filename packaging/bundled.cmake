@@ -6,10 +6,11 @@
 #   shared libraries only, and used header-only they were compiled again into every file that logs;
 # - toml++ is header-only unless TOML_HEADER_ONLY=0, which is what its pkg-config file adds, so
 #   only its include directory is taken;
-# - SQLite comes from libsqlite3.a (libsqlite3-dev): Debian's libsqlite3.so is linked with
-#   BIND_NOW, so loading it cost ~1,600 symbol lookups on every start, whether or not a job ledger
-#   is ever opened. The archive references dlopen (the linker warns in static links) for loadable
-#   extensions only, which lastcall never enables.
+# - SQLite: the static binary links libsqlite3.a (libsqlite3-dev; it references dlopen, and the
+#   linker warns, for loadable extensions only, which lastcall never enables). The default binary
+#   loads libsqlite3.so.0 with dlopen when a ledger first opens (jobs/sqlite_api.hpp): linked,
+#   Debian's libsqlite3.so (BIND_NOW) cost ~1,600 symbol lookups on every start, and the archive
+#   linked in brought libm (SQLite's math functions), 0.3 MiB resident, on every start too.
 find_package(fmt REQUIRED)
 find_package(Threads REQUIRED)
 
@@ -31,5 +32,4 @@ target_link_libraries(lastcall_bundled_sqlite3 INTERFACE ${LASTCALL_SQLITE3_ARCH
                       Threads::Threads ${CMAKE_DL_LIBS})
 
 list(TRANSFORM LASTCALL_DEPS REPLACE "^spdlog::spdlog$" lastcall_bundled_spdlog)
-list(TRANSFORM LASTCALL_DEPS REPLACE "^SQLite::SQLite3$" lastcall_bundled_sqlite3)
 list(TRANSFORM LASTCALL_DEPS REPLACE "^PkgConfig::TOMLPP$" lastcall_bundled_tomlpp)

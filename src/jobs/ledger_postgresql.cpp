@@ -11,7 +11,6 @@
 // timeouts set in open() bound each way a call can stall while the database is unreachable. Times
 // of a lease are the database's clock (clock_timestamp()), so replicas with skewed clocks agree on
 // when a lease expired; the times of a record (created, started, ended) are the replica's own.
-#include <dlfcn.h>
 #include <libpq-fe.h>
 #include <unistd.h>
 
@@ -20,9 +19,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <mutex>
 
 #include "lastcall/core/linkage.hpp"
+#include "lastcall/core/shared_library.hpp"
 #include "lastcall/jobs/ledger.hpp"
 
 namespace lastcall {
@@ -53,47 +52,34 @@ struct LibPq {
     decltype(&::PQsetNoticeProcessor) set_notice_processor = nullptr;
 };
 
-template <typename F>
-bool resolve(void* handle, const char* name, F& out) {
-    out = reinterpret_cast<F>(::dlsym(handle, name));
-    return out != nullptr;
-}
-
-// Loaded at most once per process and never unloaded (libpq registers atexit handlers of its
-// own through libssl).
 Result<const LibPq*> load_libpq() {
     if (!can_load_shared_libraries())
         return Error{
             "a postgresql:// ledger needs libpq, which the static build cannot load (use the "
             ".deb's binary)"};
     static LibPq lib;
-    static std::string failure;
-    static std::once_flag once;
-    std::call_once(once, [] {
-        void* h = ::dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
-        if (!h) {
-            failure =
-                std::string("a postgresql:// ledger needs libpq5 (apt-get install libpq5): ") +
-                ::dlerror();
-            return;
-        }
-        bool ok = resolve(h, "PQconnectdbParams", lib.connectdb_params) &&
-                  resolve(h, "PQconninfoParse", lib.conninfo_parse) &&
-                  resolve(h, "PQconninfoFree", lib.conninfo_free) &&
-                  resolve(h, "PQstatus", lib.status) &&
-                  resolve(h, "PQerrorMessage", lib.error_message) &&
-                  resolve(h, "PQfinish", lib.finish) && resolve(h, "PQreset", lib.reset) &&
-                  resolve(h, "PQexec", lib.exec) && resolve(h, "PQexecParams", lib.exec_params) &&
-                  resolve(h, "PQresultStatus", lib.result_status) &&
-                  resolve(h, "PQresultErrorMessage", lib.result_error) &&
-                  resolve(h, "PQresultErrorField", lib.result_error_field) &&
-                  resolve(h, "PQntuples", lib.ntuples) && resolve(h, "PQgetvalue", lib.getvalue) &&
-                  resolve(h, "PQgetisnull", lib.getisnull) &&
-                  resolve(h, "PQcmdTuples", lib.cmd_tuples) && resolve(h, "PQclear", lib.clear) &&
-                  resolve(h, "PQsetNoticeProcessor", lib.set_notice_processor);
-        if (!ok) failure = std::string(kLibrary) + ": " + ::dlerror();
+    static SharedLibraryOnce library(
+        kLibrary, "a postgresql:// ledger needs libpq5 (apt-get install libpq5)");
+    auto st = library.load([](void* h) {
+        return resolve_symbol(h, "PQconnectdbParams", lib.connectdb_params) &&
+               resolve_symbol(h, "PQconninfoParse", lib.conninfo_parse) &&
+               resolve_symbol(h, "PQconninfoFree", lib.conninfo_free) &&
+               resolve_symbol(h, "PQstatus", lib.status) &&
+               resolve_symbol(h, "PQerrorMessage", lib.error_message) &&
+               resolve_symbol(h, "PQfinish", lib.finish) &&
+               resolve_symbol(h, "PQreset", lib.reset) && resolve_symbol(h, "PQexec", lib.exec) &&
+               resolve_symbol(h, "PQexecParams", lib.exec_params) &&
+               resolve_symbol(h, "PQresultStatus", lib.result_status) &&
+               resolve_symbol(h, "PQresultErrorMessage", lib.result_error) &&
+               resolve_symbol(h, "PQresultErrorField", lib.result_error_field) &&
+               resolve_symbol(h, "PQntuples", lib.ntuples) &&
+               resolve_symbol(h, "PQgetvalue", lib.getvalue) &&
+               resolve_symbol(h, "PQgetisnull", lib.getisnull) &&
+               resolve_symbol(h, "PQcmdTuples", lib.cmd_tuples) &&
+               resolve_symbol(h, "PQclear", lib.clear) &&
+               resolve_symbol(h, "PQsetNoticeProcessor", lib.set_notice_processor);
     });
-    if (!failure.empty()) return Error{failure};
+    if (!st) return st.error();
     return &lib;
 }
 

@@ -15,10 +15,15 @@
 
 #include "lastcall/core/fd.hpp"
 #include "lastcall/core/safe_path.hpp"
+#include "lastcall/jobs/sqlite_api.hpp"
 
 namespace lastcall {
 
 namespace {
+
+// SQLite's functions (jobs/sqlite_api.hpp): set by SqliteLedger::open() before the first
+// database handle exists, so every later use finds it set.
+const SqliteApi* sq = nullptr;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS runs (
@@ -97,28 +102,28 @@ constexpr const char* kColumns =
 class Stmt {
   public:
     Stmt(sqlite3* db, const std::string& sql) : db_(db) {
-        rc_ = sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr);
+        rc_ = sq->prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr);
     }
     Stmt(const Stmt&) = delete;
     Stmt& operator=(const Stmt&) = delete;
-    ~Stmt() { sqlite3_finalize(stmt_); }
+    ~Stmt() { sq->finalize(stmt_); }
     bool ok() const { return rc_ == SQLITE_OK; }
     sqlite3_stmt* get() const { return stmt_; }
-    void bind(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+    void bind(int i, std::int64_t v) { sq->bind_int64(stmt_, i, v); }
     void bind(int i, std::string_view s) {
-        sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+        sq->bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
     }
     void bind(int i, std::optional<std::int64_t> v) {
         if (v)
             bind(i, *v);
         else
-            sqlite3_bind_null(stmt_, i);
+            sq->bind_null(stmt_, i);
     }
     void bind(int i, std::optional<int> v) {
         bind(i, v ? std::optional<std::int64_t>(*v) : std::nullopt);
     }
     // SQLITE_ROW, SQLITE_DONE or an error code.
-    int step() { return sqlite3_step(stmt_); }
+    int step() { return sq->step(stmt_); }
 
   private:
     sqlite3* db_;
@@ -127,23 +132,23 @@ class Stmt {
 };
 
 std::optional<std::int64_t> opt_int(sqlite3_stmt* s, int col) {
-    if (sqlite3_column_type(s, col) == SQLITE_NULL) return std::nullopt;
-    return sqlite3_column_int64(s, col);
+    if (sq->column_type(s, col) == SQLITE_NULL) return std::nullopt;
+    return sq->column_int64(s, col);
 }
 
 std::string text(sqlite3_stmt* s, int col) {
-    const unsigned char* t = sqlite3_column_text(s, col);
+    const unsigned char* t = sq->column_text(s, col);
     return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
 }
 
 RunRecord read_row(sqlite3_stmt* s) {
     RunRecord r;
-    r.id = sqlite3_column_int64(s, 0);
+    r.id = sq->column_int64(s, 0);
     r.job = text(s, 1);
-    r.scheduled_at = sqlite3_column_int64(s, 2);
+    r.scheduled_at = sq->column_int64(s, 2);
     r.state = parse_run_state(text(s, 3)).value_or(RunState::Failed);
     r.pid = opt_int(s, 4);
-    r.created_ms = sqlite3_column_int64(s, 5);
+    r.created_ms = sq->column_int64(s, 5);
     r.started_ms = opt_int(s, 6);
     r.ended_ms = opt_int(s, 7);
     if (auto v = opt_int(s, 8)) r.exit_code = static_cast<int>(*v);
@@ -161,7 +166,7 @@ RunRecord read_row(sqlite3_stmt* s) {
 namespace {
 
 struct SqliteClose {
-    void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+    void operator()(sqlite3* db) const { sq->close_v2(db); }
 };
 using SqliteHandle = std::unique_ptr<sqlite3, SqliteClose>;
 
@@ -246,19 +251,21 @@ Result<std::unique_ptr<Ledger>> SqliteLedger::open(const std::string& state_dir,
     } else if (::access(path.c_str(), F_OK) != 0) {
         return sys_error("no run ledger at " + path, errno);
     }
+    auto api = sqlite_api();
+    if (!api) return api.error();
+    sq = *api;
     sqlite3* raw = nullptr;
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW |
                 (exclusive ? SQLITE_OPEN_CREATE : 0);
-    int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+    int rc = sq->open_v2(path.c_str(), &raw, flags, nullptr);
     SqliteHandle db(raw);
     if (rc != SQLITE_OK)
-        return Error{"sqlite open " + path + ": " +
-                     (raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc))};
+        return Error{"sqlite open " + path + ": " + (raw ? sq->errmsg(raw) : sq->errstr(rc))};
     std::unique_ptr<SqliteLedger> owned(
         new SqliteLedger(std::move(db), std::move(path), std::move(lock)));
     SqliteLedger& ledger = *owned;
-    sqlite3_busy_timeout(ledger.db_.get(), 5000);
-    sqlite3_extended_result_codes(ledger.db_.get(), 1);
+    sq->busy_timeout(ledger.db_.get(), 5000);
+    sq->extended_result_codes(ledger.db_.get(), 1);
     // WAL: readers (`lastcall runs`) never block the supervisor's writes. FULL: a commit that
     // returned survives a power cut, which is what a state change promises.
     {
@@ -302,14 +309,14 @@ Status SqliteLedger::migrate() {
 }
 
 Error SqliteLedger::sql_error(std::string_view what) const {
-    return Error{"sqlite " + path_ + ": " + std::string(what) + ": " + sqlite3_errmsg(db_.get())};
+    return Error{"sqlite " + path_ + ": " + std::string(what) + ": " + sq->errmsg(db_.get())};
 }
 
 Status SqliteLedger::exec(const char* sql) {
     char* msg = nullptr;
-    if (sqlite3_exec(db_.get(), sql, nullptr, nullptr, &msg) != SQLITE_OK) {
-        std::string text = msg ? msg : sqlite3_errmsg(db_.get());
-        sqlite3_free(msg);
+    if (sq->exec(db_.get(), sql, nullptr, nullptr, &msg) != SQLITE_OK) {
+        std::string text = msg ? msg : sq->errmsg(db_.get());
+        sq->free(msg);
         return Error{"sqlite " + path_ + ": " + text};
     }
     return Ok{};
@@ -333,7 +340,7 @@ Result<std::int64_t> SqliteLedger::add(std::string_view job, std::int64_t schedu
     s.bind(8, std::string_view(identity_.replica));
     s.bind(9, std::string_view(identity_.owner));
     if (s.step() != SQLITE_DONE) return sql_error("insert run of job " + std::string(job));
-    return static_cast<std::int64_t>(sqlite3_last_insert_rowid(db_.get()));
+    return static_cast<std::int64_t>(sq->last_insert_rowid(db_.get()));
 }
 
 Result<Claim> SqliteLedger::claim(const ClaimRequest& request) {
@@ -386,7 +393,7 @@ Result<Claim> SqliteLedger::claim_locked(const ClaimRequest& request) {
         a.bind(1, std::string_view(request.job));
         a.bind(2, now);
         int rc;
-        while ((rc = a.step()) == SQLITE_ROW) active.push_back(sqlite3_column_int64(a.get(), 0));
+        while ((rc = a.step()) == SQLITE_ROW) active.push_back(sq->column_int64(a.get(), 0));
         if (rc != SQLITE_DONE) return sql_error("active runs of job " + request.job);
     }
     if (!active.empty() && request.concurrency == Concurrency::Forbid) {
@@ -417,7 +424,7 @@ Result<Claim> SqliteLedger::claim_locked(const ClaimRequest& request) {
     if (rc == SQLITE_CONSTRAINT_UNIQUE) return out;  // the key says another claim won: Lost
     if (rc != SQLITE_DONE) return sql_error("claim run of job " + request.job);
     out.outcome = Claim::Outcome::Started;
-    out.id = sqlite3_last_insert_rowid(db_.get());
+    out.id = sq->last_insert_rowid(db_.get());
     if (request.concurrency == Concurrency::Replace) {
         for (std::int64_t old : active) {
             auto done =
@@ -444,7 +451,7 @@ Result<bool> SqliteLedger::mark_retried(const std::vector<std::int64_t>& interru
         s.bind(1, old);
         if (s.step() != SQLITE_DONE)
             return sql_error("mark run " + std::to_string(old) + " retried");
-        if (sqlite3_changes(db_.get()) != 1) return false;
+        if (sq->changes(db_.get()) != 1) return false;
     }
     return true;
 }
@@ -462,7 +469,7 @@ Result<std::vector<std::int64_t>> SqliteLedger::renew(const std::vector<std::int
         s.bind(3, identity_.lease_ms);
         s.bind(4, now + identity_.lease_ms);
         if (s.step() != SQLITE_DONE) return sql_error("renew lease of run " + std::to_string(id));
-        if (sqlite3_changes(db_.get()) == 1) held.push_back(id);
+        if (sq->changes(db_.get()) == 1) held.push_back(id);
     }
     return held;
 }
@@ -510,14 +517,14 @@ Result<bool> SqliteLedger::transition(std::int64_t id, RunState to, const std::s
     if (auto st = bind(s.get(), 3); !st) return st.error();
     if (s.step() != SQLITE_DONE)
         return sql_error("update run " + std::to_string(id) + " to " + std::string(to_string(to)));
-    return sqlite3_changes(db_.get()) == 1;
+    return sq->changes(db_.get()) == 1;
 }
 
 Result<bool> SqliteLedger::start(std::int64_t id, std::int64_t pid) {
     return transition(id, RunState::Started, ", pid = ?3, started_ms = ?4",
                       [&](sqlite3_stmt* s, int) {
-                          sqlite3_bind_int64(s, 3, pid);
-                          sqlite3_bind_int64(s, 4, unix_ms_now());
+                          sq->bind_int64(s, 3, pid);
+                          sq->bind_int64(s, 4, unix_ms_now());
                           return Status(Ok{});
                       });
 }
@@ -536,17 +543,17 @@ Result<bool> SqliteLedger::finish(std::int64_t id, RunState to, RunOutcome outco
     if (!is_terminal(to)) return Error{"finish run " + std::to_string(id) + ": not terminal"};
     return transition(id, to, ", ended_ms = ?3, exit_code = ?4, signal = ?5, reason = ?6",
                       [&](sqlite3_stmt* s, int) {
-                          sqlite3_bind_int64(s, 3, unix_ms_now());
+                          sq->bind_int64(s, 3, unix_ms_now());
                           if (outcome.exit_code)
-                              sqlite3_bind_int(s, 4, *outcome.exit_code);
+                              sq->bind_int(s, 4, *outcome.exit_code);
                           else
-                              sqlite3_bind_null(s, 4);
+                              sq->bind_null(s, 4);
                           if (outcome.signal)
-                              sqlite3_bind_int(s, 5, *outcome.signal);
+                              sq->bind_int(s, 5, *outcome.signal);
                           else
-                              sqlite3_bind_null(s, 5);
-                          sqlite3_bind_text(s, 6, reason.data(), static_cast<int>(reason.size()),
-                                            SQLITE_TRANSIENT);
+                              sq->bind_null(s, 5);
+                          sq->bind_text(s, 6, reason.data(), static_cast<int>(reason.size()),
+                                        SQLITE_TRANSIENT);
                           return Status(Ok{});
                       });
 }
@@ -582,7 +589,7 @@ Result<std::optional<std::int64_t>> SqliteLedger::watermark(std::string_view job
     if (!s.ok()) return sql_error("prepare watermark");
     s.bind(1, job);
     int rc = s.step();
-    if (rc == SQLITE_ROW) return std::optional<std::int64_t>(sqlite3_column_int64(s.get(), 0));
+    if (rc == SQLITE_ROW) return std::optional<std::int64_t>(sq->column_int64(s.get(), 0));
     if (rc == SQLITE_DONE) return std::optional<std::int64_t>();
     return sql_error("read watermark of " + std::string(job));
 }
@@ -611,8 +618,8 @@ Result<std::vector<Ledger::JobCount>> SqliteLedger::count_runs() {
     std::vector<Ledger::JobCount> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW)
-        out.push_back({text(s.get(), 0), text(s.get(), 1), sqlite3_column_int64(s.get(), 2),
-                       sqlite3_column_int64(s.get(), 3)});
+        out.push_back({text(s.get(), 0), text(s.get(), 1), sq->column_int64(s.get(), 2),
+                       sq->column_int64(s.get(), 3)});
     if (rc != SQLITE_DONE) return sql_error("count runs");
     return out;
 }
@@ -706,7 +713,7 @@ Result<bool> SqliteLedger::release(std::int64_t id) {
     if (!s.ok()) return sql_error("prepare release");
     s.bind(1, id);
     if (s.step() != SQLITE_DONE) return sql_error("release run " + std::to_string(id));
-    return sqlite3_changes(db_.get()) == 1;
+    return sq->changes(db_.get()) == 1;
 }
 
 }  // namespace lastcall

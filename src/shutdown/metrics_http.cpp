@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "lastcall/core/linkage.hpp"
+#include "lastcall/core/shared_library.hpp"
 #include "lastcall/shutdown/metrics.hpp"
 
 namespace lastcall {
@@ -40,12 +41,6 @@ namespace {
 
 constexpr const char* kLibrary = "libmicrohttpd.so.12";
 
-template <typename F>
-bool resolve(void* handle, const char* name, F& out) {
-    out = reinterpret_cast<F>(::dlsym(handle, name));
-    return out != nullptr;
-}
-
 Result<std::shared_ptr<const MetricsServer::Library>> load_library() {
     if (!can_load_shared_libraries())
         return Error{
@@ -57,15 +52,16 @@ Result<std::shared_ptr<const MetricsServer::Library>> load_library() {
         return Error{std::string("--metrics-listen needs libmicrohttpd12 (apt-get install "
                                  "libmicrohttpd12): ") +
                      ::dlerror()};
-    bool ok = resolve(lib->handle, "MHD_start_daemon", lib->start_daemon) &&
-              resolve(lib->handle, "MHD_stop_daemon", lib->stop_daemon) &&
-              resolve(lib->handle, "MHD_run", lib->run) &&
-              resolve(lib->handle, "MHD_get_timeout", lib->get_timeout) &&
-              resolve(lib->handle, "MHD_get_daemon_info", lib->get_daemon_info) &&
-              resolve(lib->handle, "MHD_create_response_from_buffer", lib->create_response) &&
-              resolve(lib->handle, "MHD_add_response_header", lib->add_header) &&
-              resolve(lib->handle, "MHD_queue_response", lib->queue_response) &&
-              resolve(lib->handle, "MHD_destroy_response", lib->destroy_response);
+    bool ok =
+        resolve_symbol(lib->handle, "MHD_start_daemon", lib->start_daemon) &&
+        resolve_symbol(lib->handle, "MHD_stop_daemon", lib->stop_daemon) &&
+        resolve_symbol(lib->handle, "MHD_run", lib->run) &&
+        resolve_symbol(lib->handle, "MHD_get_timeout", lib->get_timeout) &&
+        resolve_symbol(lib->handle, "MHD_get_daemon_info", lib->get_daemon_info) &&
+        resolve_symbol(lib->handle, "MHD_create_response_from_buffer", lib->create_response) &&
+        resolve_symbol(lib->handle, "MHD_add_response_header", lib->add_header) &&
+        resolve_symbol(lib->handle, "MHD_queue_response", lib->queue_response) &&
+        resolve_symbol(lib->handle, "MHD_destroy_response", lib->destroy_response);
     if (!ok) return Error{std::string(kLibrary) + ": " + ::dlerror()};
     return std::shared_ptr<const MetricsServer::Library>(std::move(lib));
 }

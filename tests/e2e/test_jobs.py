@@ -106,6 +106,39 @@ class StateDirectoryTest(JobsTestCase):
         self.assertNotEqual(ledgers[0], ledgers[1])
 
 
+class LazyLoadingTest(JobsTestCase):
+    """SQLite costs nothing until a ledger opens (issue 18: unused features cost no memory)."""
+
+    def mapped_files(self, pid):
+        with open(f"/proc/{pid}/maps") as f:
+            return {line.split()[-1] for line in f if "/" in line}
+
+    def test_a_run_without_jobs_maps_neither_sqlite_nor_libm(self):
+        run = self.start(["--", "sh", "-c", 'echo up > "$EVENTS"; exec sleep 60'])
+        self.fifo.expect("up")
+        mapped = self.mapped_files(run.proc.pid)
+        self.assertEqual([m for m in mapped if "libsqlite3" in m or "/libm." in m], [], mapped)
+        run.signal(signal.SIGTERM)
+        run.wait()
+
+    def test_sqlite_is_loaded_when_the_ledger_opens_and_records_the_run(self):
+        config = self.write_config("""
+[jobs.once]
+schedule = "@every 1s"
+overlap = "skip"
+command = "echo ran > $EVENTS; exec sleep 60"
+""")
+        run = self.start(["--config", config, "--state-dir", self.state])
+        self.fifo.expect("ran")
+        wait_for_row(self.state, "job = 'once' AND state = 'started'")
+        mapped = self.mapped_files(run.proc.pid)
+        if any("/libc.so" in m for m in mapped):  # the default binary; the static one has it linked
+            self.assertTrue(any("libsqlite3.so" in m for m in mapped), mapped)
+        run.signal(signal.SIGTERM)
+        run.wait()
+        self.assertEqual(ledger_rows(self.state, "job = 'once'")[0]["state"], "interrupted")
+
+
 class ShutdownTest(JobsTestCase):
     def test_job_fired_during_shutdown_is_skipped_and_one_running_at_grace_end_is_interrupted(self):
         # The job ignores SIGTERM, so it is still running when the grace ends. The drain delay
