@@ -340,11 +340,29 @@ def pss_kb(pid):
     return -1
 
 
+def evict_page_cache(program):
+    """Drops a binary's pages from the page cache (those not mapped by a running process).
+
+    On kernels with large page-cache folios (6.18 here) one fault maps the whole folio around
+    it, so VmHWM depends on how the file came into the cache: a copy just written by objcopy
+    keeps the folios of its writes (512 KiB-1 MiB seen), an executable read by exec gets
+    readahead's. Evicted first, every contender is measured as exec's readahead loads it."""
+    path = program if os.path.sep in program else shutil.which(program)
+    if not path:
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def case_idle(inits, seconds):
     """All contenders idle side by side (each with a sleeping child) for `seconds`: wakeups
     (voluntary context switches), CPU time, and memory sampled after start-up."""
     procs = {}
     for i in inits:
+        evict_page_cache(i.plain[0])
         procs[i.name] = subprocess.Popen(i.plain + ["sleep", str(seconds + 60)],
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL, start_new_session=True)
@@ -639,7 +657,8 @@ def write_report(a, R, inits, notes, lc, lc_static):
     if "idle" in R:
         I = R["idle"]
         md += ["## 2. Memory and binary size", "",
-               "Sampled 2 s after start with a sleeping child. VmHWM is the peak RSS; "
+               "Sampled 2 s after start with a sleeping child, each binary evicted from the "
+               "page cache first (exec's readahead loads it). VmHWM is the peak RSS; "
                "PSS shares library pages among their users.", "",
                "| init | binary bytes | linkage | VmHWM KiB | VmRSS KiB | RssAnon KiB | PSS KiB |",
                "|---|---:|---|---:|---:|---:|---:|"]
