@@ -144,6 +144,36 @@ command = "echo ran > $EVENTS; exec sleep 60"
         self.assertEqual(ledger_rows(self.state, "job = 'once'")[0]["state"], "interrupted")
 
 
+    def test_without_libsqlite3_a_config_with_jobs_stops_at_start_with_one_line_naming_the_package(self):
+        out = subprocess.run(["readelf", "-d", "-l", LASTCALL], capture_output=True, text=True)
+        if "libsqlite3" in out.stdout or "INTERP" not in out.stdout:
+            self.skipTest("this binary has SQLite linked in (static, or LASTCALL_SHARED_DEPS)")
+        if not shutil.which("unshare"):
+            self.skipTest("needs unshare(1)")
+        lib = os.path.realpath("/usr/lib/x86_64-linux-gnu/libsqlite3.so.0")
+        found = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+        for line in found.splitlines():
+            if "libsqlite3.so.0 " in line and "=>" in line:
+                lib = os.path.realpath(line.split("=>")[1].strip())
+        if not os.path.exists(lib):
+            self.skipTest("libsqlite3.so.0 not found")
+        config = self.write_config("""
+[jobs.a]
+schedule = "@every 1h"
+command = "true"
+""")
+        # In a mount namespace of its own the library is an empty file: dlopen fails as it would
+        # on a machine without libsqlite3-0.
+        script = 'mount --bind /dev/null "$1" && shift && exec "$@"'
+        r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                            "sh", lib, LASTCALL, "--config", config, "--state-dir", self.state,
+                            "--", "true"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn("the run ledger needs SQLite (apt-get install libsqlite3-0)", lines[0])
+
+
 class ShutdownTest(JobsTestCase):
     def test_job_fired_during_shutdown_is_skipped_and_one_running_at_grace_end_is_interrupted(self):
         # The job ignores SIGTERM, so it is still running when the grace ends. The drain delay
