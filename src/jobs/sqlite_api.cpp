@@ -10,16 +10,29 @@ namespace lastcall {
 #ifdef LASTCALL_SQLITE_LINKED
 
 Result<const SqliteApi*> sqlite_api() {
-    static const SqliteApi linked{::sqlite3_open_v2,      ::sqlite3_close_v2,
-                                  ::sqlite3_busy_timeout, ::sqlite3_extended_result_codes,
-                                  ::sqlite3_errmsg,       ::sqlite3_errstr,
-                                  ::sqlite3_exec,         ::sqlite3_free,
-                                  ::sqlite3_prepare_v2,   ::sqlite3_finalize,
-                                  ::sqlite3_step,         ::sqlite3_bind_int,
-                                  ::sqlite3_bind_int64,   ::sqlite3_bind_text,
-                                  ::sqlite3_bind_null,    ::sqlite3_column_type,
-                                  ::sqlite3_column_int64, ::sqlite3_column_text,
-                                  ::sqlite3_changes,      ::sqlite3_last_insert_rowid};
+    // By name: busy_timeout and extended_result_codes, for one, have the same type.
+    static const SqliteApi linked{
+        .open_v2 = ::sqlite3_open_v2,
+        .close_v2 = ::sqlite3_close_v2,
+        .busy_timeout = ::sqlite3_busy_timeout,
+        .extended_result_codes = ::sqlite3_extended_result_codes,
+        .errmsg = ::sqlite3_errmsg,
+        .errstr = ::sqlite3_errstr,
+        .exec = ::sqlite3_exec,
+        .free = ::sqlite3_free,
+        .prepare_v2 = ::sqlite3_prepare_v2,
+        .finalize = ::sqlite3_finalize,
+        .step = ::sqlite3_step,
+        .bind_int = ::sqlite3_bind_int,
+        .bind_int64 = ::sqlite3_bind_int64,
+        .bind_text = ::sqlite3_bind_text,
+        .bind_null = ::sqlite3_bind_null,
+        .column_type = ::sqlite3_column_type,
+        .column_int64 = ::sqlite3_column_int64,
+        .column_text = ::sqlite3_column_text,
+        .changes = ::sqlite3_changes,
+        .last_insert_rowid = ::sqlite3_last_insert_rowid,
+    };
     return &linked;
 }
 

@@ -109,6 +109,12 @@ class StateDirectoryTest(JobsTestCase):
 class LazyLoadingTest(JobsTestCase):
     """SQLite costs nothing until a ledger opens (issue 18: unused features cost no memory)."""
 
+    def linkage(self):
+        """readelf's program headers and dynamic section of the binary: INTERP names a dynamic
+        binary, libsqlite3 one that links SQLite."""
+        return subprocess.run(["readelf", "-d", "-l", LASTCALL], capture_output=True,
+                              text=True).stdout
+
     def mapped_files(self, pid):
         with open(f"/proc/{pid}/maps") as f:
             return {line.split()[-1] for line in f if "/" in line}
@@ -116,8 +122,7 @@ class LazyLoadingTest(JobsTestCase):
     def test_a_run_without_jobs_maps_neither_sqlite_nor_libm(self):
         # A LASTCALL_SHARED_DEPS build (the sanitizers') links SQLite as a shared library on
         # purpose; the default and static builds are the ones users run.
-        out = subprocess.run(["readelf", "-d", LASTCALL], capture_output=True, text=True)
-        if "libsqlite3" in out.stdout:
+        if "libsqlite3" in self.linkage():
             self.skipTest("this build links SQLite (LASTCALL_SHARED_DEPS)")
         run = self.start(["--", "sh", "-c", 'echo up > "$EVENTS"; exec sleep 60'])
         self.fifo.expect("up")
@@ -145,8 +150,8 @@ command = "echo ran > $EVENTS; exec sleep 60"
 
 
     def test_without_libsqlite3_a_config_with_jobs_stops_at_start_with_one_line_naming_the_package(self):
-        out = subprocess.run(["readelf", "-d", "-l", LASTCALL], capture_output=True, text=True)
-        if "libsqlite3" in out.stdout or "INTERP" not in out.stdout:
+        linkage = self.linkage()
+        if "libsqlite3" in linkage or "INTERP" not in linkage:
             self.skipTest("this binary has SQLite linked in (static, or LASTCALL_SHARED_DEPS)")
         if not shutil.which("unshare"):
             self.skipTest("needs unshare(1)")
