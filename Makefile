@@ -12,7 +12,7 @@ TEST_JOBS  ?= $(shell echo $$(( $$(nproc) * 3 )))
 DEB_PKGS   := build-essential cmake pkg-config python3 util-linux procps \
               libsystemd-dev libspdlog-dev libcli11-dev catch2 libtomlplusplus-dev libsqlite3-dev \
               nlohmann-json3-dev libmicrohttpd-dev libmicrohttpd12 libpq-dev libpq5 postgresql-15 \
-              python3-croniter python3-prometheus-client scdoc file strace
+              python3-croniter python3-prometheus-client scdoc file strace lld
 SAN_PKGS   := clang-14 libclang-rt-14-dev clang-format-14
 BENCH_PKGS := tini dumb-init catatonit hyperfine gnuplot-nox
 # cpack's DEB generator: dpkg-shlibdeps (dpkg-dev) computes Depends, file finds the ELF files.

@@ -2,23 +2,30 @@
 # SPDX-License-Identifier: Apache-2.0
 """Regenerates packaging/hot-functions.txt: the functions of lastcall that run on its hot path.
 
-Usage: bench/hot_functions.py BUILT_LASTCALL [--out packaging/hot-functions.txt]
+Usage: bench/hot_functions.py BUILT_LASTCALL [BUILT_STATIC_LASTCALL]
+                               [--out packaging/hot-functions.txt]
 
-Why (issue 18, peak RSS): the kernel maps a file's page-cache pages around each page a process
-faults in (fault-around, and whole large folios on recent kernels). The code that a plain
-`lastcall -- CMD` runs is about 210 KB, but scattered over a 2.8 MB text segment it left 1.4-2.5 MB
-of the binary resident. The link (CMakeLists.txt, LASTCALL_ORDER_SECTIONS) places the sections
-of the functions named in the list together (gold's --section-ordering-file), so that a run
-faults in a few neighbouring pages instead.
+Why (issue 18, peak RSS and start-up): the kernel maps a file's page-cache pages around each
+page a process faults in (fault-around, and whole large folios on recent kernels), and on a
+paravirtualised VM each fault and TLB miss is dear. The code that a plain `lastcall -- CMD` runs
+is about 210 KB of lastcall's own and a similar amount of glibc's, but scattered over a 2.5-4.5
+MB text segment it left 1.4-2.5 MB of the binary resident. The link (CMakeLists.txt,
+LASTCALL_ORDER_SECTIONS) places the sections holding the symbols named in the list together
+(lld's --symbol-ordering-file), so that a run faults in a few neighbouring pages instead.
 
-How: the binary runs under valgrind's callgrind in the scenarios below (start-up, a child that
+How: each binary runs under valgrind's callgrind in the scenarios below (start-up, a child that
 exits, a SIGTERM stop, the /proc tracker, a command that cannot be run); every function executed
-in lastcall's own object is listed by its mangled name. A stale list is harmless: a name that no
-longer exists is ignored by the linker, a new hot function is only placed elsewhere. Regenerate
-after larger changes of the start-up or stop path and commit the result.
+in the binary's own object is listed by its name. In the static binary that includes glibc's
+and libm's: their IFUNC resolvers all run at start-up (IRELATIVE relocations), and valgrind's
+emulated CPU selects other variants of the string functions than the real one, so the variants
+this machine's CPU selects are added from a native run (irelative_targets). A stale list is
+harmless: a name that no longer exists is ignored by the linker, a new hot function is only
+placed elsewhere. Regenerate after larger changes of the start-up or stop path and commit the
+result.
 """
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -109,26 +116,91 @@ def child_running(pid, comm):
     return False
 
 
+def symbol_table(binary):
+    """{address: name} of the functions of binary (its symbols, or those of BINARY.debug, where
+    the build keeps them for a stripped binary)."""
+    for path in (binary, binary + ".debug"):
+        if not os.path.exists(path):
+            continue
+        out = subprocess.run(["nm", "--defined-only", path], capture_output=True, text=True).stdout
+        table = {}
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in "tTiW":
+                table.setdefault(int(parts[0], 16), parts[2])
+        if table:
+            return table
+    return {}
+
+
+# glibc names an IFUNC variant after its family and the instruction set it needs:
+# __memcpy_avx512_unaligned_erms, __strlen_evex, __ieee754_pow_fma.
+IFUNC_VARIANT = re.compile(r"^__(.+?)_(?:sse2|ssse3|sse4_1|sse4_2|sse41|sse42|avx|avx2|avx512|"
+                           r"evex|fma|fma4)(?:_|$)")
+
+
+def ifunc_family(name):
+    m = IFUNC_VARIANT.match(name)
+    return m.group(1) if m else None
+
+
+def irelative_targets(binary, called):
+    """The functions a static binary's IRELATIVE relocations resolve to on this CPU, of the
+    families whose variant valgrind saw called (every IFUNC is resolved at start-up, most are
+    never called: libm's, for SQLite): started natively, its GOT slots are read from
+    /proc/PID/mem once the child runs."""
+    families = {ifunc_family(n) for n in called} - {None}
+    relocs = subprocess.run(["readelf", "-rW", binary], capture_output=True, text=True).stdout
+    slots = [int(line.split()[0], 16) for line in relocs.splitlines()
+             if "R_X86_64_IRELATIVE" in line]
+    table = symbol_table(binary)
+    if not slots or not table:
+        return set()
+    proc = subprocess.Popen([binary, "--", "/bin/sleep", "30"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not child_running(proc.pid, "sleep"):
+            time.sleep(0.01)
+        names = set()
+        with open(f"/proc/{proc.pid}/mem", "rb") as mem:
+            for slot in slots:
+                mem.seek(slot)
+                target = int.from_bytes(mem.read(8), "little")
+                if target in table and ifunc_family(table[target]) in families:
+                    names.add(table[target])
+        return names
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("binary")
+    ap.add_argument("binaries", nargs="+", metavar="binary")
     ap.add_argument("--out", default=os.path.join(ROOT, "packaging", "hot-functions.txt"))
     a = ap.parse_args()
-    binary = os.path.abspath(a.binary)
     names = set()
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (what, args, sig) in enumerate(SCENARIOS):
-            out = os.path.join(tmp, f"cg.{i}")
-            run_scenario(binary, args, sig, out)
-            found = functions_of(out, os.path.basename(binary))
-            print(f"{what}: {len(found)} functions", file=sys.stderr)
-            names |= found
+        for b, path in enumerate(a.binaries):
+            binary = os.path.abspath(path)
+            for i, (what, args, sig) in enumerate(SCENARIOS):
+                out = os.path.join(tmp, f"cg.{b}.{i}")
+                run_scenario(binary, args, sig, out)
+                found = functions_of(out, os.path.basename(binary))
+                print(f"{path}, {what}: {len(found)} functions", file=sys.stderr)
+                names |= found
+            native = irelative_targets(binary, names)
+            if native:
+                print(f"{path}: {len(native)} IFUNC targets of this CPU", file=sys.stderr)
+            names |= native
     names |= set(CHILD_SIDE) | set(PIDFD_SIDE)
     if len(names) < 50:
-        sys.exit(f"only {len(names)} functions found: is valgrind installed, and {binary} built?")
+        sys.exit(f"only {len(names)} functions found: is valgrind installed, and lastcall built?")
     with open(a.out, "w") as f:
-        f.write("# Functions on lastcall's hot path, mangled; generated by bench/hot_functions.py\n")
-        f.write("# from a RelWithDebInfo build. The link places their sections together.\n")
+        f.write("# Functions on lastcall's hot path; generated by bench/hot_functions.py from\n")
+        f.write("# RelWithDebInfo builds (dynamic and static). The link places their sections\n")
+        f.write("# together (lld --symbol-ordering-file; names a binary lacks are skipped).\n")
         for n in sorted(names):
             f.write(n + "\n")
     print(f"{len(names)} functions -> {a.out}", file=sys.stderr)
