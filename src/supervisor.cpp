@@ -516,7 +516,9 @@ void Supervisor::on_sigchld() {
                 pre_stop_run_->status = r.status;
             }
             spdlog::debug("pre-stop hook {}", describe_wait_status(r.status));
-        } else if (!peer_logged) {
+        } else if (!peer_logged && spdlog::should_log(spdlog::level::debug)) {
+            // Asked first: PID 1 reaps every orphan of the container here, and the description
+            // is a string built per call whether or not the line is written.
             spdlog::debug("reaped pid {} ({})", r.pid, describe_wait_status(r.status));
         }
     });
