@@ -488,46 +488,131 @@ void Supervisor::suspend(int sig) {
 }
 
 void Supervisor::on_sigchld() {
-    bool main_exited = false, pre_stop_done = false;
+    // While running, a burst of exits is swept at the pacer's pace (process/reap_pacer.hpp);
+    // between sweeps only the main child is looked at, and its exit ends the pacing at once.
+    ReapOutcome outcome;
+    if (shutdown_.state() == State::Running && !reap_pacer_.sweep_now() &&
+        !reap_main_child(outcome))
+        return;
+    sweep_children(outcome);
+}
+
+bool Supervisor::reap_main_child(ReapOutcome& outcome) {
+    if (main_pid_ <= 0 || main_status_) return false;
+    int status = 0;
+    // By pid: the kernel looks at this one child, without walking the list of all of them.
+    if (::waitpid(main_pid_, &status, WNOHANG) != main_pid_) return false;
+    on_reaped(Reaped{main_pid_, status, std::nullopt}, false, outcome);
+    return true;  // the caller sweeps the rest: the shutdown starts with the main child's exit
+}
+
+void Supervisor::sweep_children(ReapOutcome outcome) {
     // During the shutdown every process is itemised in the report; one already seen alive needs
     // no second /proc read. While running, reaped orphans are only counted.
     std::function<bool(pid_t)> want_info;
     if (shutdown_.state() != State::Running)
         want_info = [this](pid_t pid) { return !book_.knows(pid); };
     bool forcing = shutdown_.state() == State::Forcing;
+    long count = 0;
     children_gone_ = reap_all(want_info, [&](const Reaped& r) {
-        book_.reaped(r, forcing, clock_.now());
-        for (auto* c : components_) c->reaped(r);
-        bool peer_logged = voice_.reaped(r.pid, r.status, r.pid == main_pid_);
-        if (r.pid == main_pid_) {
-            main_status_ = r.status;
-            emergency_main_reaped(r.status);
-            main_pidfd_.reset();
-            main_ticket_->release();
-            main_exited = true;
-            if (!peer_logged)
-                spdlog::debug("child pid {} {}", r.pid, describe_wait_status(r.status));
-        } else if (r.pid == pre_stop_pid_) {
-            remove_helper_session(pre_stop_pid_);
-            pre_stop_pid_ = -1;
-            pre_stop_done = true;
-            if (pre_stop_run_) {
-                pre_stop_run_->ended = clock_.now();
-                pre_stop_run_->status = r.status;
-            }
-            spdlog::debug("pre-stop hook {}", describe_wait_status(r.status));
-        } else if (!peer_logged && spdlog::should_log(spdlog::level::debug)) {
-            // Asked first: PID 1 reaps every orphan of the container here, and the description
-            // is a string built per call whether or not the line is written.
-            spdlog::debug("reaped pid {} ({})", r.pid, describe_wait_status(r.status));
-        }
+        ++count;
+        on_reaped(r, forcing, outcome);
     });
-    if (pre_stop_done) {
+    if (outcome.pre_stop_done) {
         on_pre_stop_output();  // whatever is left in the pipe
         shutdown_.on_pre_stop_done();
     }
-    if (main_exited) shutdown_.on_main_exit();
+    if (outcome.main_exited) shutdown_.on_main_exit();
+    pace_sweeps(shutdown_.state() == State::Running ? count : 0);
     check_tree_gone();
+}
+
+void Supervisor::on_reaped(const Reaped& r, bool forcing, ReapOutcome& outcome) {
+    book_.reaped(r, forcing, clock_.now());
+    for (auto* c : components_) c->reaped(r);
+    bool peer_logged = voice_.reaped(r.pid, r.status, r.pid == main_pid_);
+    if (r.pid == main_pid_) {
+        main_status_ = r.status;
+        emergency_main_reaped(r.status);
+        if (main_pidfd_watched_) loop_->unwatch(main_pidfd_.get());  // before its number is reused
+        main_pidfd_watched_ = false;
+        main_pidfd_.reset();
+        main_ticket_->release();
+        outcome.main_exited = true;
+        if (!peer_logged) spdlog::debug("child pid {} {}", r.pid, describe_wait_status(r.status));
+    } else if (r.pid == pre_stop_pid_) {
+        remove_helper_session(pre_stop_pid_);
+        pre_stop_pid_ = -1;
+        outcome.pre_stop_done = true;
+        if (pre_stop_run_) {
+            pre_stop_run_->ended = clock_.now();
+            pre_stop_run_->status = r.status;
+        }
+        spdlog::debug("pre-stop hook {}", describe_wait_status(r.status));
+    } else if (!peer_logged && spdlog::should_log(spdlog::level::debug)) {
+        // Asked first: PID 1 reaps every orphan of the container here, and the description is a
+        // string built per call whether or not the line is written.
+        spdlog::debug("reaped pid {} ({})", r.pid, describe_wait_status(r.status));
+    }
+}
+
+void Supervisor::pace_sweeps(long reaped) {
+    auto next = reap_pacer_.swept(clock_.now(), reaped);
+    if (!next) return end_sweep_pacing();
+    // The timer is made on the first burst: a run whose children exit one at a time (most)
+    // never opens it.
+    if (!sweep_timer_) {
+        auto st = watch_new_timer(*loop_, sweep_timer_, [this] {
+            sweep_timer_->consume();
+            sweep_children({});
+        });
+        if (!st) return unpaced(st.error());
+    }
+    if (auto st = sweep_timer_->arm(next); !st) return unpaced(st.error());
+    if (sigchld_paused_) return;
+    // Until the paced sweep, SIGCHLD does not wake lastcall at all (it stays pending, blocked):
+    // a wake costs more than the reap on this path (two context switches per exit). The main
+    // child's exit is watched on its pidfd instead, which becomes readable when it exits.
+    if (main_pidfd_ && !main_pidfd_watched_) {
+        auto st = loop_->watch(main_pidfd_.get(), EPOLLIN, [this](auto) {
+            ReapOutcome outcome;
+            if (reap_main_child(outcome)) sweep_children(outcome);
+        });
+        if (!st) return unpaced(st.error());
+        main_pidfd_watched_ = true;
+    }
+    if (auto st = watch_sigchld(false); !st) return unpaced(st.error());
+    sigchld_paused_ = true;
+}
+
+void Supervisor::end_sweep_pacing() {
+    reap_pacer_.stop_pacing();
+    if (sweep_timer_) (void)sweep_timer_->arm(std::nullopt);
+    if (!sigchld_paused_) return;
+    // A SIGCHLD that came meanwhile is pending: the signalfd is readable at once, and the next
+    // turn sweeps.
+    if (auto st = watch_sigchld(true); st) {
+        sigchld_paused_ = false;
+        return;
+    }
+    // Not expected (signalfd on a descriptor lastcall holds): the timer sweeps instead, and
+    // tries again, until it works.
+    spdlog::error("SIGCHLD does not wake the loop; sweeping every 5 ms");
+    (void)sweep_timer_->arm(clock_.now() + std::chrono::milliseconds(5));
+}
+
+void Supervisor::unpaced(const Error& e) {
+    spdlog::warn("reaping unpaced: {}", e.message);
+    end_sweep_pacing();
+}
+
+Status Supervisor::watch_sigchld(bool on) {
+    sigset_t set = handled_signals();
+    if (!on) ::sigdelset(&set, SIGCHLD);
+    // On an existing signalfd, signalfd() replaces the set it reads; the process mask (every
+    // handled signal blocked since the top of main) does not change.
+    if (::signalfd(signal_fd_.get(), &set, 0) < 0) return sys_error("signalfd (SIGCHLD)", errno);
+    return Ok{};
 }
 
 void Supervisor::check_tree_gone() {
@@ -623,6 +708,8 @@ void Supervisor::state_changed(State from, State to, Event why) {
     // Intake closes before anything else happens in the shutdown: from here on no spawn, run or
     // restart is admitted, so the drain's view of active work can only shrink.
     if (from == State::Running) {
+        // Every exit wakes the loop again: the shutdown sweeps at each SIGCHLD.
+        end_sweep_pacing();
         admission_.close();
         for (auto& fd : reserved_fds_) fd.reset();
         last_pid_fd_.reset();  // read already if the main child was signalled first

@@ -16,6 +16,7 @@
 #include "lastcall/core/event_loop.hpp"
 #include "lastcall/process/environment.hpp"
 #include "lastcall/process/process_tree.hpp"
+#include "lastcall/process/reap_pacer.hpp"
 #include "lastcall/process/spawner.hpp"
 #include "lastcall/process/stop.hpp"
 #include "lastcall/shutdown/admission.hpp"
@@ -129,6 +130,24 @@ class Supervisor final : private ShutdownActions {
     // Who gets the terminal on stdin: decided once, before the main child is spawned.
     void hand_over_terminal(SpawnSpec& spec);
     void on_sigchld();
+    // What one reaped child changed, for the end of the sweep.
+    struct ReapOutcome {
+        bool main_exited = false;
+        bool pre_stop_done = false;
+    };
+    // Every exited child, with waitpid(-1) (process/reap_pacer.hpp says when); `outcome`
+    // carries what reap_main_child found just before.
+    void sweep_children(ReapOutcome outcome);
+    // The main child only, by pid; true if it was reaped.
+    bool reap_main_child(ReapOutcome& outcome);
+    void on_reaped(const Reaped& r, bool forcing, ReapOutcome& outcome);
+    // After a sweep that reaped `reaped` children: arms the next paced sweep (and SIGCHLD stops
+    // waking the loop until then), or ends pacing.
+    void pace_sweeps(long reaped);
+    void end_sweep_pacing();
+    void unpaced(const Error& e);
+    // Whether the signalfd reads SIGCHLD.
+    Status watch_sigchld(bool on);
     void on_timer();
     void on_pre_stop_output();
     void forward(int sig, Scope scope);
@@ -176,6 +195,12 @@ class Supervisor final : private ShutdownActions {
     PeerVoice voice_{opts_};
     std::optional<EventLoop> loop_;
     std::optional<DeadlineTimer> timer_;
+    // 5 ms: at 16,384 children a fruitless walk of the list costs ~1 ms here; a service's or a
+    // job's exit is noticed up to 5 ms later during a burst, the main child's at once.
+    ReapPacer reap_pacer_{std::chrono::milliseconds(5)};
+    std::optional<DeadlineTimer> sweep_timer_;  // made on the first burst
+    bool sigchld_paused_ = false;               // SIGCHLD left out of the signalfd until it fires
+    bool main_pidfd_watched_ = false;           // the main child's exit, watched while paused
     UniqueFd signal_fd_;
     std::unique_ptr<Tracker> tracker_;
     ProcessBook book_;

@@ -180,6 +180,19 @@ class Reaping(LastcallTestCase):
         self.assertEqual(run.wait(), 128 + signal.SIGTERM)
         self.assertIn("2001 reaped", run.output())
 
+    def test_the_main_commands_exit_in_a_burst_of_orphan_exits_ends_the_run_with_its_code(self):
+        # While running, a burst of exits is swept at a pace and SIGCHLD stops waking lastcall
+        # between sweeps (process/reap_pacer.hpp); the main child's exit in the middle of it is
+        # seen on its pidfd, and the shutdown then reaps every orphan.
+        for pid1 in (True, False):
+            with self.subTest(pid1=pid1):
+                run = self.start(["--", helper("orphan_maker"), "--burst", "1500", "7"],
+                                 pid1=pid1)
+                self.assertEqual(self.fifo.readline(timeout=60), "ready 1500")
+                self.assertEqual(run.wait(timeout=60), 7)
+                self.assertIn("1501 reaped", run.output())
+                self.assertNotIn("unpaced", run.output())
+
     def test_as_a_subreaper_orphans_come_back_and_are_reaped(self):
         run = self.start(["--", helper("orphan_maker"), "200"])
         self.assertEqual(self.fifo.readline(), "made 200")
