@@ -588,6 +588,13 @@ void Supervisor::pace_sweeps(long reaped) {
 void Supervisor::end_sweep_pacing() {
     reap_pacer_.stop_pacing();
     if (sweep_timer_) (void)sweep_timer_->arm(std::nullopt);
+    // The pidfd only while paused: at every other time SIGCHLD reports the main child (during
+    // the shutdown its reap must be recorded as the escalation's when it is), and a pidfd that
+    // is readable while waitpid cannot reap yet (a tracer holds the zombie) would spin the loop.
+    if (main_pidfd_watched_) {
+        loop_->unwatch(main_pidfd_.get());
+        main_pidfd_watched_ = false;
+    }
     if (!sigchld_paused_) return;
     // A SIGCHLD that came meanwhile is pending: the signalfd is readable at once, and the next
     // turn sweeps.

@@ -89,7 +89,10 @@ Status watch_new_timer(EventLoop& loop, std::optional<DeadlineTimer>& slot,
     auto timer = DeadlineTimer::create();
     if (!timer) return timer.error();
     slot.emplace(std::move(*timer));
-    return loop.watch(slot->fd(), EPOLLIN, [f = std::move(on_expiry)](auto) { f(); });
+    auto st = loop.watch(slot->fd(), EPOLLIN, [f = std::move(on_expiry)](auto) { f(); });
+    // An empty slot says "no timer": a caller that tries again must not arm one nobody watches.
+    if (!st) slot.reset();
+    return st;
 }
 
 }  // namespace lastcall
