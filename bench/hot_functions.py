@@ -8,8 +8,8 @@ Usage: bench/hot_functions.py BUILT_LASTCALL [BUILT_STATIC_LASTCALL]
 Why (issue 18, peak RSS and start-up): the kernel maps a file's page-cache pages around each
 page a process faults in (fault-around, and whole large folios on recent kernels), and on a
 paravirtualised VM each fault and TLB miss is dear. The code that a plain `lastcall -- CMD` runs
-is about 210 KB of lastcall's own and a similar amount of glibc's, but scattered over a 2.5-4.5
-MB text segment it left 1.4-2.5 MB of the binary resident. The link (CMakeLists.txt,
+is about 340 KB of lastcall's own and libstdc++'s (the static binary: ~100 KB more of glibc's),
+but scattered over a 2.5-4.5 MB text segment it left 1.4-2.5 MB of the binary resident. The link (CMakeLists.txt,
 LASTCALL_ORDER_SECTIONS) places the sections holding the symbols named in the list together
 (lld's --symbol-ordering-file), so that a run faults in a few neighbouring pages instead.
 

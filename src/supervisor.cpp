@@ -488,13 +488,9 @@ void Supervisor::suspend(int sig) {
 }
 
 void Supervisor::on_sigchld() {
-    // While running, a burst of exits is swept at the pacer's pace (process/reap_pacer.hpp);
-    // between sweeps only the main child is looked at, and its exit ends the pacing at once.
-    ReapOutcome outcome;
-    if (shutdown_.state() == State::Running && !reap_pacer_.sweep_now() &&
-        !reap_main_child(outcome))
-        return;
-    sweep_children(outcome);
+    // While a burst of exits is paced (process/reap_pacer.hpp) SIGCHLD is not in the signalfd
+    // at all (pace_sweeps): a SIGCHLD read here always sweeps.
+    sweep_children({});
 }
 
 bool Supervisor::reap_main_child(ReapOutcome& outcome) {
@@ -604,8 +600,8 @@ void Supervisor::end_sweep_pacing() {
     }
     // Not expected (signalfd on a descriptor lastcall holds): the timer sweeps instead, and
     // tries again, until it works.
-    spdlog::error("SIGCHLD does not wake the loop; sweeping every 5 ms");
-    (void)sweep_timer_->arm(clock_.now() + std::chrono::milliseconds(5));
+    spdlog::error("SIGCHLD does not wake the loop; sweeping on a timer");
+    (void)sweep_timer_->arm(clock_.now() + reap_pacer_.interval());
 }
 
 void Supervisor::unpaced(const Error& e) {

@@ -18,16 +18,17 @@ namespace lastcall {
 // ending in a fruitless walk of the list: 5-10x the CPU per orphan that tini and catatonit
 // spend (their child shares their session and group, so they wake late and reap in batches).
 //
-// So a sweep that reaped something makes the next one wait `interval`: the SIGCHLDs in between
-// only look at the main child, by pid (the kernel answers that without walking the list). A
-// sweep that reaped nothing ends the pacing: a lone exit is reaped as soon as it is signalled.
+// So a sweep that reaped something makes the next one wait `interval`: meanwhile SIGCHLD does
+// not wake lastcall, and only the main child's exit is watched (its pidfd; reaped by pid, which
+// the kernel answers without walking the list). A sweep that reaped nothing ends the pacing: a
+// lone exit is reaped as soon as it is signalled.
 // Only while running: during the shutdown every exit is swept at once (the record and the
 // tree-empty check need it, and the tree only shrinks).
 class ReapPacer {
   public:
     explicit ReapPacer(std::chrono::steady_clock::duration interval) : interval_(interval) {}
 
-    // A SIGCHLD arrived: sweep every exited child now, or only look at the main one.
+    // Whether an exit is swept when it is signalled (no paced sweep is pending).
     bool sweep_now() const { return !next_; }
     // A sweep at `now` reaped `count` children. Returns when the next sweep is due; none: at
     // the next SIGCHLD.
@@ -37,6 +38,7 @@ class ReapPacer {
     }
     // The shutdown began: sweeps are no longer paced.
     void stop_pacing() { next_.reset(); }
+    std::chrono::steady_clock::duration interval() const { return interval_; }
 
   private:
     std::chrono::steady_clock::duration interval_;
