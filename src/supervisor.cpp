@@ -804,7 +804,9 @@ int Supervisor::run_stop_passes() {
     // The stop primitive: once to each member, SIGCONT after it, passes until nobody new.
     // No kill(-pgid) first: a process would get it twice. No rescans later: a process born
     // after this is a cleanup helper, and the kill at grace end covers it.
-    auto out_of_time = stop_rounds_.budget([this] { return clock_.now(); });
+    // A round ends at the grace deadline at the latest: the grace timer must be free to fire.
+    auto out_of_time =
+        stop_rounds_.budget([this] { return clock_.now(); }, shutdown_.next_deadline());
     StopPassIo io{[&] { return tracker_->members_within(out_of_time); }, signal_exact, out_of_time,
                   [this] { return one_hold(hold_tree_still()); }};
     auto result = send_stop_round(

@@ -879,11 +879,12 @@ void JobScheduler::on_timeout_timer() {
 // The stop signal once to each member of the run's scope, SIGCONT, and the SIGKILL of the
 // whole scope kTimeoutKillAfter later (on_timeout_timer).
 void JobScheduler::stop_scope(Run& run, Millis kill_after, const char* cause) {
-    stop_round(run);
     run.timed_out = true;
     run.stop_cause = cause;
     run.kill_after = kill_after;
+    // Before the round, which ends there at the latest.
     run.deadline = host_->clock().now() + kill_after;
+    stop_round(run);
     arm_timeout_timer();
 }
 
@@ -893,7 +894,7 @@ void JobScheduler::stop_scope(Run& run, Millis kill_after, const char* cause) {
 void JobScheduler::stop_round(Run& run) {
     StopPassIo io{[&] { return run.scope->members(); },
                   [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); },
-                  run.stop_rounds.budget([this] { return host_->clock().now(); }),
+                  run.stop_rounds.budget([this] { return host_->clock().now(); }, run.deadline),
                   [&] { return one_hold(run.scope->freeze()); }};
     bool more = run.stop_rounds.pending;
     int n = send_stop_round(

@@ -580,7 +580,7 @@ int ServiceManager::send_stop(Service& s) {
     // round cut by its budget goes on at the next poll (check_stop).
     StopPassIo io{[&] { return members_of(s); },
                   [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); },
-                  s.stop_rounds.budget([this] { return host_->clock().now(); }),
+                  s.stop_rounds.budget([this] { return host_->clock().now(); }, s.stop_deadline),
                   [&] {
                       std::vector<FreezeHold> holds;
                       if (s.scope) holds.push_back(s.scope->freeze());

@@ -160,6 +160,21 @@ class StopPrimitive(LastcallTestCase):
             os.kill(pid, signal.SIGTERM)
             run.wait()
 
+    def stop_a_wide_tree(self, on_term, budget_ms, grace):
+        """A shell with 150 members that run `on_term` on SIGTERM, under the /proc tracker with
+        the given stop-pass budget and grace, sent SIGTERM once all are started."""
+        script = f"""for i in $(seq 150); do
+          sh -c 'trap "{on_term}" TERM; while :; do sleep 1; done' &
+        done
+        trap '' TERM; echo ready > "$EVENTS"; wait"""
+        report = os.path.join(self.dir, "report.json")
+        env = dict(self.env, LASTCALL_STOP_PASS_BUDGET_MS=str(budget_ms))
+        run = self.start(["--tracker", "proc", "--grace", grace, "--report", report, "-v",
+                          "--", "sh", "-c", script], env=env)
+        self.fifo.expect("ready")
+        run.signal(signal.SIGTERM)
+        return run, report
+
     def test_a_stop_pass_cut_by_its_budget_goes_on_until_every_member_had_the_stop_signal(self):
         # The stop passes give the loop its turn after a budget (250 ms; 1 ms here, so that the
         # first pass over this tree is cut on any machine). The first version ended the passes
@@ -168,16 +183,7 @@ class StopPrimitive(LastcallTestCase):
         # The main shell outlives its members (TERM ignored, set after they were started, so
         # that they can trap it): a member reparented to lastcall while a walk reads the
         # children files can be missed by that walk, a separate limit of the /proc tracker.
-        script = """for i in $(seq 150); do
-          sh -c 'trap "exit 0" TERM; while :; do sleep 1; done' &
-        done
-        trap '' TERM; echo ready > "$EVENTS"; wait"""
-        report = os.path.join(self.dir, "report.json")
-        env = dict(self.env, LASTCALL_STOP_PASS_BUDGET_MS="1")
-        run = self.start(["--tracker", "proc", "--grace", "60s", "--report", report, "-v",
-                          "--", "sh", "-c", script], env=env)
-        self.fifo.expect("ready")
-        run.signal(signal.SIGTERM)
+        run, report = self.stop_a_wide_tree("exit 0", budget_ms=1, grace="60s")
         # Cut or not, every member exits on its SIGTERM long before the 60 s grace.
         try:
             code = run.wait(timeout=50)
@@ -188,6 +194,25 @@ class StopPrimitive(LastcallTestCase):
             rep = json.load(f)
         self.assertEqual(rep["verdict"], "clean", run.output()[-3000:])
         self.assertIn("more process(es)", run.output())  # the budget did cut the first pass
+        self.assertNoLeftovers()
+
+    def test_a_stop_pass_that_outlasts_the_grace_ends_there_so_the_kill_is_on_time(self):
+        # The pass's own budget is a minute here, the grace 1 ms: a pass over 300 processes
+        # (a pidfd, a /proc read and a signal each) outlasts the grace on any machine. The loop
+        # is not free while a pass runs, so the first version's pass went on to the last member,
+        # and held back the grace's timer and the kill with it (a fork bomb's kill came
+        # 160-330 ms late with a 2 s grace). The pass now ends at the grace: the members it did
+        # not reach get the kill without the stop signal.
+        run, report = self.stop_a_wide_tree("", budget_ms=60000, grace="1ms")
+        self.assertEqual(run.wait(timeout=60), 128 + signal.SIGKILL, run.output()[-3000:])
+        with open(report) as f:
+            rep = json.load(f)
+        self.assertEqual(rep["verdict"], "forced")
+        # Cut at the grace, the pass reached a few dozen (the budget is looked at every 16
+        # members); run to its end, it reached all but the `sleep`s born during it (298 of 301).
+        signalled = [p for p in rep["processes"] if p.get("stop_signal")]
+        self.assertGreater(len(rep["processes"]), 150)
+        self.assertLess(len(signalled), len(rep["processes"]) / 2, run.output()[-3000:])
         self.assertNoLeftovers()
 
     def test_a_stopped_child_acts_on_sigterm_because_sigcont_follows_it(self):

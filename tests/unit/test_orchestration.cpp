@@ -286,6 +286,16 @@ grace = "3s"
     CHECK(s.host.forces.empty());
 }
 
+// Service `name` and `workers` processes of its own; each signal then takes `cost` on the fake
+// clock (a fork storm's thousands of members on a slow machine, in miniature).
+std::vector<pid_t> with_workers(Services& s, const std::string& name, int workers,
+                                std::chrono::milliseconds cost) {
+    std::vector<pid_t> members{s.pid(name)};
+    for (int i = 0; i < workers; ++i) members.push_back(s.host.fork_child(members[0]));
+    s.host.signal_cost = cost;
+    return members;
+}
+
 TEST_CASE("a service's stop pass cut by its budget goes on until every member had the stop signal",
           "[orchestration][services]") {
     Services s(R"(
@@ -294,18 +304,35 @@ command = ["app"]
 grace = "30s"
 )",
                60s);
-    pid_t app = s.pid("app");
-    std::vector<pid_t> members{app};
-    for (int i = 0; i < 40; ++i) members.push_back(s.host.fork_child(app));
     // 10 ms per signal, two per member (the stop signal and SIGCONT): one 250 ms budget reaches
     // a dozen of the 41.
-    s.host.signal_cost = 10ms;
+    auto members = with_workers(s, "app", 40, 10ms);
     s.begin_shutdown();
     s.host.advance(0ms);
     CHECK(had(s.host, members, SIGTERM) < 41);
     s.host.advance(2s);  // the service's polls, every 20 ms, well within its grace
     CHECK(had(s.host, members, SIGTERM) == 41);
     check_stopped_once_each(s.host, members);
+}
+
+TEST_CASE("a service's stop pass that outlasts its grace is cut there, and the kill is on time",
+          "[orchestration][services]") {
+    Services s(R"(
+[services.app]
+command = ["app"]
+grace = "100ms"
+)",
+               60s);
+    // 10 ms per signal: the pass over 41 members outlasts the 100 ms grace, not its own 250 ms
+    // budget. Running on, it held the loop (and the grace's kill) until the budget was spent.
+    pid_t app = with_workers(s, "app", 40, 10ms).front();
+    MonoTime start = s.host.now();
+    s.begin_shutdown();
+    s.host.advance(0ms);
+    s.host.advance(1s);
+    REQUIRE(s.host.when(app, SIGKILL));
+    // The budget is looked at every 16 signals: the kill comes within 16 signals of the grace.
+    CHECK(*s.host.when(app, SIGKILL) - start <= 100ms + 16 * 10ms);
 }
 
 TEST_CASE("a main service's exit asks for the shutdown after the current event, with its code",

@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 
+#include "lastcall/core/clock.hpp"
 #include "lastcall/core/fd.hpp"
 #include "lastcall/process/stop.hpp"
 
@@ -366,4 +368,50 @@ TEST_CASE("the birth line read now dates a process forked after it as born after
     auto self = read_proc_stat(::getpid());
     REQUIRE(self);
     CHECK_FALSE(line->born_after(*self));
+}
+
+TEST_CASE("a stop round ends at the end of the grace when that comes before its own budget") {
+    // The loop is not free while a round runs: a round that outlasted the grace held back the
+    // grace's timer, and with it the kill (a fork bomb's, 160-330 ms late with a 2 s grace).
+    const MonoTime start{std::chrono::seconds(100)};
+    MonoTime now = start;
+    auto clock = [&] { return now; };
+    StopRounds rounds;
+    auto grace_end = start + std::chrono::milliseconds(100);
+    auto capped = rounds.budget(clock, std::optional<MonoTime>(grace_end));
+    auto uncapped = rounds.budget(clock);
+    now = grace_end - std::chrono::milliseconds(1);
+    CHECK_FALSE(capped());
+    now = grace_end;
+    CHECK(capped());
+    CHECK_FALSE(uncapped());  // its own budget (kStopPassBudget) is not spent yet
+    // A grace that ends after the budget does not lengthen the round.
+    now = start;
+    auto late = rounds.budget(clock, std::optional<MonoTime>(start + std::chrono::hours(1)));
+    now = start + stop_pass_budget_length();
+    CHECK(late());
+}
+
+TEST_CASE("a round over a tree that outlasts the grace is cut at the grace's end") {
+    FakeTree tree;
+    for (pid_t p = 1; p <= 1000; ++p) tree.live.push_back(proc(p));
+    const MonoTime start{std::chrono::seconds(100)};
+    MonoTime now = start;
+    std::set<ProcKey> had;
+    StopRounds rounds;
+    StopPassIo io = tree.io();
+    // Each signal takes 1 ms: the whole tree would take a second, the grace ends at 50 ms.
+    io.send = [&](const ProcInfo& p, int sig) {
+        now += std::chrono::milliseconds(1);
+        tree.sent.emplace_back(p.pid, sig);
+        return true;
+    };
+    io.out_of_time = rounds.budget([&] { return now; },
+                                   std::optional<MonoTime>(start + std::chrono::milliseconds(50)));
+    auto r = send_stop_round(
+        io, SIGTERM, [&](const ProcInfo& p) { return had.insert(key_of(p)).second; }, rounds);
+    CHECK(r.cut);
+    CHECK(rounds.pending);
+    // Checked every 16 signals: the round ends within 16 ms of the grace's end.
+    CHECK(now - start < std::chrono::milliseconds(50 + 16));
 }

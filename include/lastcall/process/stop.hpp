@@ -85,11 +85,16 @@ inline constexpr std::chrono::milliseconds kStopPassBudget{250};
 std::chrono::milliseconds stop_pass_budget_length();
 
 // An out_of_time for StopPassIo: true once `rounds` budgets have passed since this call, on the
-// clock now() reads. A caller that goes on after a cut round doubles `rounds`: a walk that cannot
-// finish within one budget (tens of thousands of processes) still finishes in a later round.
-template <typename Now>
-std::function<bool()> stop_pass_budget(Now now, int rounds = 1) {
+// clock now() reads, or at `not_after` if that comes first. A caller that goes on after a cut round
+// doubles `rounds`: a walk that cannot finish within one budget (tens of thousands of processes)
+// still finishes in a later round. `not_after` is the end of the unit's grace: the loop is not
+// free while a round runs, so a round that outlasted it held back the grace's own timer, and the
+// kill of a fork bomb came late by the rest of the round (160-330 ms seen with a 2 s grace).
+template <typename Now, typename Time = decltype(std::declval<Now>()())>
+std::function<bool()> stop_pass_budget(Now now, int rounds = 1,
+                                       std::optional<Time> not_after = std::nullopt) {
     auto end = now() + stop_pass_budget_length() * rounds;
+    if (not_after && *not_after < end) end = *not_after;
     return [now, end] { return now() >= end; };
 }
 
@@ -129,10 +134,11 @@ struct StopRounds {
     int budgets = 1;                // the next round's budget, in kStopPassBudget
     bool pending = false;           // the last round was cut: another is owed
 
-    // The out_of_time of the next round, on the clock now() reads.
-    template <typename Now>
-    std::function<bool()> budget(Now now) const {
-        return stop_pass_budget(now, budgets);
+    // The out_of_time of the next round, on the clock now() reads; it ends at `not_after` (the
+    // end of the unit's grace) at the latest.
+    template <typename Now, typename Time = decltype(std::declval<Now>()())>
+    std::function<bool()> budget(Now now, std::optional<Time> not_after = std::nullopt) const {
+        return stop_pass_budget(now, budgets, not_after);
     }
     // The passes need no more rounds (the kill went out, the unit is gone): thaw.
     void end() {
