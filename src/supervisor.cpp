@@ -510,6 +510,7 @@ void Supervisor::sweep_children(ReapOutcome outcome) {
         want_info = [this](pid_t pid) { return !book_.knows(pid); };
     bool forcing = shutdown_.state() == State::Forcing;
     long count = 0;
+    MonoTime began = clock_.now();
     children_gone_ = reap_all(want_info, [&](const Reaped& r) {
         ++count;
         on_reaped(r, forcing, outcome);
@@ -519,7 +520,7 @@ void Supervisor::sweep_children(ReapOutcome outcome) {
         shutdown_.on_pre_stop_done();
     }
     if (outcome.main_exited) shutdown_.on_main_exit();
-    pace_sweeps(shutdown_.state() == State::Running ? count : 0);
+    pace_sweeps(shutdown_.state() == State::Running ? count : 0, clock_.now() - began);
     check_tree_gone();
 }
 
@@ -552,8 +553,8 @@ void Supervisor::on_reaped(const Reaped& r, bool forcing, ReapOutcome& outcome) 
     }
 }
 
-void Supervisor::pace_sweeps(long reaped) {
-    auto next = reap_pacer_.swept(clock_.now(), reaped);
+void Supervisor::pace_sweeps(long reaped, std::chrono::steady_clock::duration cost) {
+    auto next = reap_pacer_.swept(clock_.now(), reaped, cost);
     if (!next) return end_sweep_pacing();
     // The timer is made on the first burst: a run whose children exit one at a time (most)
     // never opens it.

@@ -141,9 +141,9 @@ class Supervisor final : private ShutdownActions {
     // The main child only, by pid; true if it was reaped.
     bool reap_main_child(ReapOutcome& outcome);
     void on_reaped(const Reaped& r, bool forcing, ReapOutcome& outcome);
-    // After a sweep that reaped `reaped` children: arms the next paced sweep (and SIGCHLD stops
-    // waking the loop until then), or ends pacing.
-    void pace_sweeps(long reaped);
+    // After a sweep that reaped `reaped` children in `cost`: arms the next paced sweep (and
+    // SIGCHLD stops waking the loop until then), or ends pacing.
+    void pace_sweeps(long reaped, std::chrono::steady_clock::duration cost);
     void end_sweep_pacing();
     void unpaced(const Error& e);
     // Whether the signalfd reads SIGCHLD.

@@ -49,3 +49,21 @@ TEST_CASE("the shutdown ends the pacing: every exit is swept at once") {
     pacer.stop_pacing();
     CHECK(pacer.sweep_now());
 }
+
+TEST_CASE("a costly sweep spaces the next one out to twenty times its cost, up to 50 ms") {
+    // Each reap walks the list of children up to the first exited one: among thousands of
+    // live children a sweep takes milliseconds, and sweeping every 5 ms kept PID 1 busy.
+    FakeClock clock;
+    ReapPacer pacer(5ms);
+    auto next = pacer.swept(clock.now(), 100, 100us);  // cheap: the interval
+    REQUIRE(next);
+    CHECK(*next == clock.now() + 5ms);
+    next = pacer.swept(clock.now(), 100, 1ms);
+    REQUIRE(next);
+    CHECK(*next == clock.now() + 20ms);
+    next = pacer.swept(clock.now(), 100, 30ms);  // 16,384 orphans: capped
+    REQUIRE(next);
+    CHECK(*next == clock.now() + 50ms);
+    // However costly, a sweep that reaped nothing ends the pacing.
+    CHECK_FALSE(pacer.swept(clock.now(), 0, 30ms));
+}
