@@ -7,6 +7,7 @@ FIFOs are passed by path in the environment), and lastcall's exit is awaited wit
 Leftovers are found by a unique marker in /proc/*/environ, never by process name.
 """
 import atexit
+import datetime
 import os
 import select
 import shutil
@@ -60,6 +61,12 @@ def marked_pids(marker):
         except OSError:
             continue
     return found
+
+
+def report_time(stamp):
+    """A report's UTC timestamp ("2026-12-05T12:24:08.958Z") in seconds since the epoch."""
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
 
 
 def wait_exit(pid, timeout=30.0):

@@ -12,7 +12,7 @@ import sqlite3
 import subprocess
 import time
 
-from lctest import LASTCALL, SANITIZED, LastcallTestCase, kill_marked
+from lctest import LASTCALL, SANITIZED, LastcallTestCase, kill_marked, report_time
 
 
 # A background sleep, and the line is written once it runs `sleep`: between dash's fork and the
@@ -407,12 +407,6 @@ def log_time(line):
         tzinfo=datetime.timezone.utc).timestamp()
 
 
-def iso_time(stamp):
-    import datetime
-    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-        tzinfo=datetime.timezone.utc).timestamp()
-
-
 class TriggerTimeTest(EndingsTestCase):
     def test_the_trigger_time_is_when_the_signal_was_dequeued_not_when_it_was_handled(self):
         """Case 14: HUP and TERM are pending together (lastcall stopped while they were sent);
@@ -437,7 +431,7 @@ class TriggerTimeTest(EndingsTestCase):
         run.wait()
         lines = run.output().splitlines()
         hup = next(line for line in lines if "received SIGHUP: forwarding" in line)
-        trigger = iso_time(self.read_report()["trigger"]["at"])
+        trigger = report_time(self.read_report()["trigger"]["at"])
         # 1 ms for the two clocks' rounding (the report derives wall time from the monotonic one),
         # compared in whole milliseconds: as floats, .817 + 0.001 is 0.2 µs short of .818 (seen
         # in CI, where the two clocks were exactly 1 ms apart).

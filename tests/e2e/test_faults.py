@@ -13,7 +13,7 @@ import tempfile
 import time
 import unittest
 
-from lctest import LASTCALL, LastcallTestCase, Run, helper, marked_pids, wait_exit
+from lctest import LASTCALL, LastcallTestCase, Run, helper, marked_pids, report_time, wait_exit
 
 FAULTKIT = helper("faultkit")
 IS_ROOT = os.geteuid() == 0
@@ -127,6 +127,15 @@ class ResourceExhaustion(FaultTestCase):
         code = run.wait(timeout=120)
         elapsed = time.monotonic() - t0
         print(f"\nfork bomb: lastcall exited {elapsed:.3f}s after SIGTERM (grace {grace}s)")
+        # The harness's own clock includes its waits for a CPU under the bomb (a hand run: 4.99 s
+        # by the script's clock, 2.93 s by lastcall's); the report dates each transition.
+        if os.path.exists(report):
+            with open(report) as f:
+                at = {t["state"]: report_time(t["at"]) for t in json.load(f)["transitions"]}
+            if "draining" in at and "forcing" in at and "stopped" in at:
+                print(f"fork bomb, by lastcall's report: forcing "
+                      f"{at['forcing'] - at['draining']:.3f}s and stopped "
+                      f"{at['stopped'] - at['draining']:.3f}s after the trigger")
         self.assertEqual(code, 128 + signal.SIGKILL, run.output()[-3000:])
         # grace + 1 s is the target (printed above; measured in bench/). 2,000 processes
         # retrying fork on 2 cores delay lastcall's own timer on a loaded or sanitized run, so
