@@ -195,8 +195,9 @@ class Supervisor final : private ShutdownActions {
     PeerVoice voice_{opts_};
     std::optional<EventLoop> loop_;
     std::optional<DeadlineTimer> timer_;
-    // 5 ms: at 16,384 children a fruitless walk of the list costs ~1 ms here; a service's or a
-    // job's exit is noticed up to 5 ms later during a burst, the main child's at once.
+    // At least 5 ms between paced sweeps, more after a costly one (ReapPacer): a service's or a
+    // job's exit is noticed up to ReapPacer::kMaxWait later during a burst, the main child's at
+    // once.
     ReapPacer reap_pacer_{std::chrono::milliseconds(5)};
     std::optional<DeadlineTimer> sweep_timer_;  // made on the first burst
     bool sigchld_paused_ = false;               // SIGCHLD left out of the signalfd until it fires

@@ -286,27 +286,26 @@ grace = "3s"
     CHECK(s.host.forces.empty());
 }
 
-// Service `name` and `workers` processes of its own; each signal then takes `cost` on the fake
-// clock (a fork storm's thousands of members on a slow machine, in miniature).
-std::vector<pid_t> with_workers(Services& s, const std::string& name, int workers,
-                                std::chrono::milliseconds cost) {
-    std::vector<pid_t> members{s.pid(name)};
-    for (int i = 0; i < workers; ++i) members.push_back(s.host.fork_child(members[0]));
-    s.host.signal_cost = cost;
-    return members;
-}
+// A service "app" with the given grace (under a 60 s global one) and 40 processes of its own
+// besides it; each signal then takes 10 ms on the fake clock (a fork storm's thousands of
+// members on a slow machine, in miniature). `members` lists app and its 40.
+struct CrowdedApp {
+    Services s;
+    std::vector<pid_t> members;
+    explicit CrowdedApp(const std::string& grace)
+        : s("[services.app]\ncommand = [\"app\"]\ngrace = \"" + grace + "\"\n", 60s) {
+        members.push_back(s.pid("app"));
+        for (int i = 0; i < 40; ++i) members.push_back(s.host.fork_child(members[0]));
+        s.host.signal_cost = 10ms;
+    }
+};
 
 TEST_CASE("a service's stop pass cut by its budget goes on until every member had the stop signal",
           "[orchestration][services]") {
-    Services s(R"(
-[services.app]
-command = ["app"]
-grace = "30s"
-)",
-               60s);
     // 10 ms per signal, two per member (the stop signal and SIGCONT): one 250 ms budget reaches
     // a dozen of the 41.
-    auto members = with_workers(s, "app", 40, 10ms);
+    CrowdedApp app("30s");
+    auto& [s, members] = app;
     s.begin_shutdown();
     s.host.advance(0ms);
     CHECK(had(s.host, members, SIGTERM) < 41);
@@ -317,15 +316,11 @@ grace = "30s"
 
 TEST_CASE("a service's stop pass that outlasts its grace is cut there, and the kill is on time",
           "[orchestration][services]") {
-    Services s(R"(
-[services.app]
-command = ["app"]
-grace = "100ms"
-)",
-               60s);
     // 10 ms per signal: the pass over 41 members outlasts the 100 ms grace, not its own 250 ms
     // budget. Running on, it held the loop (and the grace's kill) until the budget was spent.
-    pid_t app = with_workers(s, "app", 40, 10ms).front();
+    CrowdedApp crowded("100ms");
+    auto& s = crowded.s;
+    pid_t app = crowded.members.front();
     MonoTime start = s.host.now();
     s.begin_shutdown();
     s.host.advance(0ms);
