@@ -150,14 +150,15 @@ command = "sleep 1000"
         ready = os.path.join(self.dir, "a.ready")
         os.mkfifo(gate)
         # b is first in the file: only depends_on can make it wait for a. b's TERM handler is
-        # slow, so if both were signalled at once, a's "a-stop" would come first.
+        # slow, so if both were signalled at once, a's "a-stop" would come first. Each sets its
+        # trap before it writes anything: the SIGTERM may follow its last line at once.
         cfg = self.config(f"""
 [services.b]
-command = '''echo b-start > "$EVENTS"; trap 'sleep 0.3; echo b-stop > "$EVENTS"; kill $p; exit 0' TERM; sleep 1000 & p=$!; wait'''
+command = '''trap 'sleep 0.3; echo b-stop > "$EVENTS"; kill $p; exit 0' TERM; echo b-start > "$EVENTS"; sleep 1000 & p=$!; wait'''
 depends_on = ["a"]
 
 [services.a]
-command = '''echo a-start > "$EVENTS"; read x < {gate}; echo a-ready > "$EVENTS"; touch {ready}; trap 'echo a-stop > "$EVENTS"; kill $p; exit 0' TERM; sleep 1000 & p=$!; wait'''
+command = '''trap 'echo a-stop > "$EVENTS"; kill $p; exit 0' TERM; echo a-start > "$EVENTS"; read x < {gate}; echo a-ready > "$EVENTS"; touch {ready}; sleep 1000 & p=$!; wait'''
 ready = {{ file = "{ready}", interval = "20ms" }}
 """)
         run = self.start(["--config", cfg])
