@@ -13,6 +13,7 @@ that Python's own start-up and scheduling do not sit inside the measured interva
 """
 import argparse
 import datetime
+import json
 import os
 import platform
 import re
@@ -244,7 +245,12 @@ def case_forkbomb(bins, lc, lc_static, runs, tmp):
     if not os.path.exists(fifo):
         os.mkfifo(fifo)
     os.chmod(fifo, 0o666)
-    grace = ["--grace", "2s"]
+    # lastcall's own report dates each transition: its timeline beside the driver's clock.
+    rdir = os.path.join(tmp, "forkbomb-report")
+    os.makedirs(rdir, exist_ok=True)
+    os.chmod(rdir, 0o777)
+    report = os.path.join(rdir, "report.json")
+    grace = ["--grace", "2s", "--report", report]
     cases = [("kernel floor", ["floor", uid, 2000, 2000, 1, fifo])]
     cases.append(("lastcall-proc", ["init", uid, 2000, fifo, 1, "--", lc, "--tracker", "proc"]
                   + grace + ["--"]))
@@ -258,6 +264,8 @@ def case_forkbomb(bins, lc, lc_static, runs, tmp):
     res = {name: [] for name, _ in cases}
     for run in range(runs):
         for name, args in cases:
+            if os.path.exists(report):
+                os.unlink(report)
             p = subprocess.run([bins["forkbomb"]] + [str(x) for x in args], capture_output=True,
                                text=True, timeout=300)
             for line in p.stdout.splitlines():
@@ -266,11 +274,38 @@ def case_forkbomb(bins, lc, lc_static, runs, tmp):
                 after = ns / 1e9 - (0 if f[0] == "floor" else 2.0)
                 status = int(f[3])
                 code = (status >> 8) if f[0] == "init" else 0
-                res[name].append({"after_grace": after, "left": left, "code": code})
+                row = {"after_grace": after, "left": left, "code": code}
+                if f[0] == "init":
+                    row.update(report_timeline(report))
+                if len(f) >= 7 and int(f[5]) >= 0:
+                    row.update(cpu_after_grace=int(f[5]) / 1e9,
+                               runqueue_after_grace=int(f[6]) / 1e9)
+                res[name].append(row)
             if p.returncode != 0:
                 log("forkbomb:", name, p.stderr.strip()[:500])
         log("forkbomb run", run, {k: round(v[-1]["after_grace"], 3) for k, v in res.items() if v})
     return res
+
+
+def slowest_sched(rows):
+    slow = max(rows, key=lambda r: r["after_grace"])
+    if "cpu_after_grace" not in slow:
+        return "–"
+    return f"{slow['cpu_after_grace']:.3f} / {slow['runqueue_after_grace']:.3f}"
+
+
+def report_timeline(path):
+    """From lastcall's report: when its grace ended (forcing) and when it had reaped the tree
+    (stopped), in seconds after the grace's nominal end (trigger + 2 s)."""
+    try:
+        with open(path) as f:
+            tr = {t["state"]: t["at"] for t in json.load(f)["transitions"]}
+        at = {k: datetime.datetime.strptime(v, "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+              for k, v in tr.items()}
+        t0 = at["draining"] + 2.0
+        return {"forcing_late": at["forcing"] - t0, "stopped_after_grace": at["stopped"] - t0}
+    except (OSError, ValueError, KeyError):
+        return {}
 
 
 def own_cgroup_writable():
@@ -831,17 +866,30 @@ def write_report(a, R, inits, notes, lc, lc_static):
                "floor, alternated with the others: a minimal C subreaper lets the same bomb run "
                "2 s, then `kill(-pgid, SIGKILL)` and `waitpid(-1)` until ECHILD (no naming of the "
                "processes, no record). With the /proc tracker lastcall runs as the limited user; "
-               "with the cgroup tracker as root (`--user`). Peers: n/a, they never kill a tree.", "",
+               "with the cgroup tracker as root (`--user`). The driver waits at a real-time "
+               "priority (its children at the normal one), so that its own wait for a CPU under "
+               "the bomb is not counted. Beside the driver's clock, lastcall's own report: how "
+               "late its grace ended (forcing) and when it had reaped the tree (stopped). Peers: "
+               "n/a, they never kill a tree. Last column: from the init's schedstat, its time "
+               "on a CPU and its time runnable but waiting for one between the grace's end and "
+               "its exit, in the slowest run (the floor: from its kill to its last reap).", "",
                "| | after grace median s | p90 s | max s | runs within grace + 1 s | exit code | "
-               "processes left (max) |", "|---|---:|---:|---:|---:|---|---:|"]
+               "processes left (max) | report: grace ended late, max s | report: stopped after "
+               "grace, median / max s | slowest run: on a CPU / waiting for one, s |",
+               "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
         for name, rs in F.items():
             if not rs:
                 continue
             a_ = [r["after_grace"] for r in rs]
             within = sum(1 for x in a_ if x <= 1.0)
             codes = ",".join(sorted({str(r["code"]) for r in rs})) if name != "kernel floor" else "–"
+            late = [r["forcing_late"] for r in rs if "forcing_late" in r]
+            stop = [r["stopped_after_grace"] for r in rs if "stopped_after_grace" in r]
             md.append(f"| {name} | {fmt(med(a_), 3)} | {fmt(pct(a_, 90), 3)} | {fmt(max(a_), 3)} | "
-                      f"{within}/{len(rs)} | {codes} | {max(r['left'] for r in rs)} |")
+                      f"{within}/{len(rs)} | {codes} | {max(r['left'] for r in rs)} | "
+                      f"{fmt(max(late), 3) if late else '–'} | "
+                      f"{fmt(med(stop), 3) + ' / ' + fmt(max(stop), 3) if stop else '–'} | "
+                      f"{slowest_sched(rs)} |")
             if name != "kernel floor":
                 ok = within == len(rs) and all(r["left"] == 0 and r["code"] == 137 for r in rs)
                 targets.append((f"fork bomb gone within grace + 1 s, reported forced: {name}",
