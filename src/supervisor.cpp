@@ -416,7 +416,7 @@ void Supervisor::stop_main_child_first(int sig) {
     // birth line, read just before the signal, tells the passes that it was born after the stop
     // began, and they leave it alone (take_stop). Without a birth line the main child is
     // signalled first only where nothing is frozen, as before the line existed.
-    // The pidfd last: bench/hot_functions.py runs lastcall under valgrind, which has no pidfds,
+    // The pidfd last: bench/hot_symbols.py runs lastcall under valgrind, which has no pidfds,
     // and lists what it sees run; every other check here is then on its list (a function on
     // this path outside the hot pages faults before the signal: 37 us once).
     if (main_status_ || opts_.drain_delay.count() > 0 || !opts_.pre_stop.empty() ||

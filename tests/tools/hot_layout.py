@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""Checks that the link laid the hot-path functions out together (CMakeLists.txt,
+"""Checks that the link laid the hot-path functions and data out together (CMakeLists.txt,
 LASTCALL_ORDER_SECTIONS; docs/design.md, "The code a run executes is laid out together").
 
 Usage: hot_layout.py BINARY_WITH_SYMBOLS ORDER_FILE
@@ -8,10 +8,58 @@ Usage: hot_layout.py BINARY_WITH_SYMBOLS ORDER_FILE
 The functions of ORDER_FILE that BINARY defines must lie in one stretch of the text no longer
 than twice their total size plus 64 KiB (alignment, and the whole archive member a listed glibc
 symbol brings along). Unordered, they spread over the whole text segment (2.5-4.5 MB); ordered,
-the stretch is a few hundred KB. A layout, not a time: nothing here depends on the machine.
+the stretch is a few hundred KB. The same for the listed data objects in each writable section
+(`.data`, `.bss`, `.data.rel.ro`: one page fault per page first written), within twice their size
+plus 8 KiB: unordered, the static binary's spread over all of `.bss` (40 KB) and `.data.rel.ro`
+(66 KB). (`.rodata` is not checked: a listed object in a mergeable section, glibc's
+`_itoa_lower_digits`, stays where the link merges it.) A layout, not a time: nothing here depends
+on the machine.
 """
+import re
 import subprocess
 import sys
+
+DATA_SECTIONS = (".data", ".bss", ".data.rel.ro")
+
+
+def section_ranges(binary):
+    """{name: (start, end)} of the allocated sections (a .debug file keeps their addresses)."""
+    out = subprocess.run(["readelf", "-SW", binary], capture_output=True, text=True,
+                         check=True).stdout
+    ranges = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*\[\s*\d+\]\s+(\S+)\s+\S+\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)", line)
+        if m and int(m.group(2), 16):
+            ranges[m.group(1)] = (int(m.group(2), 16), int(m.group(2), 16) + int(m.group(3), 16))
+    return ranges
+
+
+def check_data(binary, nm_lines, wanted):
+    ranges = section_ranges(binary)
+    failed = False
+    for section in DATA_SECTIONS:
+        if section not in ranges:
+            continue
+        lo_sec, hi_sec = ranges[section]
+        spans = {}
+        for parts in nm_lines:
+            if parts[2] in "tTWi" or parts[3] not in wanted:
+                continue
+            start, size = int(parts[0], 16), int(parts[1], 16)
+            if size and lo_sec <= start < hi_sec:
+                spans[start] = max(spans.get(start, 0), size)
+        if len(spans) < 3:
+            continue
+        total = sum(spans.values())
+        lo, hi = min(spans), max(start + size for start, size in spans.items())
+        limit = 2 * total + 8 * 1024
+        print(f"{binary}: {len(spans)} hot objects in {section}, {total:,} bytes, laid out over "
+              f"{hi - lo:,} bytes of {hi_sec - lo_sec:,} (limit {limit:,})")
+        if hi - lo > limit:
+            print(f"{binary}: the hot objects of {section} are spread over {hi - lo:,} bytes, "
+                  f"more than {limit:,}: the link did not order them", file=sys.stderr)
+            failed = True
+    return not failed
 
 
 def main():
@@ -20,10 +68,10 @@ def main():
         wanted = {line.strip() for line in f if line.strip() and not line.startswith("#")}
     out = subprocess.run(["nm", "-S", "--defined-only", binary], capture_output=True, text=True,
                          check=True).stdout
+    nm_lines = [parts for parts in (line.split() for line in out.splitlines()) if len(parts) == 4]
     spans = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 4 and parts[2] in "tTW" and parts[3] in wanted:
+    for parts in nm_lines:
+        if parts[2] in "tTW" and parts[3] in wanted:
             start, size = int(parts[0], 16), int(parts[1], 16)
             if size:
                 spans[start] = max(spans.get(start, 0), size)  # aliases share an address
@@ -39,6 +87,8 @@ def main():
     if hi - lo > limit:
         sys.exit(f"{binary}: the hot functions are spread over {hi - lo:,} bytes of text, more "
                  f"than {limit:,}: the link did not order them")
+    if not check_data(binary, nm_lines, wanted):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

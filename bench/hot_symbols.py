@@ -1,29 +1,39 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""Regenerates packaging/hot-functions.txt: the functions of lastcall that run on its hot path.
+"""Regenerates packaging/hot-symbols.txt: the functions and data objects of lastcall that its
+hot path touches.
 
-Usage: bench/hot_functions.py BUILT_LASTCALL [BUILT_STATIC_LASTCALL]
-                               [--out packaging/hot-functions.txt]
+Usage: bench/hot_symbols.py BUILT_LASTCALL [BUILT_STATIC_LASTCALL]
+                             [--out packaging/hot-symbols.txt]
 
 Why (issue 18, peak RSS and start-up): the kernel maps a file's page-cache pages around each
 page a process faults in (fault-around, and whole large folios on recent kernels), and on a
 paravirtualised VM each fault and TLB miss is dear. The code that a plain `lastcall -- CMD` runs
 is about 340 KB of lastcall's own and libstdc++'s (the static binary: ~100 KB more of glibc's),
-but scattered over a 2.5-4.5 MB text segment it left 1.4-2.5 MB of the binary resident. The link (CMakeLists.txt,
-LASTCALL_ORDER_SECTIONS) places the sections holding the symbols named in the list together
-(lld's --symbol-ordering-file), so that a run faults in a few neighbouring pages instead.
+but scattered over a 2.5-4.5 MB text segment it left 1.4-2.5 MB of the binary resident. The
+same holds for the read-only data (tables, `__PRETTY_FUNCTION__`, CPU feature tables) spread
+over 0.5 MB of `.rodata`, and for the first writes to `.data`/`.bss`, one fault per page. The
+link (CMakeLists.txt, LASTCALL_ORDER_SECTIONS) places the sections holding the symbols named in
+the list together (lld's --symbol-ordering-file, per output section), so that a run faults in a
+few neighbouring pages instead.
 
 How: each binary runs under valgrind's callgrind in the scenarios below (start-up, a child that
 exits, a SIGTERM stop, the /proc tracker, a command that cannot be run); every function executed
 in the binary's own object is listed by its name. In the static binary that includes glibc's
-and libm's: their IFUNC resolvers all run at start-up (IRELATIVE relocations), and valgrind's
-emulated CPU selects other variants of the string functions than the real one, so the variants
-this machine's CPU selects are added from a native run (irelative_targets). A stale list is
-harmless: a name that no longer exists is ignored by the linker, a new hot function is only
-placed elsewhere. Regenerate after larger changes of the start-up or stop path and commit the
-result.
+and libm's. Added to those:
+- the IFUNC resolvers of every IRELATIVE relocation (all run before `main`), and the variants
+  this machine's CPU selects, read from a native run (valgrind's emulated CPU selects others);
+- what the spawned child calls before its exec (it runs in lastcall's memory, CLONE_VM, where
+  callgrind does not follow it): the direct callees of its entry point, from the disassembly;
+- the data objects a start-up, a child's exit and a SIGTERM stop read or write, from valgrind's
+  lackey (every memory access) on the static binary, whose addresses are the link's (not PIE).
+  String literals have no symbol (lld merges them) and stay where the link puts them.
+A stale list is harmless: a name that no longer exists is ignored by the linker, a new hot
+symbol is only placed elsewhere. Regenerate after larger changes of the start-up or stop path
+and commit the result.
 """
 import argparse
+import bisect
 import os
 import re
 import signal
@@ -67,6 +77,11 @@ SCENARIOS = [
 ]
 
 
+# The data objects: what a run that only starts, runs a child and stops touches (lackey is slow;
+# the other scenarios add code paths, not data a plain run keeps resident).
+DATA_SCENARIOS = [SCENARIOS[0], SCENARIOS[4]]
+
+
 def functions_of(callgrind_out, binary_name):
     """Mangled names of the functions executed in the object whose path ends in binary_name."""
     names, current = set(), None
@@ -84,9 +99,13 @@ def functions_of(callgrind_out, binary_name):
     return names
 
 
-def run_scenario(binary, args, sig, out):
-    cmd = ["valgrind", "--tool=callgrind", "--demangle=no", "--compress-strings=no",
-           "--compress-pos=no", f"--callgrind-out-file={out}", binary] + args
+def run_scenario(binary, args, sig, out, tool="callgrind"):
+    if tool == "callgrind":
+        opts = ["--tool=callgrind", "--demangle=no", "--compress-strings=no", "--compress-pos=no",
+                f"--callgrind-out-file={out}"]
+    else:  # lackey: every load and store of lastcall itself (not of the child it execs)
+        opts = ["--tool=lackey", "--trace-mem=yes", f"--log-file={out}"]
+    cmd = ["valgrind"] + opts + [binary] + args
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if sig is not None:
         # Under valgrind start-up takes a second or more; the signal must find the loop running.
@@ -114,6 +133,96 @@ def child_running(pid, comm):
         except OSError:
             pass
     return False
+
+
+def symbols_with_sizes(binary, types):
+    """[(address, size, name)] sorted, of the symbols of binary (or BINARY.debug) whose nm type
+    letter is in types."""
+    for path in (binary, binary + ".debug"):
+        if not os.path.exists(path):
+            continue
+        out = subprocess.run(["nm", "-S", "--defined-only", path], capture_output=True,
+                             text=True).stdout
+        syms = []
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 4 and parts[2] in types:
+                syms.append((int(parts[0], 16), int(parts[1], 16), parts[3]))
+        if syms:
+            return sorted(syms)
+    return []
+
+
+def is_position_dependent(binary):
+    out = subprocess.run(["readelf", "-h", binary], capture_output=True, text=True).stdout
+    return re.search(r"Type:\s+EXEC", out) is not None
+
+
+def touched_data(binary, scenarios, tmp):
+    """Names of the data objects the scenarios read or write, from lackey's trace of every
+    access. Only for a position-dependent binary: its addresses are the link's."""
+    if not is_position_dependent(binary):
+        return set()
+    objects = symbols_with_sizes(binary, "rRdDbBvV")
+    starts = [o[0] for o in objects]
+    names = set()
+    for i, (what, args, sig) in enumerate(scenarios):
+        out = os.path.join(tmp, f"lackey.{i}")
+        run_scenario(binary, args, sig, out, tool="lackey")
+        seen = set()
+        with open(out, errors="replace") as f:
+            for line in f:
+                # " L 04225a8,8", " S ...", " M ..." (instruction fetches start with "I").
+                if len(line) < 4 or line[0] != " " or line[1] not in "LSM":
+                    continue
+                addr = int(line[3:].split(",", 1)[0], 16)
+                if addr in seen:
+                    continue
+                seen.add(addr)
+                k = bisect.bisect_right(starts, addr) - 1
+                if k < 0:
+                    continue
+                # Objects do not overlap; aliases share a start, and any one names the section.
+                first = bisect.bisect_left(starts, starts[k])
+                group = objects[first:k + 1]
+                if addr < starts[k] + max(max(o[1] for o in group), 1):
+                    names.add(group[0][2])
+        print(f"{binary}, {what}: {len(names)} data objects so far", file=sys.stderr)
+    return names
+
+
+def ifunc_resolvers(binary):
+    """Every IFUNC resolver of a static binary: its IRELATIVE relocations run all of them before
+    main, each in the archive member of its function (libm's for SQLite too)."""
+    table = symbol_table(binary)
+    relocs = subprocess.run(["readelf", "-rW", binary], capture_output=True, text=True).stdout
+    names = set()
+    for line in relocs.splitlines():
+        if "R_X86_64_IRELATIVE" in line:
+            resolver = int(line.split()[-1], 16)
+            if resolver in table:
+                names.add(table[resolver])
+    return names
+
+
+def child_side_callees(binary):
+    """The functions the spawned child's entry point calls directly (a static binary's
+    setsid, sigprocmask, close_range, execve...), from its disassembly. In the dynamic binary
+    they are libc's, reached through the PLT, and not the link's to place."""
+    entry = [s for s in symbols_with_sizes(binary, "tT") if s[2] == CHILD_SIDE[1]]
+    if not entry:
+        return set()
+    start, size, _ = entry[0]
+    table = symbol_table(binary)
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"--start-address={start}",
+                          f"--stop-address={start + size}", binary], capture_output=True,
+                         text=True).stdout
+    names = set()
+    for m in re.finditer(r"\bcall\s+(?:0x)?([0-9a-f]+)\b", out):
+        target = int(m.group(1), 16)
+        if target in table and not start <= target < start + size:
+            names.add(table[target])
+    return names
 
 
 def symbol_table(binary):
@@ -178,9 +287,9 @@ def irelative_targets(binary, called):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("binaries", nargs="+", metavar="binary")
-    ap.add_argument("--out", default=os.path.join(ROOT, "packaging", "hot-functions.txt"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "packaging", "hot-symbols.txt"))
     a = ap.parse_args()
-    names = set()
+    names, data = set(), set()
     with tempfile.TemporaryDirectory() as tmp:
         for b, path in enumerate(a.binaries):
             binary = os.path.abspath(path)
@@ -193,17 +302,20 @@ def main():
             native = irelative_targets(binary, names)
             if native:
                 print(f"{path}: {len(native)} IFUNC targets of this CPU", file=sys.stderr)
-            names |= native
+            names |= native | ifunc_resolvers(binary) | child_side_callees(binary)
+            data |= touched_data(binary, DATA_SCENARIOS, tmp)
     names |= set(CHILD_SIDE) | set(PIDFD_SIDE)
     if len(names) < 50:
         sys.exit(f"only {len(names)} functions found: is valgrind installed, and lastcall built?")
+    data -= names
     with open(a.out, "w") as f:
-        f.write("# Functions on lastcall's hot path; generated by bench/hot_functions.py from\n")
-        f.write("# RelWithDebInfo builds (dynamic and static). The link places their sections\n")
-        f.write("# together (lld --symbol-ordering-file; names a binary lacks are skipped).\n")
-        for n in sorted(names):
+        f.write("# Functions, then data objects, on lastcall's hot path; generated by\n")
+        f.write("# bench/hot_symbols.py from RelWithDebInfo builds (dynamic and static). The link\n")
+        f.write("# places their sections together, each output section on its own (lld\n")
+        f.write("# --symbol-ordering-file; names a binary lacks are skipped).\n")
+        for n in sorted(names) + sorted(data):
             f.write(n + "\n")
-    print(f"{len(names)} functions -> {a.out}", file=sys.stderr)
+    print(f"{len(names)} functions, {len(data)} data objects -> {a.out}", file=sys.stderr)
 
 
 if __name__ == "__main__":
