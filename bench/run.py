@@ -742,7 +742,7 @@ def write_report(a, R, inits, notes, lc, lc_static):
                "`unshare --pid --fork --mount-proc INIT -- orphans N`: N double-forked grandchildren "
                "block on a pipe; when it closes they all exit and become zombies of PID 1. Time from "
                "the close until every one of them is gone (`kill(pid, 0)` fails), and the CPU time "
-               "(user + system, /proc/1/stat, 10 ms ticks) PID 1 used meanwhile, per orphan; "
+               "PID 1 used meanwhile (/proc/1/schedstat, ns), per orphan; "
                f"median of {P['reap_reps']} runs (1 run above 16,384). Most of the wall time is "
                "the kernel tearing the exiting processes down, which every init waits for; the CPU "
                "column is what the init itself spends.", "",
