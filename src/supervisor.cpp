@@ -658,12 +658,13 @@ void Supervisor::on_timer() {
     shutdown_.on_timer();
 }
 
-void Supervisor::note_stop_signal(const ProcInfo& p, int sig) {
-    if (shutdown_.state() == State::Running) return;  // not part of a shutdown's record
+bool Supervisor::note_stop_signal(const ProcInfo& p, int sig) {
+    if (shutdown_.state() == State::Running) return true;  // not part of a shutdown's record
     auto& rec = book_.observe(p);
-    if (rec.stop_signal) return;
+    if (rec.stop_signal) return false;
     rec.stop_signal = sig;
     rec.signalled_at = clock_.now();
+    return true;
 }
 
 bool Supervisor::take_stop(const ProcInfo& p) {
@@ -719,6 +720,10 @@ void Supervisor::state_changed(State from, State to, Event why) {
         last_pid_fd_.reset();  // read already if the main child was signalled first
         watch_tree_events();
     }
+    if (why == Event::HoldExpired)
+        spdlog::warn(
+            "the ordered stop is past half of the grace: the rest of the tree gets its "
+            "stop signal now");
     for (auto* c : components_) c->state_changed(from, to);
     if (to == State::Forcing)
         record_force(ForceKind::EnteredForcing, std::string(to_string(why)), 0);

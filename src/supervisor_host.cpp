@@ -114,7 +114,9 @@ class SupervisorHost final : public UnitHost {
     void record_force(ForceKind kind, std::string source, int count) override {
         sup_.record_force(kind, std::move(source), count);
     }
-    void note_stop_signal(const ProcInfo& p, int sig) override { sup_.note_stop_signal(p, sig); }
+    bool note_stop_signal(const ProcInfo& p, int sig) override {
+        return sup_.note_stop_signal(p, sig);
+    }
 
   private:
     Supervisor& sup_;

@@ -114,7 +114,7 @@ class Supervisor final : private ShutdownActions {
     // A unit's own stop signal (a service's stop, a job's timeout) went to p: during the
     // shutdown the report itemises it, and the tree's stop signal does not repeat it (each
     // process gets a stop signal once).
-    void note_stop_signal(const ProcInfo& p, int sig);
+    bool note_stop_signal(const ProcInfo& p, int sig);
 
   private:
     int run_guarded();

@@ -92,7 +92,9 @@ class UnitHost {
     virtual void add_helper_session(pid_t sid) = 0;
     virtual void remove_helper_session(pid_t sid) = 0;
     virtual void record_force(ForceKind kind, std::string source, int count) = 0;
-    virtual void note_stop_signal(const ProcInfo& p, int sig) = 0;
+    // A unit sends p its stop signal: recorded for the shutdown's report. False when p already
+    // had one during this shutdown (the tree's pass, another unit): it must not get a second.
+    virtual bool note_stop_signal(const ProcInfo& p, int sig) = 0;
 };
 
 }  // namespace lastcall

@@ -901,8 +901,7 @@ void JobScheduler::stop_round(Run& run) {
                 io, SIGTERM,
                 [&](const ProcInfo& p) {
                     if (!run.stopped.insert(key_of(p)).second) return false;
-                    host_->note_stop_signal(p, SIGTERM);
-                    return true;
+                    return host_->note_stop_signal(p, SIGTERM);
                 },
                 run.stop_rounds)
                 .signalled;

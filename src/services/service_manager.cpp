@@ -27,6 +27,7 @@
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/stop.hpp"
 #include "lastcall/services/service_status.hpp"
+#include "lastcall/shutdown/shutdown.hpp"
 
 namespace lastcall {
 
@@ -345,6 +346,18 @@ void ServiceManager::on_timer() {
         stop_begin_.reset();
         stop_eligible();
     }
+    if (order_limit_ && now >= *order_limit_ && !stop_begin_) {
+        order_limit_.reset();
+        order_expired_ = true;
+        bool held = std::any_of(services_.begin(), services_.end(), [](const Service& s) {
+            return s.state == ServiceState::Starting || s.state == ServiceState::Ready;
+        });
+        if (held)
+            spdlog::warn(
+                "services: half of the grace is gone: every service still running gets "
+                "its stop signal now, whatever depends on it");
+        stop_eligible();
+    }
     for (auto& s : services_) {
         if (!s.wake || *s.wake > now) continue;
         s.wake.reset();
@@ -368,6 +381,7 @@ void ServiceManager::on_timer() {
 void ServiceManager::rearm() {
     if (!timer_) return;
     std::optional<MonoTime> next = stop_begin_;
+    if (order_limit_) next = next ? std::min(*next, *order_limit_) : *order_limit_;
     for (const auto& s : services_)
         if (s.wake) next = next ? std::min(*next, *s.wake) : *s.wake;
     if (auto st = timer_->arm(next); !st) spdlog::error("services timer: {}", st.error().message);
@@ -506,6 +520,7 @@ void ServiceManager::begin_ordered_stop() {
     host_->hold_drain();
     holding_drain_ = true;
     stop_begin_ = now + host_->settings().drain_delay;
+    order_limit_ = ordered_stop_limit(*stop_begin_, global_deadline_);
     spdlog::info("stopping {} service(s) in reverse dependency order", services_.size());
     rearm();
 }
@@ -541,7 +556,7 @@ void ServiceManager::stop_eligible() {
         for (const auto& d : services_)
             if (&d != &s && std::count(d.deps.begin(), d.deps.end(), i) && !stop_done(d))
                 dependents_done = false;
-        if (!dependents_done) {
+        if (!dependents_done && !order_expired_) {
             waiting = true;
             continue;
         }
@@ -587,10 +602,11 @@ int ServiceManager::send_stop(Service& s) {
                       for (auto& r : s.retired) holds.push_back(r->freeze());
                       return holds;
                   }};
+    // Once per process: neither this service's earlier rounds nor the tree's pass (which goes
+    // out while a service is still held back by its order, at the hold's limit) sent it one.
     auto take = [&](const ProcInfo& p) {
         if (!s.signalled.insert(key_of(p)).second) return false;
-        host_->note_stop_signal(p, s.spec.stop_signal);
-        return true;
+        return host_->note_stop_signal(p, s.spec.stop_signal);
     };
     return send_stop_round(io, s.spec.stop_signal, take, s.stop_rounds).signalled;
 }
@@ -632,10 +648,16 @@ void ServiceManager::check_stop(Service& s) {
 
 void ServiceManager::end_ordered_stop(bool forced) {
     stop_begin_.reset();
+    order_limit_.reset();
     holding_drain_ = false;
     for (auto& s : services_) {
         s.wake.reset();
         cancel_probe(s);
+        // Still running when the tree's SIGKILL goes out (a second SIGTERM, the grace's end):
+        // killed without its stop signal, which is not an exit of its own.
+        if (forced && (s.state == ServiceState::Starting || s.state == ServiceState::Ready) &&
+            s.pid > 0)
+            apply(s, ServiceEvent::StopRequested);
         if (forced && s.state == ServiceState::Stopping) s.killed = true;
         s.stop_rounds.end();
         if (!forced) {

@@ -27,6 +27,8 @@ std::string_view to_string(Event e) {
             return "trigger";
         case Event::DrainDone:
             return "drain done";
+        case Event::HoldExpired:
+            return "hold expired";
         case Event::Escalate:
             return "escalate";
         case Event::GraceExpired:
@@ -47,7 +49,7 @@ std::optional<State> transition(State from, Event event) {
             if (event == E::Trigger) return S::Draining;
             return std::nullopt;
         case S::Draining:
-            if (event == E::DrainDone) return S::Stopping;
+            if (event == E::DrainDone || event == E::HoldExpired) return S::Stopping;
             if (event == E::Escalate || event == E::GraceExpired) return S::Forcing;
             if (event == E::TreeEmpty) return S::Stopped;
             return std::nullopt;
@@ -135,12 +137,29 @@ void Shutdown::release_drain() {
     maybe_finish_drain();
 }
 
-void Shutdown::maybe_finish_drain() {
-    if (state_ != State::Draining || pre_stop_running_ || holds_ > 0) return;
+MonoTime ordered_stop_limit(MonoTime stop_begin, MonoTime grace_deadline) {
+    if (grace_deadline <= stop_begin) return grace_deadline;
+    return stop_begin + (grace_deadline - stop_begin) / 2;
+}
+
+MonoTime Shutdown::drain_delay_end() const {
     // A child that ended by itself leaves nobody to route traffic to: no reason to delay.
     bool delay = trigger_.kind == TriggerKind::Signal && config_.drain_delay.count() > 0;
-    if (delay && clock_.now() < trigger_.at + config_.drain_delay) return;
-    apply(Event::DrainDone);
+    return delay ? trigger_.at + config_.drain_delay : trigger_.at;
+}
+
+MonoTime Shutdown::hold_limit() const {
+    return ordered_stop_limit(drain_delay_end(), grace_deadline());
+}
+
+void Shutdown::maybe_finish_drain() {
+    // The pre-stop hook is the user's own wait before any signal (a load balancer's
+    // deregistration): it may take what it was given. Only the grace bounds it.
+    if (state_ != State::Draining || pre_stop_running_) return;
+    MonoTime now = clock_.now();
+    if (now < drain_delay_end()) return;
+    if (holds_ == 0) return apply(Event::DrainDone);
+    if (now >= hold_limit()) apply(Event::HoldExpired);
 }
 
 void Shutdown::on_timer() {
@@ -174,9 +193,12 @@ std::optional<MonoTime> Shutdown::next_deadline() const {
     switch (state_) {
         case State::Draining: {
             MonoTime d = grace_deadline();
-            // While held, the drain delay is not a deadline: waking for it would spin.
-            if (trigger_.kind == TriggerKind::Signal && !pre_stop_running_ && holds_ == 0)
-                d = std::min(d, trigger_.at + config_.drain_delay);
+            if (pre_stop_running_) return d;
+            // Held past the drain delay, the next step is the hold's limit; waking for the
+            // delay's end again would spin.
+            MonoTime delay_end = drain_delay_end();
+            if (holds_ > 0) return std::min(d, std::max(delay_end, hold_limit()));
+            if (trigger_.kind == TriggerKind::Signal) d = std::min(d, delay_end);
             return d;
         }
         case State::Stopping:

@@ -171,6 +171,67 @@ ready = {{ file = "{ready}", interval = "20ms" }}
         self.assertEqual(run.wait(), 0, run.output())
         self.assertNoLeftovers()
 
+    def test_a_service_ignoring_its_stop_signal_holds_back_the_rest_only_until_half_the_grace(self):
+        # web ignores SIGTERM and depends on db; the main command is signalled after the
+        # services. Held until web's grace (the global one) ran out, db and the main command
+        # got no stop signal at all, only the SIGKILL at the end.
+        cfg = self.config("""
+[services.db]
+command = '''trap 'echo db-stop > "$EVENTS"; kill $p; exit 0' TERM; echo db-start > "$EVENTS"; sleep 1000 & p=$!; wait'''
+
+[services.web]
+command = '''trap '' TERM; echo web-start > "$EVENTS"; while :; do sleep 0.1; done'''
+depends_on = ["db"]
+""")
+        report = os.path.join(self.dir, "report.json")
+        run = self.start(["--config", cfg, "--grace", "4s", "--report", report, "--", "sh", "-c",
+                          '''trap 'echo main-stop > "$EVENTS"; kill $p; exit 0' TERM; '''
+                          '''echo main-start > "$EVENTS"; sleep 1000 & p=$!; wait'''])
+        self.assertEqual({self.fifo.readline() for _ in range(3)},
+                         {"db-start", "web-start", "main-start"})
+        t0 = time.monotonic()
+        run.signal(signal.SIGTERM)
+        self.assertEqual({self.fifo.readline(timeout=30) for _ in range(2)}, {"db-stop", "main-stop"})
+        # Both before the grace ran out (4 s; due at 2 s, the half of it).
+        self.assertLess(time.monotonic() - t0, 4.0, run.output())
+        run.wait()
+        r = self.report(report)
+        self.assertEqual(r["verdict"], "forced")
+        self.assertTrue(self.service(r, "web")["forced"])
+        self.assertFalse(self.service(r, "db")["forced"])
+        self.assertNoLeftovers()
+
+    def test_services_killed_before_their_stop_signal_are_reported_forced_not_exited(self):
+        # A second SIGTERM during the drain delay: nothing had its stop signal yet, and the
+        # tree's SIGKILL ended both services. Their record said "exited" by themselves.
+        cfg = self.config("""
+[services.db]
+command = '''echo db-start > "$EVENTS"; exec sleep 1000'''
+
+[services.web]
+command = '''echo web-start > "$EVENTS"; exec sleep 1000'''
+depends_on = ["db"]
+""")
+        report = os.path.join(self.dir, "report.json")
+        log = LogReader(["--config", cfg, "--grace", "60s", "--drain-delay", "30s", "--coalesce", "0",
+                         "--report", report], self.env)
+        try:
+            self.assertEqual({self.fifo.readline() for _ in range(2)}, {"db-start", "web-start"})
+            log.proc.send_signal(signal.SIGTERM)
+            log.wait_for("stopping 2 service(s)")
+            log.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(log.finish(), 137, "\n".join(log.lines))
+        finally:
+            if log.proc.poll() is None:
+                log.proc.kill()
+                log.proc.wait()
+        r = self.report(report)
+        self.assertEqual(r["verdict"], "forced")
+        for name in ("db", "web"):
+            svc = self.service(r, name)
+            self.assertEqual((svc["state"], svc["forced"]), ("stopped", True), svc)
+        self.assertNoLeftovers()
+
     def test_a_main_service_exiting_7_drains_the_rest_and_lastcall_exits_7(self):
         gate = os.path.join(self.dir, "gate")
         os.mkfifo(gate)

@@ -209,7 +209,7 @@ class FakeHost final : public UnitHost {
     void record_force(ForceKind kind, std::string source, int count) override {
         forces.push_back({kind, std::move(source), count});
     }
-    void note_stop_signal(const ProcInfo&, int) override {}
+    bool note_stop_signal(const ProcInfo&, int) override { return true; }
 
   private:
     // A timer the test fires: it registers itself in its host's list while it lives.

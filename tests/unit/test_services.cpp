@@ -310,8 +310,9 @@ TEST_CASE("a drain hold keeps the tree unsignalled until released", "[services][
     holder.sd = &h;
     h.on_signal(SIGTERM);
     CHECK(h.state() == State::Draining);
-    // While held, the next deadline is the grace end, not an immediate wakeup.
-    CHECK(h.next_deadline() == clock.now() + 2000ms);
+    // While held, the next deadline is the hold's limit (half of the grace), not an immediate
+    // wakeup.
+    CHECK(h.next_deadline() == clock.now() + 1000ms);
     clock.advance(500ms);
     h.on_timer();
     CHECK(h.state() == State::Draining);

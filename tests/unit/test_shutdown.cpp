@@ -45,8 +45,9 @@ struct Fixture {
 TEST_CASE("the transition table allows exactly the documented moves", "[shutdown]") {
     const State states[] = {State::Running, State::Draining, State::Stopping, State::Forcing,
                             State::Stopped};
-    const Event events[] = {Event::Trigger,      Event::DrainDone, Event::Escalate,
-                            Event::GraceExpired, Event::TreeEmpty, Event::GiveUp};
+    const Event events[] = {Event::Trigger,  Event::DrainDone,    Event::HoldExpired,
+                            Event::Escalate, Event::GraceExpired, Event::TreeEmpty,
+                            Event::GiveUp};
     struct Move {
         State from;
         Event e;
@@ -55,6 +56,7 @@ TEST_CASE("the transition table allows exactly the documented moves", "[shutdown
     const Move allowed[] = {
         {State::Running, Event::Trigger, State::Draining},
         {State::Draining, Event::DrainDone, State::Stopping},
+        {State::Draining, Event::HoldExpired, State::Stopping},
         {State::Draining, Event::Escalate, State::Forcing},
         {State::Draining, Event::GraceExpired, State::Forcing},
         {State::Draining, Event::TreeEmpty, State::Stopped},
@@ -293,6 +295,41 @@ TEST_CASE("the drain delay holds the stop signal back, inside the grace", "[shut
     CHECK(f.actions.count("signal 15") == 1);
     // The grace counts from the trigger, not from the end of the delay.
     CHECK(sd.next_deadline() == sd.trigger().at + 8s);
+}
+
+TEST_CASE("a hold keeps the tree's stop signal back only until half of the grace after the delay",
+          "[shutdown]") {
+    Fixture f;
+    f.config.drain_delay = 2s;  // grace 8 s: the hold ends at 2 s + (8 s - 2 s) / 2 = 5 s
+    auto sd = f.make();
+    sd.hold_drain();
+    sd.on_signal(SIGTERM);
+    f.clock.advance(2s);
+    sd.on_timer();
+    CHECK(sd.state() == State::Draining);  // the delay is over, the hold is not
+    CHECK(sd.next_deadline() == sd.trigger().at + 5s);
+    f.clock.advance(2999ms);
+    sd.on_timer();
+    CHECK(f.actions.count("signal 15") == 0);
+    f.clock.advance(1ms);
+    sd.on_timer();
+    CHECK(sd.state() == State::Stopping);
+    CHECK(f.actions.count("signal 15") == 1);
+    sd.release_drain();  // the services' stop ends later: nothing more happens
+    CHECK(f.actions.count("signal 15") == 1);
+    CHECK(sd.next_deadline() == sd.trigger().at + 8s);
+}
+
+TEST_CASE("a hold released in time lets the drain end at once", "[shutdown]") {
+    Fixture f;
+    auto sd = f.make();
+    sd.hold_drain();
+    sd.on_signal(SIGTERM);
+    CHECK(sd.state() == State::Draining);
+    CHECK(sd.next_deadline() == sd.trigger().at + 4s);
+    f.clock.advance(1s);
+    sd.release_drain();
+    CHECK(sd.state() == State::Stopping);
 }
 
 TEST_CASE("the pre-stop hook runs once, before the stop signal, under repeated triggers",
