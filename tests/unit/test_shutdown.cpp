@@ -40,6 +40,17 @@ struct Fixture {
     Shutdown make() { return Shutdown(config, clock, actions); }
 };
 
+// Up to 1 ms before `at` the tree has no stop signal; at `at` it has it, once.
+void expect_stop_signal_at(Fixture& f, Shutdown& sd, MonoTime at) {
+    f.clock.advance(at - f.clock.now() - 1ms);
+    sd.on_timer();
+    CHECK(f.actions.count("signal 15") == 0);
+    f.clock.advance(1ms);
+    sd.on_timer();
+    CHECK(sd.state() == State::Stopping);
+    CHECK(f.actions.count("signal 15") == 1);
+}
+
 }  // namespace
 
 TEST_CASE("the transition table allows exactly the documented moves", "[shutdown]") {
@@ -286,13 +297,7 @@ TEST_CASE("the drain delay holds the stop signal back, inside the grace", "[shut
     CHECK(sd.state() == State::Draining);
     CHECK(f.actions.count("signal 15") == 0);
     CHECK(sd.next_deadline() == f.clock.now() + 2s);
-    f.clock.advance(1999ms);
-    sd.on_timer();
-    CHECK(f.actions.count("signal 15") == 0);
-    f.clock.advance(1ms);
-    sd.on_timer();
-    CHECK(sd.state() == State::Stopping);
-    CHECK(f.actions.count("signal 15") == 1);
+    expect_stop_signal_at(f, sd, sd.trigger().at + 2s);
     // The grace counts from the trigger, not from the end of the delay.
     CHECK(sd.next_deadline() == sd.trigger().at + 8s);
 }
@@ -308,13 +313,7 @@ TEST_CASE("a hold keeps the tree's stop signal back only until half of the grace
     sd.on_timer();
     CHECK(sd.state() == State::Draining);  // the delay is over, the hold is not
     CHECK(sd.next_deadline() == sd.trigger().at + 5s);
-    f.clock.advance(2999ms);
-    sd.on_timer();
-    CHECK(f.actions.count("signal 15") == 0);
-    f.clock.advance(1ms);
-    sd.on_timer();
-    CHECK(sd.state() == State::Stopping);
-    CHECK(f.actions.count("signal 15") == 1);
+    expect_stop_signal_at(f, sd, sd.trigger().at + 5s);
     sd.release_drain();  // the services' stop ends later: nothing more happens
     CHECK(f.actions.count("signal 15") == 1);
     CHECK(sd.next_deadline() == sd.trigger().at + 8s);
