@@ -231,11 +231,23 @@ Status check_output_dir(const char* flag, const std::string& path) {
     if (path.empty()) return Ok{};
     auto slash = path.rfind('/');
     std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
     std::string what = std::string(flag) + " " + path;
+    if (name.empty() || name == "." || name == "..") return Error{what + ": not a file name"};
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0) return sys_error(what + ": directory " + dir, errno);
     if (!S_ISDIR(st.st_mode)) return Error{what + ": " + dir + " is not a directory"};
     if (::access(dir.c_str(), W_OK) != 0) return sys_error(what + ": directory " + dir, errno);
+    // The file is renamed into place from a longer name beside it (AtomicFile's NAME.tmp.XXXXXX,
+    // the emergency report's NAME.emergency.tmp): that name must fit the directory's limit too.
+    long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+    if (name_max > 0 && name.size() + kLongestTempSuffix > static_cast<std::size_t>(name_max))
+        return Error{what + ": file name longer than " +
+                     std::to_string(name_max - static_cast<long>(kLongestTempSuffix)) +
+                     " bytes (its temporary name beside it would be longer than the directory "
+                     "allows)"};
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        return Error{what + ": is a directory"};
     return Ok{};
 }
 

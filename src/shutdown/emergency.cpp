@@ -16,6 +16,8 @@
 #include <cstring>
 #include <exception>
 
+#include "lastcall/core/safe_path.hpp"
+
 namespace lastcall {
 
 namespace {
@@ -103,7 +105,9 @@ void terminate_handler() {
 void emergency_prepare(const char* report_path, const char* cgroup_dir) {
     if (report_path && *report_path) {
         std::snprintf(g_plan.report, sizeof g_plan.report, "%s", report_path);
-        std::snprintf(g_plan.report_tmp, sizeof g_plan.report_tmp, "%s.emergency.tmp", report_path);
+        static constexpr char kSuffix[] = ".emergency.tmp";
+        static_assert(sizeof kSuffix - 1 <= kLongestTempSuffix, "check_output_dir allows for it");
+        std::snprintf(g_plan.report_tmp, sizeof g_plan.report_tmp, "%s%s", report_path, kSuffix);
     }
     // The instance's cgroup (all its units below it): cgroup.kill there ends every one of them.
     if (cgroup_dir && *cgroup_dir) {

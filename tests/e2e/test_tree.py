@@ -206,6 +206,22 @@ class Report(LastcallTestCase):
         self.assertIn("No such file or directory", lines[0])
         self.assertFalse(os.path.exists(marker))
 
+    def test_a_report_path_that_could_never_be_written_is_a_usage_error_before_the_command_starts(self):
+        # Both passed the start-up check and lost the record at exit: a name that fits, but whose
+        # temporary name (NAME.tmp.XXXXXX) does not; an existing directory.
+        marker = os.path.join(self.dir, "started")
+        for flag in ("--report", "--metrics-file"):
+            for path, says in ((os.path.join(self.dir, "r" * 250), "file name longer"),
+                               (self.dir, "is a directory")):
+                with self.subTest(flag=flag, path=path):
+                    run = self.start([flag, path, "--", "touch", marker], quiet=True)
+                    self.assertEqual(run.wait(timeout=20), 2, run.output())
+                    lines = run.output().splitlines()
+                    self.assertEqual(len(lines), 1, run.output())
+                    self.assertIn(flag, lines[0])
+                    self.assertIn(says, lines[0])
+                    self.assertFalse(os.path.exists(marker))
+
     def test_a_report_that_cannot_be_written_at_exit_is_a_logged_error_not_a_hang(self):
         # The directory was there at start and is gone at exit: the error is logged, the
         # child's code is kept.

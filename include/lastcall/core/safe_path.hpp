@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -30,8 +31,13 @@ std::pair<std::string, std::string> split_path(const std::string& path);
 // A directory as a descriptor (O_RDONLY | O_DIRECTORY), reached as described above.
 Result<UniqueFd> open_dir_safely(const std::string& dir);
 
-// The directory of an output file given as `flag PATH` (--report, --metrics-file) exists and is
-// writable: checked when lastcall starts, not found missing at exit when the record is lost.
+// The longest suffix a file written into place gets on its temporary name beside it:
+// ".emergency.tmp" (shutdown/emergency.cpp); AtomicFile's ".tmp.XXXXXX" is shorter.
+inline constexpr std::size_t kLongestTempSuffix = 14;
+
+// An output file given as `flag PATH` (--report, --metrics-file) can be written: a file name
+// (not a directory), in a directory that exists and is writable, short enough for its temporary
+// name: checked when lastcall starts, not found impossible at exit when the record is lost.
 Status check_output_dir(const char* flag, const std::string& path);
 
 // openat2(dirfd, name, flags | O_NOFOLLOW | O_CLOEXEC, RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH),
