@@ -677,6 +677,8 @@ bool Supervisor::take_stop(const ProcInfo& p) {
     if (helper_sessions_.count(p.sid)) return false;
     auto& rec = book_.observe(p);
     if (rec.stop_signal) return false;  // each process gets the stop signal once
+    for (const auto* c : components_)
+        if (c->sent_stop_signal(p)) return false;
     rec.stop_signal = stop_signal_;
     rec.signalled_at = clock_.now();
     return true;

@@ -53,6 +53,10 @@ class SupervisorComponent {
     virtual void before_force() {}
     // Every process lastcall reaps (its own children, and orphans reparented to it).
     virtual void reaped(const Reaped& /*r*/) {}
+    // True when this component's own stop of a unit already sent p its stop signal (a job run's
+    // timeout, a service's leftovers at a restart, while running): the shutdown's pass over the
+    // tree does not send it a second one.
+    virtual bool sent_stop_signal(const ProcInfo& /*p*/) const { return false; }
     // Extra keys for the shutdown report's top-level object.
     virtual void contribute_report(JsonWriter& /*j*/) {}
     // Samples for --metrics-file (shutdown/metrics.hpp).

@@ -1131,6 +1131,12 @@ void JobScheduler::note_unwritten(const Run& run, RunState to, RunOutcome outcom
     unwritten_.back().reason = reason;
 }
 
+bool JobScheduler::sent_stop_signal(const ProcInfo& p) const {
+    for (const auto& [id, run] : runs_)
+        if (run.stopped.count(key_of(p))) return true;
+    return false;
+}
+
 void JobScheduler::before_force() {
     // The grace ran out (or the stop was escalated) and SIGKILL goes out next. Every run still
     // in flight is interrupted now, so that nothing after the kill can pass for its result.
@@ -1140,6 +1146,9 @@ void JobScheduler::before_force() {
                                     : "shutdown escalated to SIGKILL before the grace ran out";
     for (auto& [id, run] : runs_) {
         if (run.recorded || run.phase == Phase::Lingering) continue;
+        // Its timeout reached it first: its ending is decided (failed, reason timeout, when its
+        // leader is reaped), and the shutdown's kill changes nothing about it.
+        if (run.first == Intervention::Timeout) continue;
         interrupt(run, {}, reason);
     }
 }

@@ -340,6 +340,12 @@ void ServiceManager::reaped(const Reaped& r) {
         if (s.state == ServiceState::Stopping) check_stop(s);
 }
 
+bool ServiceManager::sent_stop_signal(const ProcInfo& p) const {
+    for (const auto& s : services_)
+        if (s.signalled.count(key_of(p))) return true;
+    return false;
+}
+
 void ServiceManager::on_timer() {
     MonoTime now = host_->clock().now();
     if (stop_begin_ && now >= *stop_begin_) {

@@ -199,6 +199,27 @@ command = "trap 'echo partial > $LASTCALL_OUTPUT; exit 0' TERM; {SLEEPING} echo 
         self.assertFalse(os.path.exists(f"{self.out}/slow.txt"), "a timed-out run was promoted")
         self.assertEqual(watermarks(self.state), [])
 
+    def test_a_run_still_stopping_after_its_timeout_at_the_shutdown_gets_no_second_sigterm_and_is_failed(self):
+        """The timeout reached the run first: the shutdown neither signals it again nor records it
+        interrupted (it did both when the grace ran out before the timeout's own kill)."""
+        cfg = self.config("""
+[jobs.stubborn]
+schedule = "@every 1s"
+timeout = "300ms"
+command = "trap 'echo term $$ > $EVENTS' TERM; echo started $LASTCALL_RUN_ID $$ > $EVENTS; while :; do sleep 0.05; done"
+""")
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--grace", "2s"])
+        _, run_id, pid = self.fifo.readline().split()
+        self.fifo.expect(f"term {pid}")  # the timeout's SIGTERM, trapped: the run goes on
+        run.signal(signal.SIGTERM)
+        run.wait()
+        terms = [line for line in self.fifo.drain().decode().splitlines() if line == f"term {pid}"]
+        self.assertEqual(terms, [], "the run got a second SIGTERM from the shutdown")
+        row = ledger_rows(self.state, "id = ?", (int(run_id),))[0]
+        self.assertEqual(row["state"], "failed", row)
+        self.assertTrue(row["reason"].startswith("timeout:"), row)
+        self.assertNoLeftovers()
+
     def test_a_retry_never_promotes_the_previous_runs_staging_file(self):
         """Case 4: the retry writes nothing itself; the interrupted run's partial file is offered
         to resume from ($LASTCALL_RESUME_FROM), never promoted as the retry's result. The run key
