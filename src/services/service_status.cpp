@@ -30,11 +30,44 @@ std::string status_path_for(const std::string& instance) {
     return runtime_dir() + "/" + instance + ".status";
 }
 
+namespace {
+
+// The config path is the rest of its line, and a file name may hold a newline: written as it
+// was, the rest of the name would be read as lines of their own (a forged service). Backslash
+// and newline are escaped; nothing else needs to be.
+std::string escape_line(const std::string& text) {
+    std::string out;
+    for (char c : text) {
+        if (c == '\\')
+            out += "\\\\";
+        else if (c == '\n')
+            out += "\\n";
+        else
+            out += c;
+    }
+    return out;
+}
+
+std::string unescape_line(std::string_view text) {
+    std::string out;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == '\\' && i + 1 < text.size()) {
+            char next = text[++i];
+            out += next == 'n' ? '\n' : next;
+        } else {
+            out += text[i];
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
 std::string render_status(const StatusFile& f) {
     std::string out = "lastcall-status 1\nlastcall " + std::to_string(f.lastcall_pid) + "\n";
     if (!f.instance.empty()) out += "instance " + f.instance + "\n";
-    // The path is the rest of the line: it may hold spaces.
-    if (!f.config.empty()) out += "config " + f.config + "\n";
+    // The path is the rest of the line: it may hold spaces (and, escaped, newlines).
+    if (!f.config.empty()) out += "config " + escape_line(f.config) + "\n";
     for (const auto& s : f.services) {
         out += "service " + s.name + " " + (s.pid > 0 ? std::to_string(s.pid) : "-") + " " +
                s.state + " " + std::to_string(s.restarts) + " " +
@@ -65,7 +98,7 @@ Result<StatusFile> parse_status(std::string_view text, const std::string& path) 
         } else if (kind == "instance") {
             words >> f.instance;
         } else if (kind == "config") {
-            f.config = line.size() > 7 ? line.substr(7) : "";
+            f.config = line.size() > 7 ? unescape_line(std::string_view(line).substr(7)) : "";
         } else if (kind == "service") {
             ServiceStatusRow row;
             std::string pid, since;

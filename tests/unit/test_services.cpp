@@ -278,6 +278,21 @@ TEST_CASE("status file round trip", "[services][status]") {
     CHECK_FALSE(parse_status("hello\n", "s"));
 }
 
+TEST_CASE("a config path with a newline cannot forge a line of the status file",
+          "[services][status]") {
+    // A file name may hold any byte but '/' and NUL: written as it was, the rest of this one
+    // became a "service" line, and `lastcall status` listed a service that does not exist.
+    StatusFile f;
+    f.lastcall_pid = 42;
+    f.config = "/srv/weird/y\nservice fake 1 ready 0 0\\n\\";
+    f.services = {{"web", 100, "ready", 0, 0}};
+    auto back = parse_status(render_status(f), "s");
+    REQUIRE(back);
+    CHECK(back->config == f.config);
+    REQUIRE(back->services.size() == 1);
+    CHECK(back->services[0].name == "web");
+}
+
 namespace {
 
 struct RecordingActions : ShutdownActions {
