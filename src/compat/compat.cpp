@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 
@@ -94,8 +95,9 @@ std::optional<int> tini_signal(const std::string& text) {
 std::optional<int> tini_exit_code(const char* text) {
     char* end = nullptr;
     errno = 0;
+    // As tini's strtol check: the whole text must be read, so "" is 0 (tini -e '' runs).
     long v = std::strtol(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || v < 0 || v > 255) return std::nullopt;
+    if (errno != 0 || *end != '\0' || v < 0 || v > 255) return std::nullopt;
     return static_cast<int>(v);
 }
 
@@ -258,6 +260,8 @@ ParsedCommandLine parse_tini(const std::vector<std::string>& args, const EnvLook
     if (env("TINI_SUBREAPER")) subreaper = true;
     if (env("TINI_KILL_PROCESS_GROUP")) group = true;
     if (auto v = env("TINI_VERBOSITY")) verbosity = std::atoi(v->c_str());
+    // tini keeps it unsigned: a negative value is a huge one, and shows everything.
+    if (verbosity < 0) verbosity = INT_MAX;
 
     o.command = argv.from(optind);
     if (o.command.empty()) {
@@ -335,8 +339,15 @@ ParsedCommandLine parse_dumb_init(const std::vector<std::string>& args, const En
         return {std::nullopt, 1};
     }
     // Only the exact value changes anything; unset and empty mean the default (as in dumb-init).
-    if (auto v = env("DUMB_INIT_DEBUG"); v && *v == "1") debug = true;
-    if (auto v = env("DUMB_INIT_SETSID"); v && *v == "0") setsid = false;
+    // dumb-init says so in debug mode, at once, before anything else it prints.
+    if (auto v = env("DUMB_INIT_DEBUG"); v && *v == "1") {
+        debug = true;
+        std::fprintf(io.err, "[dumb-init] Running in debug mode.\n");
+    }
+    if (auto v = env("DUMB_INIT_SETSID"); v && *v == "0") {
+        setsid = false;
+        if (debug) std::fprintf(io.err, "[dumb-init] Not running in setsid mode.\n");
+    }
 
     // setsid mode: the child leads a new session and every signal goes to its whole group;
     // single-child mode: no setsid, and only the child is signalled.

@@ -91,7 +91,8 @@ bool PeerVoice::signal(const SignalAction& a) const {
             if (a.kind == SignalAction::Kind::Forward)
                 peer_log().debug("Forwarded signal {} to children.", a.sig);
             else if (a.sig == 0)
-                peer_log().debug("Not forwarding signal {} to children (ignored).", a.received);
+                // dumb-init names the signal it would have sent: the rewritten one, 0.
+                peer_log().debug("Not forwarding signal {} to children (ignored).", a.sig);
             if (a.stop_self) peer_log().debug("Suspending self due to TTY signal.");
             return true;
     }

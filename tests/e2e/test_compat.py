@@ -301,7 +301,7 @@ class Forwarding(CompatTestCase):
     def test_dumb_init_rewrite_to_0_drops_the_signal(self):
         for s in self.dumb_init():
             with self.subTest(s=s):
-                d = self.start_as(s, ["-r", "15:0", helper("sigprobe"), "child"])
+                d = self.start_as(s, ["-v", "-r", "15:0", helper("sigprobe"), "child"])
                 self.ready("child")
                 d.signal(signal.SIGTERM)
                 # SIGWINCH (28) is sent after SIGTERM (15): had SIGTERM been forwarded in any
@@ -311,6 +311,9 @@ class Forwarding(CompatTestCase):
                 d.signal(signal.SIGINT)
                 self.assertEqual(self.fifo.readline(), "child 2")
                 self.assertEqual(d.wait(), 0)
+                # It names the signal it would have sent: the rewritten one.
+                self.assertIn("[dumb-init] Not forwarding signal 0 to children (ignored).\n",
+                              d.output())
 
     def test_tini_without_g_only_the_child_gets_a_forwarded_signal(self):
         for s in self.tini():
@@ -446,6 +449,27 @@ class Texts(CompatTestCase):
             for args in cases:
                 with self.subTest(s=s, args=args):
                     self.assertSameOutput(s, args)
+
+    def test_empty_and_negative_values_are_read_as_the_peers_read_them(self):
+        # tini -e '' is -e 0 (strtol reads all of it); TINI_VERBOSITY=-1 is a huge unsigned
+        # level: everything. lastcall refused the first and printed nothing for the second.
+        for s in self.tini():
+            with self.subTest(s=s):
+                r = self.run_as(s, ["-s", "-e", "", "--", "sh", "-c", "exit 5"])
+                self.assertEqual((r.returncode, r.stderr), (5, ""))
+                r = self.run_as(s, ["-s", "--", "true"], env={"TINI_VERBOSITY": "-1"})
+                self.assertEqual(r.returncode, 0)
+                self.assertIn("Spawned child process 'true' with pid", r.stdout)
+
+    def test_dumb_init_says_debug_and_no_setsid_modes_set_by_its_environment(self):
+        env = {"DUMB_INIT_DEBUG": "1", "DUMB_INIT_SETSID": "0"}
+        for s in self.dumb_init():
+            with self.subTest(s=s):
+                r = self.run_as(s, ["true"], env=env)
+                self.assertEqual(r.returncode, 0)
+                self.assertEqual(r.stderr.splitlines()[:2],
+                                 ["[dumb-init] Running in debug mode.",
+                                  "[dumb-init] Not running in setsid mode."], r.stderr)
 
     # One orphan that only the init can reap, reaped before the child exits 7: otherwise the
     # init may exit first and never see it. (A shell script lost the race 1% of the time: dash
