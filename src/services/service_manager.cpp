@@ -90,6 +90,9 @@ struct ServiceManager::Service {
     std::optional<MonoTime> wake;  // Backoff: restart; Starting: probe; Stopping: poll
 
     pid_t probe_pid = -1;
+    // A ready.exec probe is a unit of its own: what it starts (a setsid daemon) ends with it.
+    std::unique_ptr<UnitScope> probe_scope;
+    int probes = 0;
     UniqueFd probe_sock;
 
     std::set<ProcKey> signalled;  // got the stop signal: never a second time
@@ -330,6 +333,7 @@ void ServiceManager::reaped(const Reaped& r) {
         if (s.pid == r.pid) return instance_ended(s, r.status);
         if (s.probe_pid == r.pid) {
             s.probe_pid = -1;
+            end_probe_scope(s);
             if (s.state == ServiceState::Starting)
                 probe_finished(s, WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
             return;
@@ -461,14 +465,18 @@ void ServiceManager::probe(Service& s) {
         case ReadyCheck::Kind::Exec: {
             if (s.probe_pid > 0) {
                 // Still running after kProbeTimeout: its reap schedules the next probe.
-                host_->signal_child_group(s.probe_pid, SIGKILL);
+                end_probe_scope(s);
                 return;
             }
+            retire_scopes(s);  // earlier probes' scopes, once empty
+            s.probe_scope =
+                host_->new_scope("probe-" + s.spec.name + "." + std::to_string(++s.probes));
             SpawnSpec spec;
             spec.argv = r.exec;
             spec.env = service_environment(opts_.extra_env, s.spec.env);
             spec.session = SpawnSpec::Session::NewGroup;
-            spec.cgroup_procs_fd = host_->helper_cgroup_fd();
+            spec.cgroup_procs_fd = s.probe_scope->spawn_cgroup_fd();
+            if (spec.cgroup_procs_fd < 0) spec.cgroup_procs_fd = host_->helper_cgroup_fd();
             spec.workdir = s.spec.workdir;
             spec.credentials = s.spec.user;
             spec.no_new_privs = host_->settings().no_new_privs;
@@ -480,6 +488,7 @@ void ServiceManager::probe(Service& s) {
                 return;
             }
             s.probe_pid = result.child->pid;
+            s.probe_scope->started(s.probe_pid);
             s.wake = now + kProbeTimeout;
             return;
         }
@@ -498,9 +507,20 @@ void ServiceManager::cancel_probe(Service& s) {
         host_->unwatch(s.probe_sock.get());
         s.probe_sock.reset();
     }
-    // The probe's own group; it is reaped like any child and then ignored (state != Starting).
-    if (s.probe_pid > 0) host_->signal_child_group(s.probe_pid, SIGKILL);
+    // The probe and what it started; it is reaped like any child and then ignored (state !=
+    // Starting).
+    end_probe_scope(s);
     if (s.state == ServiceState::Starting) s.wake.reset();
+}
+
+// The probe's whole scope is killed (it timed out, it ended, or the service stops probing):
+// a daemon it left behind must not pile up, probe after probe, for as long as the service
+// runs. The scope stays with the service's earlier ones until it is empty (retire_scopes), so
+// that its stop also covers anything still in it.
+void ServiceManager::end_probe_scope(Service& s) {
+    if (!s.probe_scope) return;
+    s.probe_scope->kill([](const ProcInfo&) { return true; });
+    s.retired.push_back(std::move(s.probe_scope));
 }
 
 // ---- the ordered stop ----

@@ -319,6 +319,30 @@ echo "{name}-up" > "$EVENTS"; while :; do sleep 0.1; done'''
         self.assertNoLeftovers()
 
 
+class Probes(LastcallTestCase):
+    @unittest.skipUnless(cgroup_usable(), "needs a writable cgroup2 hierarchy (root)")
+    def test_a_ready_probe_that_leaves_a_setsid_daemon_does_not_leave_it_running(self):
+        # Each failing probe started a daemon in a session of its own; only the probe's process
+        # group was killed, so they piled up for as long as the service ran.
+        cfg = os.path.join(self.dir, "svc.toml")
+        # The probe fails once its daemon has said its pid (and made the file the probe waits on).
+        probe = (f"""p=$$; setsid sh -c 'echo daemon $$ > "$EVENTS"; touch "$0"; exec sleep 1000' """
+                 f"""{self.dir}/up.$p & while [ ! -e {self.dir}/up.$p ]; do sleep 0.01; done; exit 1""")
+        with open(cfg, "w") as f:
+            f.write(f"""[services.web]
+command = "exec sleep 1000"
+ready = {{ exec = ["sh", "-c", '''{probe}'''], interval = "50ms" }}
+""")
+        run = self.start(["--tracker", "cgroup", "--config", cfg])
+        first = int(self.fifo.readline().split()[1])
+        # The next probe runs once the first has been reaped, and with it, its scope killed.
+        self.fifo.readline()
+        self.assertTrue(wait_exit(first, timeout=20), "the first probe's daemon still runs")
+        run.signal(signal.SIGTERM)
+        run.wait()
+        self.assertNoLeftovers()
+
+
 class Environment(LastcallTestCase):
     def test_a_service_and_a_job_see_no_listen_fds_and_each_variable_once(self):
         out = os.path.join(self.dir, "out")

@@ -92,6 +92,7 @@ class ServiceManager final : public SupervisorComponent {
     void probe(Service& s);
     void probe_finished(Service& s, bool ok);
     void cancel_probe(Service& s);
+    void end_probe_scope(Service& s);
     void begin_ordered_stop();
     bool stop_done(const Service& s) const;
     void stop_eligible();
