@@ -9,6 +9,8 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <vector>
 
 #include "lastcall/core/signals.hpp"
 
@@ -58,21 +60,43 @@ void reset_getopt() {
 }
 
 // glibc's getopt message for a '?' or ':' answer, as the peers print it (argv[0] as invoked).
-// has_long: getopt_long (dumb-init); plain getopt (tini) reads "--bogus" as the option '-'.
-void print_getopt_error(std::FILE* err, int answer, char** argv, bool has_long) {
+// longs: getopt_long's table (dumb-init); null: plain getopt (tini), which reads "--bogus" as
+// the option '-'.
+void print_getopt_error(std::FILE* err, int answer, char** argv, const option* longs) {
     const char* word = optind > 0 ? argv[optind - 1] : "";
-    bool long_form = has_long && std::strncmp(word, "--", 2) == 0;
-    std::string name(word);
-    if (auto eq = name.find('='); long_form && eq != std::string::npos) name.resize(eq);
-    if (answer == ':') {
-        if (long_form)
-            std::fprintf(err, "%s: option '%s' requires an argument\n", argv[0], name.c_str());
-        else
+    if (!longs || std::strncmp(word, "--", 2) != 0) {
+        if (answer == ':')
             std::fprintf(err, "%s: option requires an argument -- '%c'\n", argv[0], optopt);
-    } else if (long_form) {
-        std::fprintf(err, "%s: unrecognized option '%s'\n", argv[0], name.c_str());
+        else
+            std::fprintf(err, "%s: invalid option -- '%c'\n", argv[0], optopt);
+        return;
+    }
+    // glibc's getopt_long, word for word: an exact name or a unique abbreviation names the
+    // option in full; several abbreviated matches are listed in the table's order; an unknown
+    // word is quoted whole, '=' and value included.
+    std::string_view typed(word + 2);
+    std::string_view flag = typed.substr(0, typed.find('='));
+    const option* found = nullptr;
+    std::vector<const option*> matches;
+    for (const option* o = longs; o->name; ++o) {
+        std::string_view name(o->name);
+        if (name == flag) {
+            found = o;
+            break;
+        }
+        if (name.starts_with(flag)) matches.push_back(o);
+    }
+    if (!found && matches.size() == 1) found = matches.front();
+    if (!found && matches.size() > 1) {
+        std::fprintf(err, "%s: option '%s' is ambiguous; possibilities:", argv[0], word);
+        for (const option* o : matches) std::fprintf(err, " '--%s'", o->name);
+        std::fprintf(err, "\n");
+    } else if (!found) {
+        std::fprintf(err, "%s: unrecognized option '%s'\n", argv[0], word);
+    } else if (answer == ':') {
+        std::fprintf(err, "%s: option '--%s' requires an argument\n", argv[0], found->name);
     } else {
-        std::fprintf(err, "%s: invalid option -- '%c'\n", argv[0], optopt);
+        std::fprintf(err, "%s: option '--%s' doesn't allow an argument\n", argv[0], found->name);
     }
 }
 
@@ -251,7 +275,7 @@ ParsedCommandLine parse_tini(const std::vector<std::string>& args, const EnvLook
                              LASTCALL_VERSION);
                 return {std::nullopt, 0};
             default:
-                print_getopt_error(io.err, c, argv.argv(), false);
+                print_getopt_error(io.err, c, argv.argv(), nullptr);
                 print_tini_usage(io.err, program);
                 return {std::nullopt, 1};
         }
@@ -328,7 +352,7 @@ ParsedCommandLine parse_dumb_init(const std::vector<std::string>& args, const En
                 break;
             }
             default:
-                print_getopt_error(io.err, c, argv.argv(), true);
+                print_getopt_error(io.err, c, argv.argv(), kLong);
                 return {std::nullopt, 1};
         }
     }

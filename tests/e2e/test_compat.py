@@ -444,7 +444,11 @@ class Texts(CompatTestCase):
         cases = [["--version"], ["-V"], ["-h"], ["--help"], ["-V", "true"], [], ["-c"],
                  ["-x", "true"], ["--bogus", "true"], ["-r"], ["--rewrite"], ["-r", "15", "true"],
                  ["-r", "99:1", "true"], ["-r", "0:3", "true"], ["-r", "15:32", "true"],
-                 ["/nonexistent/cmd"], ["/etc/passwd"], ["no-such-command-here"]]
+                 ["/nonexistent/cmd"], ["/etc/passwd"], ["no-such-command-here"],
+                 # getopt_long's own messages: ambiguous, no argument allowed, abbreviations.
+                 ["--ver", "true"], ["--v", "true"], ["--verbose=1", "true"],
+                 ["--version=x", "true"], ["--help=x", "true"], ["--single-child=x", "true"],
+                 ["--s=1", "true"], ["--rew"], ["--bogus=1", "true"]]
         for s in self.dumb_init(peer=False):
             for args in cases:
                 with self.subTest(s=s, args=args):
