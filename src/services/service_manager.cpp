@@ -27,7 +27,6 @@
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/stop.hpp"
 #include "lastcall/services/service_status.hpp"
-#include "lastcall/shutdown/shutdown.hpp"
 
 namespace lastcall {
 
@@ -356,18 +355,6 @@ void ServiceManager::on_timer() {
         stop_begin_.reset();
         stop_eligible();
     }
-    if (order_limit_ && now >= *order_limit_ && !stop_begin_) {
-        order_limit_.reset();
-        order_expired_ = true;
-        bool held = std::any_of(services_.begin(), services_.end(), [](const Service& s) {
-            return s.state == ServiceState::Starting || s.state == ServiceState::Ready;
-        });
-        if (held)
-            spdlog::warn(
-                "services: half of the grace is gone: every service still running gets "
-                "its stop signal now, whatever depends on it");
-        stop_eligible();
-    }
     for (auto& s : services_) {
         if (!s.wake || *s.wake > now) continue;
         s.wake.reset();
@@ -391,7 +378,6 @@ void ServiceManager::on_timer() {
 void ServiceManager::rearm() {
     if (!timer_) return;
     std::optional<MonoTime> next = stop_begin_;
-    if (order_limit_) next = next ? std::min(*next, *order_limit_) : *order_limit_;
     for (const auto& s : services_)
         if (s.wake) next = next ? std::min(*next, *s.wake) : *s.wake;
     if (auto st = timer_->arm(next); !st) spdlog::error("services timer: {}", st.error().message);
@@ -527,6 +513,10 @@ void ServiceManager::end_probe_scope(Service& s) {
 
 void ServiceManager::state_changed(State from, State to) {
     if (from == State::Running && to == State::Draining) return begin_ordered_stop();
+    // Stopping while this order still holds the drain: the shutdown's hold expired (half of the
+    // grace after the drain delay, Shutdown::hold_limit), and the rest of the tree gets its stop
+    // signal now. So does every service still running, whatever depends on it.
+    if (to == State::Stopping && holding_drain_) return expire_order();
     if (to == State::Forcing || to == State::Stopped) end_ordered_stop(to == State::Forcing);
 }
 
@@ -546,8 +536,20 @@ void ServiceManager::begin_ordered_stop() {
     host_->hold_drain();
     holding_drain_ = true;
     stop_begin_ = now + host_->settings().drain_delay;
-    order_limit_ = ordered_stop_limit(*stop_begin_, global_deadline_);
     spdlog::info("stopping {} service(s) in reverse dependency order", services_.size());
+    rearm();
+}
+
+void ServiceManager::expire_order() {
+    order_expired_ = true;
+    bool held = std::any_of(services_.begin(), services_.end(), [](const Service& s) {
+        return s.state == ServiceState::Starting || s.state == ServiceState::Ready;
+    });
+    if (held)
+        spdlog::warn(
+            "services: half of the grace is gone: every service still running gets its "
+            "stop signal now, whatever depends on it");
+    stop_eligible();
     rearm();
 }
 
@@ -674,7 +676,6 @@ void ServiceManager::check_stop(Service& s) {
 
 void ServiceManager::end_ordered_stop(bool forced) {
     stop_begin_.reset();
-    order_limit_.reset();
     holding_drain_ = false;
     for (auto& s : services_) {
         s.wake.reset();

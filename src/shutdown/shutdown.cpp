@@ -137,11 +137,6 @@ void Shutdown::release_drain() {
     maybe_finish_drain();
 }
 
-MonoTime ordered_stop_limit(MonoTime stop_begin, MonoTime grace_deadline) {
-    if (grace_deadline <= stop_begin) return grace_deadline;
-    return stop_begin + (grace_deadline - stop_begin) / 2;
-}
-
 MonoTime Shutdown::drain_delay_end() const {
     // A child that ended by itself leaves nobody to route traffic to: no reason to delay.
     bool delay = trigger_.kind == TriggerKind::Signal && config_.drain_delay.count() > 0;
@@ -149,7 +144,8 @@ MonoTime Shutdown::drain_delay_end() const {
 }
 
 MonoTime Shutdown::hold_limit() const {
-    return ordered_stop_limit(drain_delay_end(), grace_deadline());
+    MonoTime from = drain_delay_end(), to = grace_deadline();
+    return from >= to ? to : from + (to - from) / 2;
 }
 
 void Shutdown::maybe_finish_drain() {

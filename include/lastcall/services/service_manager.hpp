@@ -94,6 +94,7 @@ class ServiceManager final : public SupervisorComponent {
     void cancel_probe(Service& s);
     void end_probe_scope(Service& s);
     void begin_ordered_stop();
+    void expire_order();
     bool stop_done(const Service& s) const;
     void stop_eligible();
     void begin_stop(Service& s);
@@ -120,9 +121,7 @@ class ServiceManager final : public SupervisorComponent {
     bool holding_drain_ = false;
     std::optional<MonoTime> stop_begin_;  // the drain delay passes before the first stop signal
     MonoTime global_deadline_{};
-    // Until then a service waits for its dependents to be gone; from then on every service
-    // still running gets its stop signal (ordered_stop_limit: half of the grace after the delay).
-    std::optional<MonoTime> order_limit_;
+    // The shutdown's hold expired: a service no longer waits for its dependents to be gone.
     bool order_expired_ = false;
     long long refused_ = 0;  // starts refused because the shutdown had begun
     bool status_failing_ = false;

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The shutdown state machine. One enum, one transition function, one controller.
 //
-//   Running --trigger--> Draining --drain done / hold expired--> Stopping --tree empty--> Stopped
-//                           |                                         |                     ^
-//                           +--escalate / grace-----------------------+--> Forcing --tree empty-+
-//                           +--tree empty---------------------------------------------------->
-//                           Stopped
+//   Running --trigger--> Draining --drain done-----> Stopping --tree empty--> Stopped
+//                           |  |  \--hold expired--/     |                        ^
+//                           |  +--escalate / grace-------+--> Forcing --tree empty-+
+//                           +--tree empty-----------------------------------------> Stopped
 //
 // Running:  the command runs; signals are forwarded.
 // Draining: intake is closed: readiness is off, the pre-stop hook runs, the drain delay elapses,
@@ -37,12 +36,6 @@ enum class Event { Trigger, DrainDone, HoldExpired, Escalate, GraceExpired, Tree
 
 std::string_view to_string(State s);
 std::string_view to_string(Event e);
-
-// The midpoint of what the grace leaves after the drain delay: an ordered stop (services in
-// reverse dependency order, then the rest of the tree) keeps a later step waiting at most until
-// then, so that a step that ignores its stop signal cannot use up the whole budget and leave the
-// steps after it nothing but SIGKILL. Shared by the shutdown's hold and the services' order.
-MonoTime ordered_stop_limit(MonoTime stop_begin, MonoTime grace_deadline);
 
 // The whole transition table. nullopt: the event has no effect in that state (it is ignored).
 std::optional<State> transition(State from, Event event);
@@ -110,12 +103,11 @@ class Shutdown {
     // Every process of the tree is gone and reaped.
     void on_tree_empty();
     // A component holds the drain (the ordered stop of services): Draining does not move on to
-    // Stopping while a hold is out, until hold_limit(). The grace deadline still escalates to
-    // Forcing, so a hold can never stretch the budget.
+    // Stopping while a hold is out, until hold_limit() (hold expired; the holder sees Stopping
+    // entered while it still holds). The grace deadline still escalates to Forcing, so a hold
+    // can never stretch the budget.
     void hold_drain() { ++holds_; }
     void release_drain();
-    // When a hold stops holding the tree's stop signal back: see hold_limit() below.
-    MonoTime hold_limit() const;
 
     State state() const { return state_; }
     std::optional<MonoTime> next_deadline() const;
@@ -124,9 +116,6 @@ class Shutdown {
     // Time of entry into each state; unset for states never entered.
     const std::optional<MonoTime>& entered(State s) const { return entered_[static_cast<int>(s)]; }
     MonoTime grace_deadline() const { return trigger_.at + config_.grace; }
-    // When a hold (an ordered stop) has to let everything else have its stop signal: half way
-    // between the end of the drain delay and the grace deadline (ordered_stop_limit).
-    MonoTime drain_delay_end() const;
     // The signal the tree gets (or got) when Stopping is entered.
     int stop_signal() const;
     bool forced() const { return entered(State::Forcing).has_value(); }
@@ -135,6 +124,12 @@ class Shutdown {
     void start(Trigger t);
     void apply(Event e);
     void maybe_finish_drain();
+    // When the drain delay ends (at once when the child ended by itself).
+    MonoTime drain_delay_end() const;
+    // When a hold stops keeping the tree's stop signal back: half way between the end of the
+    // drain delay and the grace deadline, so that a step of an ordered stop that ignores its
+    // stop signal cannot use up the budget and leave the steps after it nothing but SIGKILL.
+    MonoTime hold_limit() const;
     void repeat_kill();  // SIGKILL to the tree now, and the next pass one interval later
     void enter(State s);
 
