@@ -517,6 +517,7 @@ void Supervisor::sweep_children(ReapOutcome outcome) {
     });
     if (outcome.pre_stop_done) {
         on_pre_stop_output();  // whatever is left in the pipe
+        warn_if_pre_stop_failed();
         shutdown_.on_pre_stop_done();
     }
     if (outcome.main_exited) shutdown_.on_main_exit();
@@ -693,6 +694,7 @@ void Supervisor::on_pre_stop_output() {
             pre_stop_partial_.append(buf, static_cast<size_t>(n));
             std::size_t nl;
             while ((nl = pre_stop_partial_.find('\n')) != std::string::npos) {
+                if (nl > 0) pre_stop_last_line_ = pre_stop_partial_.substr(0, nl);
                 spdlog::debug("pre-stop: {}", pre_stop_partial_.substr(0, nl));
                 pre_stop_partial_.erase(0, nl + 1);
             }
@@ -700,12 +702,30 @@ void Supervisor::on_pre_stop_output() {
         }
         if (n < 0 && errno == EAGAIN) return;
         // EOF (or an error): the hook and everything it started closed the pipe.
-        if (!pre_stop_partial_.empty()) spdlog::debug("pre-stop: {}", pre_stop_partial_);
+        if (!pre_stop_partial_.empty()) {
+            pre_stop_last_line_ = pre_stop_partial_;
+            spdlog::debug("pre-stop: {}", pre_stop_partial_);
+        }
         pre_stop_partial_.clear();
         loop_->unwatch(pre_stop_out_.get());
         pre_stop_out_.reset();
         return;
     }
+}
+
+// The hook's output is debug chatter (a deregistration's progress); its failure is not: the
+// drain it was there to start (a load balancer told to stop sending) may not have happened, and
+// without -v nothing said so (the report alone had the exit code).
+void Supervisor::warn_if_pre_stop_failed() const {
+    if (!pre_stop_run_ || !pre_stop_run_->status) return;
+    int status = *pre_stop_run_->status;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+    std::string last = pre_stop_partial_.empty() ? pre_stop_last_line_ : pre_stop_partial_;
+    if (last.size() > 200) last = last.substr(0, 200) + "...";
+    if (last.empty())
+        spdlog::warn("pre-stop hook {}", describe_wait_status(status));
+    else
+        spdlog::warn("pre-stop hook {} (its last line: {})", describe_wait_status(status), last);
 }
 
 // ---- ShutdownActions: what each state change does to the world ----

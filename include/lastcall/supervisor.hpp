@@ -154,6 +154,7 @@ class Supervisor final : private ShutdownActions {
     Status watch_sigchld(bool on);
     void on_timer();
     void on_pre_stop_output();
+    void warn_if_pre_stop_failed() const;
     void forward(int sig, Scope scope);
     // The stop signal to the main child through its pidfd, SIGCONT before it; false if not sent.
     bool send_stop_to_main(int sig);
@@ -225,6 +226,7 @@ class Supervisor final : private ShutdownActions {
     std::optional<ReportInput::Hook> pre_stop_run_;  // for the report's timeline
     UniqueFd pre_stop_out_;
     std::string pre_stop_partial_;
+    std::string pre_stop_last_line_;  // for the warning when the hook fails
     bool children_gone_ = false;
     std::unique_ptr<Ending> ending_;
     bool main_stopped_first_ = false;  // the stop signal already reached the main child

@@ -167,9 +167,9 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
     add_global_options(app, global);
     app.add_flag("--version", version, "Print the version and exit");
     app.add_option("--compat", compat,
-                   "tini or dumb-init: parse the rest of the line as that program does (must be "
-                   "the first argument; a symlink named tini, docker-init or dumb-init does the "
-                   "same)");
+                   "tini, docker-init or dumb-init: parse the rest of the line as that program "
+                   "does; lastcall's own options may come before it (a symlink named tini, "
+                   "docker-init or dumb-init does the same)");
 
     if (!prefix) {
         // Invoked as tini, docker-init or dumb-init, or with --compat: the peer's flag set, after
@@ -314,7 +314,11 @@ ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::
     for (auto [from, to] : n.rewrite) o.rewrite[from] = to;
     o.success_exits.insert(n.success_exits.begin(), n.success_exits.end());
     if (has("--pdeathsig")) o.pdeathsig = n.pdeathsig;
-    if (has("--user")) o.user = n.user;
+    if (has("--user")) {
+        o.user = n.user;
+        o.credentials =
+            n.credentials;  // what the spawner uses: the name alone ran the child as root
+    }
     if (has("--no-new-privs")) o.no_new_privs = n.no_new_privs;
     // lastcall's own level given explicitly: its own lines follow it (the peer's too, as before).
     if (has("--log-level") || has("--verbose")) o.log_level = o.own_log_level = n.log_level;
@@ -322,8 +326,11 @@ ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::
     for (const char* drain :
          {"--grace", "--drain-delay", "--pre-stop", "--ready-file", "--stop-signal", "--coalesce"})
         if (has(drain)) o.forward_termination = false;
-    // A shutdown that lastcall runs itself has lastcall's budget unless told otherwise.
-    if (!o.forward_termination && !has("--grace")) o.grace = n.grace;
+    // A shutdown that lastcall runs itself has lastcall's budget unless told otherwise; so does
+    // the stop of services and jobs, which the peer does not have (tini's budget of 0 SIGKILLed
+    // every service at once when the command ended).
+    bool own_units = has("--config") || has("--crontab");
+    if ((!o.forward_termination || own_units) && !has("--grace")) o.grace = n.grace;
     return std::move(*compat);
 }
 
@@ -347,11 +354,8 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
     app.add_option("--grace", grace, "Budget from Ctrl-C to SIGKILL (default 8s)");
     app.add_option("--coalesce", coalesce,
                    "Termination signals closer than this are one burst (default 100ms)");
-    app.add_option("--ledger", o.ledger_url,
-                   "A postgresql:// URL: the run ledger shared by every replica of a deployment, "
-                   "each fire time run once across them (default: SQLite in the state dir)");
-    app.add_option("--replica-id", o.replica_id,
-                   "This replica's name in a shared ledger (default: the host name, a pod's name)");
+    // No --ledger or --replica-id: a Procfile has no scheduled jobs, and the two were accepted
+    // (listed in the help) and ignored.
     app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
     app.add_option("--tracker", tracker, "How the tree is tracked (default auto)")
         ->check(CLI::IsMember({"auto", "cgroup", "proc"}));

@@ -97,10 +97,20 @@ void print_table(const std::vector<RunRecord>& runs, bool with_replica) {
     std::fputs(format_table(rows).c_str(), stdout);
 }
 
-int runs_release(long long id, const LedgerLocation& where) {
+// A bare `lastcall runs` looks in the default state dir, but a run with --config or --crontab
+// keeps its ledger in a directory of its own (resolve_state_dir): say where to look instead of
+// only where nothing was.
+std::string where_else(bool located) {
+    return located ? ""
+                   : " (a run with --config or --crontab has a ledger of its own: pass the same "
+                     "--config or --crontab, or --state-dir)";
+}
+
+int runs_release(long long id, const LedgerLocation& where, bool located) {
     auto ledger = Ledger::open(where, false);
     if (!ledger) {
-        std::fprintf(stderr, "lastcall runs release: %s\n", ledger.error().message.c_str());
+        std::fprintf(stderr, "lastcall runs release: %s%s\n", ledger.error().message.c_str(),
+                     where_else(located).c_str());
         return 1;
     }
     auto done = (*ledger)->release(id);
@@ -155,10 +165,12 @@ int run_runs(const std::vector<std::string>& args) {
         std::fprintf(stderr, "lastcall runs: %s\n", where.error().message.c_str());
         return 2;
     }
-    if (release->parsed()) return runs_release(release_id, *where);
+    bool located = !url.empty() || !state_dir.empty() || !config.empty() || !crontab.empty();
+    if (release->parsed()) return runs_release(release_id, *where, located);
     auto ledger = Ledger::open(*where, false);
     if (!ledger) {
-        std::fprintf(stderr, "lastcall runs: %s\n", ledger.error().message.c_str());
+        std::fprintf(stderr, "lastcall runs: %s%s\n", ledger.error().message.c_str(),
+                     where_else(located).c_str());
         return 1;
     }
     RunFilter filter;

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // `[services.*]` from the TOML config into ServiceSpecs, the dependency order, and the pure parts
 // of the service model (state table, backoff, restart decision).
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/wait.h>
 
 #include <toml++/toml.h>
@@ -281,6 +283,14 @@ Status parse_tcp(const Where& w, const toml::node& n, ReadyCheck& out) {
     if (port.empty() || *end != '\0' || p <= 0 || p > 65535)
         return w.at(n, "ready.tcp", "invalid port '" + port + "'");
     if (host.empty()) return w.at(n, "ready.tcp", "missing address");
+    // Checked here, not at the first probe: a name ('localhost') used to pass the load, and the
+    // service then waited forever for a probe that could never run, its dependents with it.
+    in6_addr any{};
+    if (::inet_pton(AF_INET, host.c_str(), &any) != 1 &&
+        ::inet_pton(AF_INET6, host.c_str(), &any) != 1)
+        return w.at(
+            n, "ready.tcp",
+            "'" + host + "' is not a numeric IPv4 or IPv6 address (names are not looked up)");
     out.host = host;
     out.port = static_cast<std::uint16_t>(p);
     return Ok{};

@@ -705,6 +705,18 @@ command = "echo bad > $EVENTS; exit 4"
         r = self.runs_cli("--state", "bogus")
         self.assertEqual(r.returncode, 2)
 
+    def test_runs_without_a_ledger_says_where_else_to_look(self):
+        empty = os.path.join(self.dir, "empty-state")
+        os.mkdir(empty)
+        env = dict(self.env, STATE_DIRECTORY=empty)
+        r = subprocess.run([LASTCALL, "runs"], env=env, capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(
+            r.stderr.strip(),
+            f"lastcall runs: no run ledger at {empty}/ledger.sqlite: No such file or directory (a "
+            "run with --config or --crontab has a ledger of its own: pass the same --config or "
+            "--crontab, or --state-dir)")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -181,6 +181,16 @@ class Up(LastcallTestCase):
         with self.assertRaises(TimeoutError):
             self.fifo.readline(timeout=0.2)  # web never started
 
+    def test_ledger_options_that_up_cannot_use_are_refused(self):
+        # A Procfile has no scheduled jobs: --ledger and --replica-id were listed, accepted and
+        # ignored.
+        self.write("Procfile", "web: echo started > $EVENTS; exec sleep 100\n")
+        for option in (["--ledger", "notaurl"], ["--replica-id", "r1"]):
+            r = self.up(*option)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(option[0], r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -283,3 +283,28 @@ TEST_CASE(
     CHECK_FALSE(p.options->forward_termination);
     CHECK(p.options->grace == std::chrono::seconds(8));  // lastcall's own budget, not tini's 0
 }
+
+TEST_CASE("a user given before --compat runs the command as that user, not as root", "[compat]") {
+    for (const char* peer : {"tini", "dumb-init"}) {
+        auto p = parse_command_line({"lastcall", "--user", "65534:65534", "--compat", peer, "id"});
+        REQUIRE(p.options);
+        REQUIRE(p.options->credentials);
+        CHECK(p.options->credentials->uid == 65534);
+        CHECK(p.options->credentials->gid == 65534);
+    }
+}
+
+TEST_CASE("services and jobs given before --compat tini are stopped within lastcall's grace",
+          "[compat]") {
+    auto p = parse_command_line({"lastcall", "--config", "/tmp/s.toml", "--compat", "tini", "app"});
+    REQUIRE(p.options);
+    CHECK(p.options->forward_termination);  // signals still go to the command, as tini's do
+    CHECK(p.options->grace == std::chrono::seconds(8));
+    p = parse_command_line({"lastcall", "--crontab", "/tmp/c", "--compat", "tini", "app"});
+    REQUIRE(p.options);
+    CHECK(p.options->grace == std::chrono::seconds(8));
+    p = parse_command_line(
+        {"lastcall", "--config", "/tmp/s.toml", "--grace", "2s", "--compat", "tini", "app"});
+    REQUIRE(p.options);
+    CHECK(p.options->grace == std::chrono::seconds(2));
+}

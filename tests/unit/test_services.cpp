@@ -151,6 +151,12 @@ TEST_CASE("services config: errors name file, line and key", "[services][config]
           "x.toml:3: services.a.ready: expected exactly one of file, tcp, exec");
     CHECK(error_of("[services.a]\ncommand = 'x'\nready = { tcp = 'localhost' }\n") ==
           "x.toml:3: services.a.ready.tcp: expected ADDRESS:PORT");
+    // Refused at load: a name passed and left the service (and its dependents) waiting forever.
+    CHECK(error_of("[services.a]\ncommand = 'x'\nready = { tcp = 'localhost:80' }\n") ==
+          "x.toml:3: services.a.ready.tcp: 'localhost' is not a numeric IPv4 or IPv6 address "
+          "(names are not looked up)");
+    CHECK(parse_services_toml("[services.a]\ncommand = 'x'\nready = { tcp = '[::1]:80' }\n",
+                              "x.toml"));
     CHECK(error_of("[services.a]\ncommand = 'x'\nstop_signal = 'NOPE'\n")
               .starts_with("x.toml:3: services.a.stop_signal: "));
     CHECK(error_of("[services.a]\ncommand = 'x'\nmain = true\n[services.b]\ncommand = 'y'\n"

@@ -63,8 +63,9 @@ struct GlobalOptions {
 
 inline void add_global_options(CLI::App& app, GlobalOptions& g) {
     app.add_flag("-v,--verbose", g.verbose,
-                 "Show the lifecycle (spawn, signals, states); -vv also traces. By default a run "
-                 "prints only warnings, errors and a shutdown's one summary line");
+                 "Show the lifecycle (spawn, signals, states); -vv also traces. By default a "
+                 "command prints only warnings, errors and a shutdown's one summary line; "
+                 "services and jobs also say when each starts and ends");
     app.add_option("--log-level", g.log_level, "trace, debug, info (default), warn, error, off")
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
     app.add_option("--log-format", g.log_format, "text or json")
