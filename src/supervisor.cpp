@@ -439,6 +439,7 @@ void Supervisor::stop_main_child_first(int sig) {
     if (auto* rec = book_.live_main()) {
         rec->stop_signal = stop;
         rec->signalled_at = clock_.now();
+        rec->last_pid_at_stop = line ? line->last_pid : 0;
     }
 }
 
@@ -670,9 +671,16 @@ bool Supervisor::note_stop_signal(const ProcInfo& p, int sig) {
 
 bool Supervisor::take_stop(const ProcInfo& p) {
     if (stop_scope_ == Scope::Group && p.pgid != main_pid_) return false;
-    // Born after the main child's stop signal: its cleanup helper, or a process the tree forked
-    // while stopping. Not a member to stop; the kill at grace end covers it if it is still there.
-    if (birth_line_ && p.pid != main_pid_ && birth_line_->born_after(p)) return false;
+    // Born after the stop began to a process that had already been told to stop (or to one of
+    // its helpers): a cleanup helper. Not a member to stop; the kill at grace end covers it if it
+    // is still there. Born after the line to a process that had not had the stop signal yet (a
+    // pre-fork server's worker, forked while the passes had not reached its parent): a member
+    // like any other, or it would only ever get the SIGKILL (a forced stop of a tree that
+    // obeys SIGTERM).
+    if (birth_line_ && p.pid != main_pid_ && birth_line_->born_after(p) && born_to_stopping(p)) {
+        stop_helpers_.insert(p.pid);
+        return false;
+    }
     // lastcall's own helpers (the pre-stop hook, a job's verify) are not part of what is being
     // stopped: a commit step cut by the tree's SIGTERM would throw away finished work.
     if (helper_sessions_.count(p.sid)) return false;
@@ -682,7 +690,21 @@ bool Supervisor::take_stop(const ProcInfo& p) {
         if (c->sent_stop_signal(p)) return false;
     rec.stop_signal = stop_signal_;
     rec.signalled_at = clock_.now();
+    // Read before the signal goes out: its children with a larger pid were forked after it.
+    rec.last_pid_at_stop = read_last_pid(last_pid_fd_.get());
     return true;
+}
+
+// p's parent had the stop signal before p was born (pids are handed out in increasing order
+// within the namespace: p's pid above the last pid read just before the parent's signal), or is
+// itself such a helper. A process whose parent is gone (reparented to lastcall) is not known
+// to be a helper: it is stopped.
+bool Supervisor::born_to_stopping(const ProcInfo& p) const {
+    const ProcessRecord* parent = book_.find_live(p.ppid);
+    if (parent && parent->stop_signal && parent->last_pid_at_stop > 0 &&
+        p.pid > parent->last_pid_at_stop)
+        return true;
+    return !parent && stop_helpers_.count(p.ppid) > 0;
 }
 
 void Supervisor::on_pre_stop_output() {
@@ -738,8 +760,8 @@ void Supervisor::state_changed(State from, State to, Event why) {
         // Every exit wakes the loop again: the shutdown sweeps at each SIGCHLD.
         end_sweep_pacing();
         admission_.close();
+        // Not last_pid_fd_: the stop passes read it before each stop signal (take_stop).
         for (auto& fd : reserved_fds_) fd.reset();
-        last_pid_fd_.reset();  // read already if the main child was signalled first
         watch_tree_events();
     }
     if (why == Event::HoldExpired)
@@ -820,7 +842,8 @@ void Supervisor::signal_tree(int sig) {
         // enumeration (a read of cgroup.procs, or of all of /proc for the /proc tracker).
         // The birth line, unless the main child's stop signal drew it already: from here on,
         // a new process is a helper of the stop.
-        if (!birth_line_) birth_line_ = read_birth_line(open_ns_last_pid().get());
+        if (!last_pid_fd_) last_pid_fd_ = open_ns_last_pid();
+        if (!birth_line_) birth_line_ = read_birth_line(last_pid_fd_.get());
         n += run_stop_passes();
     }
     spdlog::debug("sent {} to {} process(es) (kill scope {})", signal_name(sig), n,

@@ -155,6 +155,7 @@ class Supervisor final : private ShutdownActions {
     void on_timer();
     void on_pre_stop_output();
     void warn_if_pre_stop_failed() const;
+    bool born_to_stopping(const ProcInfo& p) const;
     void forward(int sig, Scope scope);
     // The stop signal to the main child through its pidfd, SIGCONT before it; false if not sent.
     bool send_stop_to_main(int sig);
@@ -215,7 +216,7 @@ class Supervisor final : private ShutdownActions {
     std::vector<SupervisorComponent*> components_;
     std::unique_ptr<UnitHost> unit_host_;
     UniqueFd reserved_fds_[3];
-    UniqueFd last_pid_fd_;  // /proc/sys/kernel/ns_last_pid: the birth line, and a fourth reserve
+    UniqueFd last_pid_fd_;  // /proc/sys/kernel/ns_last_pid: the birth line, each stop signal's
     std::optional<BirthLine> birth_line_;  // when the main child's stop signal went out
 
     pid_t main_pid_ = -1;
@@ -234,6 +235,9 @@ class Supervisor final : private ShutdownActions {
     std::optional<MonoTime> last_kill_walk_;  // when the force last walked the tree
     long long reaped_at_last_look_ = 0;       // the reaped count when the force last looked
     std::set<pid_t> helper_sessions_;         // sessions of lastcall's own helpers
+    // Born to a stopping process (take_stop): left alone, and so are the children they fork.
+    // By pid: a helper is never in the book, which has its start time.
+    std::set<pid_t> stop_helpers_;
     struct Flood {
         std::optional<MonoTime> logged;  // when the signal was last logged
         long long unlogged = 0;          // arrivals since then, forwarded but not logged

@@ -488,6 +488,14 @@ Result<std::vector<JobSpec>> load_crontab(const std::string& path) {
 
 std::string resolve_state_dir(const std::string& flag, const std::string& from_config,
                               const std::string& unit_file) {
+    // Absolute: the ledger's path is also how a restarted lastcall recognises the runs its dead
+    // predecessor left behind (LASTCALL_LEDGER in their environment), and the relative text
+    // 'state/ledger.sqlite' matched the runs of another lastcall started from another directory:
+    // it killed them.
+    if (!flag.empty() && flag[0] != '/') {
+        char cwd[PATH_MAX];
+        if (::getcwd(cwd, sizeof cwd)) return std::string(cwd) + (cwd[1] ? "/" : "") + flag;
+    }
     if (!flag.empty()) return flag;
     if (!from_config.empty()) return from_config;
     // systemd's StateDirectory= (a colon-separated list when it names several): the unit's own.

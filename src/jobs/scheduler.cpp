@@ -803,7 +803,9 @@ void JobScheduler::fail(Run& run, RunOutcome outcome, const std::string& reason)
 void JobScheduler::after_exit(Run& run) {
     if (run.phase == Phase::Verifying) return;
     run.phase = Phase::Lingering;
-    run.deadline.reset();
+    // The timeout was the leader's; the kill after a stop is the whole scope's: a process that
+    // ignored the stop signal outlives the leader, and nothing else would ever kill it.
+    if (!run.timed_out) run.deadline.reset();
     auto& job = jobs_[run.job];
     --job.running;
     if (job.running == 0 && job.queued_id) start_queued(run.job);
@@ -854,7 +856,7 @@ void JobScheduler::on_timeout_timer() {
     for (auto& [id, run] : runs_) {
         if (run.stop_rounds.pending) stop_round(run);
         if (!run.deadline || *run.deadline > now) continue;
-        if (run.phase == Phase::Lingering) continue;
+        if (run.phase == Phase::Lingering && !run.timed_out) continue;
         const JobSpec& spec = jobs_[run.job].spec;
         // The stop primitive on the run's whole scope (setsid descendants included): the stop
         // signal once to each member, SIGCONT, then after kTimeoutKillAfter the scope is killed.

@@ -81,21 +81,25 @@ StopPassResult send_stop_round(const StopPassIo& io, int sig,
     return result;
 }
 
+pid_t read_last_pid(int last_pid_fd) {
+    char buf[24];
+    long n = last_pid_fd >= 0 ? ::syscall(SYS_pread64, last_pid_fd, buf, sizeof buf - 1, 0) : -1;
+    long last = 0;
+    for (long i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i)
+        last = last * 10 + (buf[i] - '0');
+    return n > 0 && last <= INT_MAX ? static_cast<pid_t>(last) : 0;
+}
+
 std::optional<BirthLine> read_birth_line(int last_pid_fd) {
     // On the path of the main child's stop signal: only calls that start-up has made already.
     // A libc function called for the first time is resolved by ld.so then (lazy binding: a
     // symbol lookup and a fresh page of stack for its register save area, 5-10 us on the VM of
     // bench/results), hence syscall() for the read, and the clock ticks looked up afterwards
     // (BirthLine::ns_per_clock_tick).
-    char buf[24];
-    long n = last_pid_fd >= 0 ? ::syscall(SYS_pread64, last_pid_fd, buf, sizeof buf - 1, 0) : -1;
-    if (n <= 0) return std::nullopt;
+    pid_t last = read_last_pid(last_pid_fd);
+    if (last <= 0) return std::nullopt;
     BirthLine line;
-    long last = 0;  // by hand: std::from_chars<int> lies on a page that start-up never touched
-    for (long i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i)
-        last = last * 10 + (buf[i] - '0');
-    if (buf[0] < '0' || buf[0] > '9' || last > INT_MAX) return std::nullopt;
-    line.last_pid = static_cast<pid_t>(last);
+    line.last_pid = last;
     timespec now{};
     if (::clock_gettime(CLOCK_BOOTTIME, &now) != 0) return std::nullopt;
     line.boottime_ns = static_cast<unsigned long long>(now.tv_sec) * 1'000'000'000ULL +

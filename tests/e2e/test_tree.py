@@ -207,6 +207,26 @@ class Report(LastcallTestCase):
                          ("exited", 0, True))
         self.assertIn("shutdown forced", run.output())
 
+    def test_workers_forked_while_the_stop_passes_run_get_the_stop_signal_too(self):
+        # A pre-fork server that has not had the stop signal yet forks workers while the passes
+        # walk the tree; they are born after the stop began, but to a process that was not
+        # stopping: members, not cleanup helpers. They used to get nothing but the SIGKILL at
+        # grace end, and a tree that obeys SIGTERM was reported forced.
+        for tracker in ("cgroup", "proc"):
+            with self.subTest(tracker=tracker):
+                report = os.path.join(self.dir, f"report-{tracker}.json")
+                run = self.start(["--tracker", tracker, "--grace", "20s", "--report", report, "--",
+                                  "sh", "-c", f"{helper('prefork')} & trap 'exit 0' TERM; "
+                                  "while :; do sleep 0.05; done"])
+                self.fifo.expect_prefix("prefork ")
+                run.signal(signal.SIGTERM)
+                self.assertEqual(run.wait(), 0, run.output())
+                with open(report) as f:
+                    doc = json.load(f)
+                unsignalled = [p["pid"] for p in doc["processes"] if not p.get("stop_signal")]
+                self.assertEqual((doc["verdict"], doc["forced"], unsignalled), ("clean", [], []))
+                self.assertNoLeftovers()
+
     def test_a_report_path_in_a_missing_directory_is_a_usage_error_before_the_command_starts(self):
         marker = os.path.join(self.dir, "started")
         run = self.start(["--report", "/nonexistent-lastcall-dir/report.json", "--",

@@ -399,6 +399,25 @@ class Jobs(LastcallTestCase):
             run.wait()
         self.assertNoLeftovers()
 
+    def test_a_timed_out_run_whose_leader_exits_still_has_its_term_ignoring_process_killed(self):
+        # The leader dies of the timeout's SIGTERM; the background process ignores it. The kill
+        # 5 s later must still come: the leader's exit used to cancel it, and the process lived
+        # until lastcall stopped (then made the shutdown wait for the whole grace: forced).
+        cfg = os.path.join(self.dir, "jobs.toml")
+        with open(cfg, "w") as f:
+            f.write('[jobs.t]\nschedule = "@every 1s"\noverlap = "skip"\ntimeout = "1s"\n'
+                    'command = "sh -c \'trap \\"\\" TERM; echo bg $$ > $EVENTS; exec sleep 1000\' & '
+                    'exec sleep 1000"\n')
+        run = self.start(["--config", cfg, "--state-dir", os.path.join(self.dir, "state")])
+        try:
+            bg = int(self.fifo.expect_prefix("bg "))
+            self.assertTrue(wait_exit(bg, timeout=60), "the TERM-ignoring process outlived the kill")
+        finally:
+            run.signal(signal.SIGTERM)
+            run.wait()
+        self.assertIn("still running 5s after it was stopped: SIGKILL", run.output())
+        self.assertNoLeftovers()
+
 
 if __name__ == "__main__":
     unittest.main()

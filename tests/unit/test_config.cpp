@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include "lastcall/jobs/config.hpp"
@@ -203,4 +205,17 @@ TEST_CASE("shared ledger settings that cannot work are refused with the key", "[
     CHECK_THAT(err("[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\noverlap = \"skip\"\n"
                    "concurrency = \"forbid\"\n"),
                Catch::Contains("give `overlap` or `concurrency`, not both"));
+}
+
+TEST_CASE("a relative state dir option is made absolute against the working directory",
+          "[jobs][config]") {
+    char cwd[4096];
+    REQUIRE(::getcwd(cwd, sizeof cwd));
+    std::string here(cwd);
+    // Two lastcalls started from two directories with `--state-dir state` have two ledgers, and
+    // their runs' LASTCALL_LEDGER differ: a restart of one must not take the other's runs for
+    // its own leftovers.
+    CHECK(resolve_state_dir("state", "", "") == (here == "/" ? "/state" : here + "/state"));
+    CHECK(resolve_state_dir("/var/lib/x", "/from/config", "") == "/var/lib/x");
+    CHECK(resolve_state_dir("", "/from/config", "") == "/from/config");
 }

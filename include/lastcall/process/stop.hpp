@@ -116,6 +116,10 @@ struct BirthLine {
     static unsigned long long ns_per_clock_tick();
 };
 
+// The pid namespace's last pid (ns_last_pid) now, from an open /proc/sys/kernel/ns_last_pid; 0
+// where it cannot be read.
+pid_t read_last_pid(int last_pid_fd);
+
 // Reads the birth line now, before the first stop signal goes out. `last_pid_fd`: an open
 // /proc/sys/kernel/ns_last_pid (opened at start-up: its open is a path walk the stop should not
 // wait for). nullopt where it cannot be read: then nobody counts as born after.

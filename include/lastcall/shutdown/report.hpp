@@ -38,6 +38,10 @@ struct ProcessRecord {
     // When the stop signal went out and when lastcall reaped it (the report's timeline).
     std::optional<MonoTime> signalled_at;
     std::optional<MonoTime> ended_at;
+    // The pid namespace's last pid just before its stop signal (0: unknown): a child of it with
+    // a larger pid was forked after it was told to stop (a cleanup helper), one with a smaller or
+    // equal pid before (a member that must get the stop signal too).
+    pid_t last_pid_at_stop = 0;
 };
 
 class ProcessBook {
@@ -53,6 +57,11 @@ class ProcessBook {
     const std::vector<ProcessRecord>& records() const { return records_; }
     // A live record exists for this pid (seen alive, not yet reaped).
     bool knows(pid_t pid) const { return live_.count(pid) != 0; }
+    // The live record of this pid, if any.
+    const ProcessRecord* find_live(pid_t pid) const {
+        auto it = live_.find(pid);
+        return it == live_.end() ? nullptr : &records_[it->second];
+    }
     // Pids forced with SIGKILL.
     std::vector<pid_t> forced() const;
     long long reaped_count() const { return reaped_; }
