@@ -25,6 +25,7 @@
 
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/instance.hpp"
+#include "lastcall/core/json.hpp"
 #include "lastcall/core/log.hpp"
 #include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/signals.hpp"
@@ -183,17 +184,20 @@ std::optional<int> Supervisor::start_child() {
     if (result.error) {
         spdlog::error("{}", result.error->message);
         main_ticket_->rollback();
+        report_start_failure(1, result.error->message);
         return 1;
     }
     if (result.failure) {
         main_ticket_->rollback();
         const auto& f = *result.failure;
+        int code = opts_.exec_failure_exit ? opts_.exec_failure_exit : f.exit_code();
         if (f.stage == SpawnStage::Exec && voice_.exec_failed(opts_.command.front(), f.err)) {
-            if (opts_.compat == CompatMode::Tini) return PeerVoice::tini_exec_exit_code(f.err);
+            if (opts_.compat == CompatMode::Tini) code = PeerVoice::tini_exec_exit_code(f.err);
         } else {
             spdlog::error("{}", f.message());
         }
-        return opts_.exec_failure_exit ? opts_.exec_failure_exit : f.exit_code();
+        report_start_failure(code, f.message());
+        return code;
     }
     main_ticket_->started();
     main_pid_ = result.child->pid;
@@ -1053,25 +1057,11 @@ UnitHost& Supervisor::unit_host() {
     return *unit_host_;
 }
 
-int Supervisor::finish() {
-    // The main child's code; a component's requested code; without a main child, 0 for a clean
-    // stop; 128+SIGKILL when the main child could not even be reaped.
+ReportInput Supervisor::report_input(int code) {
     ReportInput in;
     in.book = &book_;
     in.gave_up = gave_up_;
     in.force_facts = &force_facts_;
-    int code = requested_exit_ ? *requested_exit_
-               : main_status_  ? exit_code_of(*main_status_)
-               : main_pid_ < 0 ? exit_code_without_main(verdict_of(in))
-                               : 128 + SIGKILL;
-    if (opts_.success_exits.count(code)) {
-        spdlog::debug("child exit code {} counts as success (--success-exit)", code);
-        code = 0;
-    }
-    for (const auto& [sig, flood] : floods_)
-        if (flood.unlogged > 0)
-            spdlog::debug("received {} {} more time(s) since the last line: each forwarded",
-                          signal_name(sig), flood.unlogged);
     in.command = opts_.command;
     in.main_pid = main_pid_;
     in.main_status = main_status_;
@@ -1087,6 +1077,41 @@ int Supervisor::finish() {
     in.log_lines_lost = log_lines_lost();
     in.log_lines_waiting = log_lines_waiting();
     in.pre_stop = pre_stop_run_;
+    return in;
+}
+
+// A command that could not be started still leaves its record: the previous run's report must
+// not stay in place and tell whoever reads it (a crash-looping container's volume) that this run
+// ended clean with code 0.
+void Supervisor::report_start_failure(int code, const std::string& why) {
+    if (opts_.report_path.empty()) return;
+    ReportInput in = report_input(code);
+    in.extra = [&why](JsonWriter& j) {
+        j.key("start_failed").begin_object();
+        j.field("error", why);
+        j.end_object();
+    };
+    if (auto st = write_report(opts_.report_path, render_report(in)); !st)
+        spdlog::error("shutdown report not written: {}", st.error().message);
+}
+
+int Supervisor::finish() {
+    // The main child's code; a component's requested code; without a main child, 0 for a clean
+    // stop; 128+SIGKILL when the main child could not even be reaped.
+    ReportInput in = report_input(0);
+    int code = requested_exit_ ? *requested_exit_
+               : main_status_  ? exit_code_of(*main_status_)
+               : main_pid_ < 0 ? exit_code_without_main(verdict_of(in))
+                               : 128 + SIGKILL;
+    if (opts_.success_exits.count(code)) {
+        spdlog::debug("child exit code {} counts as success (--success-exit)", code);
+        code = 0;
+    }
+    for (const auto& [sig, flood] : floods_)
+        if (flood.unlogged > 0)
+            spdlog::debug("received {} {} more time(s) since the last line: each forwarded",
+                          signal_name(sig), flood.unlogged);
+    in.exit_code = code;
     in.extra = [this](JsonWriter& j) {
         for (auto* c : components_) c->contribute_report(j);
     };

@@ -155,6 +155,8 @@ class Supervisor final : private ShutdownActions {
     void on_timer();
     void on_pre_stop_output();
     void warn_if_pre_stop_failed() const;
+    ReportInput report_input(int code);
+    void report_start_failure(int code, const std::string& why);
     bool born_to_stopping(const ProcInfo& p) const;
     void forward(int sig, Scope scope);
     // The stop signal to the main child through its pidfd, SIGCONT before it; false if not sent.

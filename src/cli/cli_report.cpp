@@ -139,6 +139,9 @@ class Renderer {
         if (code) out_ << ", exit code " << *code;
         if (sub(r_, "emergency").is_boolean() && sub(r_, "emergency").get<bool>())
             out_ << " (emergency: " << str(r_, "reason", "unknown reason") << ")";
+        if (sub(r_, "start_failed").is_object())
+            out_ << " (the command did not start: " << str(sub(r_, "start_failed"), "error", "?")
+                 << ")";
         out_ << "\n";
         if (auto n = num(r_, "reaped_in_teardown")) {
             bool main = sub(r_, "main_reaped").is_boolean() && sub(r_, "main_reaped").get<bool>();

@@ -330,10 +330,11 @@ void JobScheduler::record_skipped(std::size_t job, std::int64_t scheduled_at,
     const auto& name = jobs_[job].spec.name;
     if (reason == kShuttingDown) ++skipped_at_shutdown_;
     auto id = ledger_->add(name, scheduled_at, RunState::Skipped, reason);
-    if (!id)
+    if (!id) {
         spdlog::error("job {}: run at {} skipped ({}) but not recorded: {}", name,
                       iso_utc(scheduled_at), reason, id.error().message);
-    else
+        note_unwritten_row(name, RunState::Skipped, id.error().message);
+    } else
         spdlog::info("job {}: run {} at {} skipped: {}", name, *id, iso_utc(scheduled_at), reason);
 }
 
@@ -377,7 +378,9 @@ void JobScheduler::fire(std::size_t j, std::int64_t scheduled_at) {
                 auto id = ledger_->add(job.spec.name, scheduled_at, RunState::Scheduled,
                                        "queued behind the running run");
                 if (!id) {
-                    spdlog::error("job {}: queue run: {}", job.spec.name, id.error().message);
+                    spdlog::error("job {}: run at {} not queued, its record failed: {}",
+                                  job.spec.name, iso_utc(scheduled_at), id.error().message);
+                    note_unwritten_row(job.spec.name, RunState::Scheduled, id.error().message);
                     return;
                 }
                 job.queued_id = *id;
@@ -1123,6 +1126,16 @@ void JobScheduler::note_unwritten(const Run& run, std::string_view state,
         u.to = *to;
         u.retry = true;
     }
+    unwritten_.push_back(std::move(u));
+}
+
+// A fire time whose first record failed: it has no row (id 0 in the report).
+void JobScheduler::note_unwritten_row(const std::string& job, RunState state,
+                                      const std::string& error) {
+    Unwritten u;
+    u.job = job;
+    u.state = std::string(to_string(state));
+    u.error = error;
     unwritten_.push_back(std::move(u));
 }
 

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -92,12 +93,20 @@ struct ChildReport {
     ::_exit(127);
 }
 
-// execvp's search over the prepared candidates, under the credentials the child now has.
+// execvp's search over the prepared candidates, under the credentials the child now has. Like
+// execvp, a file the kernel cannot execute (ENOEXEC: a script without a #! line) runs under
+// /bin/sh: `shell_argv` is {"/bin/sh", <slot>, argv[1]...}, prepared before the clone, and the
+// slot gets the candidate (a store: async-signal-safe). tini and dumb-init run such a script.
 [[noreturn]] void exec_first(char* const* candidates, std::size_t count, char* const* argv,
-                             char** envp, int report_fd) {
+                             char** shell_argv, char** envp, int report_fd) {
     int eacces = -1;
     for (std::size_t i = 0; i < count; ++i) {
         ::execve(candidates[i], argv, envp);
+        if (errno == ENOEXEC) {
+            shell_argv[1] = candidates[i];
+            ::execve(shell_argv[0], shell_argv, envp);
+            errno = ENOEXEC;  // report the script's own failure, not the shell's
+        }
         switch (errno) {
             case ENOENT:
             case ENOTDIR:
@@ -133,9 +142,9 @@ void write_decimal(char* out, long v) {
 }
 
 [[noreturn]] void run_child(const SpawnSpec& spec, char* const* candidates,
-                            std::size_t candidate_count, char* const* argv, char** envp,
-                            char* listen_pid_slot, int report_fd, pid_t parent, bool born_in_cgroup,
-                            const SignalBits& ignored) {
+                            std::size_t candidate_count, char* const* argv, char** shell_argv,
+                            char** envp, char* listen_pid_slot, int report_fd, pid_t parent,
+                            bool born_in_cgroup, const SignalBits& ignored) {
     using Session = SpawnSpec::Session;
     if (spec.session == Session::NewSession) {
         if (::setsid() < 0) fail(report_fd, SpawnStage::Setsid);
@@ -203,7 +212,7 @@ void write_decimal(char* out, long v) {
     // and prctl, the signal will never come, so check by hand (prctl(2)).
     // kill(getpid()), not raise(): after a raw clone3 glibc's cached thread id is the parent's.
     if (spec.pdeathsig > 0 && ::getppid() != parent) ::kill(::getpid(), spec.pdeathsig);
-    exec_first(candidates, candidate_count, argv, envp, report_fd);
+    exec_first(candidates, candidate_count, argv, shell_argv, envp, report_fd);
 }
 
 // The directory of the cgroup whose cgroup.procs is open as procs_fd (for CLONE_INTO_CGROUP).
@@ -245,6 +254,7 @@ struct ChildArgs {
     char* const* candidates;
     std::size_t candidate_count;
     char* const* argv;
+    char** shell_argv;
     char** envp;
     char* listen_pid_slot;
     int report_fd;
@@ -255,8 +265,8 @@ struct ChildArgs {
 
 int child_main(void* p) {
     const auto& a = *static_cast<const ChildArgs*>(p);
-    run_child(*a.spec, a.candidates, a.candidate_count, a.argv, a.envp, a.listen_pid_slot,
-              a.report_fd, a.parent, a.born_in_cgroup, *a.ignored);
+    run_child(*a.spec, a.candidates, a.candidate_count, a.argv, a.shell_argv, a.envp,
+              a.listen_pid_slot, a.report_fd, a.parent, a.born_in_cgroup, *a.ignored);
 }
 
 // The child shares lastcall's memory until its exec (CLONE_VM | CLONE_VFORK, as posix_spawn
@@ -350,8 +360,12 @@ pid_t spawn_sharing_memory(char* stack, ChildArgs& child) {
 std::vector<std::string> command_candidates(const std::string& name,
                                             const std::vector<std::string>& env) {
     if (name.find('/') != std::string::npos) return {name};
-    std::string path = env_lookup(env, "PATH");
-    if (path.empty()) path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    // Unset: the usual directories. Set but empty: one empty entry, the working directory, as
+    // execvp (and so tini and dumb-init) reads it.
+    bool has_path = std::any_of(env.begin(), env.end(),
+                                [](const std::string& kv) { return kv.rfind("PATH=", 0) == 0; });
+    std::string path = has_path ? env_lookup(env, "PATH")
+                                : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
     std::vector<std::string> out;
     std::size_t start = 0;
     while (start <= path.size()) {
@@ -381,6 +395,9 @@ SpawnResult spawn(const SpawnSpec& spec) {
     std::vector<char*> argv;
     for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
+    static char kShell[] = "/bin/sh";
+    std::vector<char*> shell_argv{kShell, nullptr};  // [1]: the script, set by the child
+    shell_argv.insert(shell_argv.end(), argv.begin() + 1, argv.end());
     std::vector<std::string> env_storage;
     env_storage.reserve(spec.env.size() + 1);
     char* listen_pid_slot = nullptr;
@@ -400,16 +417,10 @@ SpawnResult spawn(const SpawnSpec& spec) {
     UniqueFd report_read(pipefd[0]), report_write(pipefd[1]);
     pid_t parent = ::getpid();
     const SignalBits& ignored = ignored_dispositions();  // read here: the child must not allocate
-    ChildArgs in_child{&spec,
-                       candidate_ptrs.data(),
-                       candidate_ptrs.size(),
-                       argv.data(),
-                       envp.data(),
-                       listen_pid_slot,
-                       report_write.get(),
-                       parent,
-                       false,
-                       &ignored};
+    ChildArgs in_child{
+        &spec,       candidate_ptrs.data(), candidate_ptrs.size(), argv.data(), shell_argv.data(),
+        envp.data(), listen_pid_slot,       report_write.get(),    parent,      false,
+        &ignored};
     alignas(16) char child_stack[kChildStack];
     bool born_in_cgroup = false;
     pid_t pid = -1;

@@ -156,7 +156,15 @@ Result<std::unique_ptr<NotifyChannel>> channel_from_environment() {
     if (!value) return std::unique_ptr<NotifyChannel>();
     // lastcall's own datagram sender in every build, not libsystemd's sd_notify(): that one
     // blocks in sendmsg() when the manager's socket buffer is full, and the loop must not.
-    return open_socket_channel(value);
+    auto channel = open_socket_channel(value);
+    // An address lastcall cannot send to (empty, systemd 253's vsock:, too long) is the
+    // manager's problem to report, not a reason to keep the command from running: sd_notify()
+    // fails and its caller goes on. The warning says why the manager will hear nothing.
+    if (!channel) {
+        spdlog::warn("{}: no notifications will be sent", channel.error().message);
+        return std::unique_ptr<NotifyChannel>();
+    }
+    return channel;
 }
 
 std::optional<microseconds> watchdog_interval(const char* watchdog_usec, const char* watchdog_pid,

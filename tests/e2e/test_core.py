@@ -45,6 +45,31 @@ class ExitCodes(unittest.TestCase):
             self.assertIn(path, r.stderr)
             self.assertIn("Permission denied", r.stderr)
 
+    def test_a_script_without_a_shebang_runs_under_bin_sh_as_execvp_runs_it(self):
+        # tini and dumb-init (execvp) run it; lastcall refused it with 126 "Exec format error".
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "no-shebang")
+            with open(path, "w") as f:
+                f.write('echo "ran with $1"\nexit 5\n')
+            os.chmod(path, 0o755)
+            env = dict(os.environ, PATH=d + ":" + os.environ.get("PATH", "/usr/bin:/bin"))
+            for argv in ([path, "arg"], ["no-shebang", "arg"]):
+                with self.subTest(argv=argv[0]):
+                    r = subprocess.run([LASTCALL, "--"] + argv, capture_output=True, text=True,
+                                       timeout=30, env=env)
+                    self.assertEqual((r.returncode, r.stdout), (5, "ran with arg\n"), r.stderr)
+
+    def test_an_empty_path_searches_only_the_working_directory_as_execvp_does(self):
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, PATH="")
+            r = subprocess.run([LASTCALL, "--", "true"], capture_output=True, text=True,
+                               timeout=30, env=env, cwd=d)
+            self.assertEqual(r.returncode, 127, r.stderr)
+            os.symlink("/bin/true", os.path.join(d, "true"))
+            r = subprocess.run([LASTCALL, "--", "true"], capture_output=True, text=True,
+                               timeout=30, env=env, cwd=d)
+            self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_usage_errors_exit_2_with_one_line(self):
         cases = {
             "unknown option": (["--bogus", "--", "true"], "--bogus"),

@@ -324,6 +324,27 @@ command = "trap 'echo whole > $LASTCALL_OUTPUT; exit 0' TERM; {SLEEPING} echo st
         self.assertEqual([(u["id"], u["state"]) for u in unrecorded], [(run_id, "interrupted")])
         self.assertIn("it will never be recorded completed", run.output())
 
+    def test_a_skipped_fire_time_whose_row_cannot_be_written_is_listed_unrecorded(self):
+        """A fire time skipped behind a running run, its `skipped` row refused: logged, and
+        (it used to be only logged) listed in the report's jobs.unrecorded with id 0."""
+        cfg = self.config("""
+[jobs.long]
+schedule = "@every 1s"
+overlap = "skip"
+command = "echo running > $EVENTS; exec sleep 100"
+""")
+        self.refuse_ledger_write(cfg, "skipped")
+        run = self.start(["--config", cfg, "--state-dir", self.state, "--grace", "20s",
+                          "--report", self.report])
+        self.assertEqual(self.fifo.readline(), "running")
+        deadline = time.monotonic() + 60
+        while "but not recorded" not in run.output() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the log file is the only sign of the refused write
+        run.signal(signal.SIGTERM)
+        run.wait()
+        unrecorded = self.read_report()["jobs"]["unrecorded"]
+        self.assertIn((0, "long", "skipped"), [(u["id"], u["job"], u["state"]) for u in unrecorded])
+
 
 class SignalTest(EndingsTestCase):
     def test_a_burst_of_term_int_and_hup_forwards_each_distinct_signal_once(self):

@@ -2,6 +2,7 @@
 """`lastcall report` (issue 19.15): the JSON shutdown report drawn for people. A live forced
 shutdown is drawn with its timeline and bars; recorded reports render exactly as committed
 (tests/e2e/data/report-*.json -> .txt); bad input gets one line and exit 1 or 2."""
+import json
 import os
 import pty
 import re
@@ -78,6 +79,24 @@ class ReportRendering(LastcallTestCase):
         r = report("-", "--width", "100", input=text)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertTrue(r.stdout.startswith("lastcall shutdown: clean"), r.stdout)
+
+    def test_a_command_that_cannot_start_replaces_the_last_report_with_its_failure(self):
+        # The previous run's report said clean, exit code 0; a crash-looping container whose
+        # command vanished must not keep showing it.
+        path = os.path.join(self.dir, "report.json")
+        self.assertEqual(self.start(["--report", path, "--", "true"], quiet=True).wait(), 0)
+        missing = os.path.join(self.dir, "no-such-command")
+        run = self.start(["--report", path, "--", missing], quiet=True)
+        self.assertEqual(run.wait(), 127)
+        with open(path) as f:
+            doc = json.load(f)
+        self.assertEqual(doc["exit_code"], 127)
+        self.assertIn(missing, doc["start_failed"]["error"])
+        self.assertEqual(doc["processes"], [])
+        r = report(path, "--width", "100")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith("lastcall shutdown: clean, exit code 127 (the command "
+                                            "did not start: "), r.stdout)
 
 
 class ReportErrors(LastcallTestCase):

@@ -271,6 +271,18 @@ class SystemdNotifyTest(lctest.LastcallTestCase):
         self.systemd.drain()
         self.assertEqual(self.systemd.messages, [])
 
+    def test_a_notify_socket_lastcall_cannot_use_is_a_warning_and_the_command_runs(self):
+        # An empty value, or systemd 253's vsock: address: sd_notify() fails and its caller goes
+        # on; lastcall refused to start the command at all (exit 1).
+        for value in ("", "vsock:2:1234"):
+            with self.subTest(value=value):
+                env = dict(self.env, NOTIFY_SOCKET=value)
+                run = self.start(["--", "sh", "-c", 'echo "ran notify=${NOTIFY_SOCKET-unset}" > "$EVENTS"'],
+                                 env=env, quiet=True)
+                self.assertEqual(self.fifo.readline(), "ran notify=unset")
+                self.assertEqual(run.wait(), 0, run.output())
+                self.assertIn("no notifications will be sent", run.output())
+
 
 class ExampleUnitTest(lctest.LastcallTestCase):
     """systemd/lastcall-example.service against what lastcall really exits with."""

@@ -126,6 +126,7 @@ class JobScheduler final : public SupervisorComponent {
                    const std::vector<std::int64_t>& retry_of, bool keep_staging,
                    std::int64_t key_at = 0);
     void interrupt(Run& run, RunOutcome outcome, const std::string& reason);
+    void note_unwritten_row(const std::string& job, RunState state, const std::string& error);
     void note_unwritten(const Run& run, std::string_view state, const std::string& error);
     void note_unwritten(const Run& run, RunState to, RunOutcome outcome, const std::string& reason,
                         const std::string& error);

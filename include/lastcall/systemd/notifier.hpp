@@ -69,7 +69,8 @@ Result<NotifyAddress> parse_notify_address(std::string_view value);
 // sendto() on our own AF_UNIX datagram socket: the static build's channel, compiled in every build.
 Result<std::unique_ptr<NotifyChannel>> open_socket_channel(std::string_view notify_socket);
 
-// This build's channel for $NOTIFY_SOCKET (libsystemd when linked), or nullptr when it is unset.
+// This build's channel for $NOTIFY_SOCKET, or nullptr when it is unset or names no address
+// lastcall can send to (that one logged as a warning: the command runs all the same).
 Result<std::unique_ptr<NotifyChannel>> channel_from_environment();
 
 // WATCHDOG_USEC when the watchdog is meant for pid `self` (WATCHDOG_PID unset, or equal to self),
