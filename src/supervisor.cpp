@@ -385,7 +385,12 @@ void Supervisor::start_or_escalate(int sig, MonoTime arrival) {
                           format_duration(opts_.coalesce));
             break;
         case SignalOutcome::Escalated:
-            spdlog::warn("received {} again: escalating to SIGKILL", signal_name(sig));
+            // "Again" only when it is: a SIGINT after a SIGTERM is a second stop request, not a
+            // repeat of the first.
+            spdlog::warn("received {} {}: escalating to SIGKILL", signal_name(sig),
+                         shutdown_.trigger().signal == sig || shutdown_.trigger().signal == 0
+                             ? std::string("again")
+                             : "after " + signal_name(shutdown_.trigger().signal));
             break;
         case SignalOutcome::Ignored:
             spdlog::debug("received {}: already forcing", signal_name(sig));

@@ -68,10 +68,32 @@ std::string SpawnFailure::message() const {
                     : stage == SpawnStage::Chdir
                         ? "working directory " + path
                         : std::string(to_string(stage)) + " failed for " + path;
+    if (!detail.empty()) return m + ": " + detail;
     return m + ": " + std::strerror(err);
 }
 
 namespace {
+
+// ENOENT from execve of a file that exists: its #! interpreter is what is missing. Read in the
+// parent, after the failure (the child must not allocate).
+void explain_missing_interpreter(SpawnFailure& f, const std::vector<std::string>& candidates) {
+    for (const auto& c : candidates) {
+        UniqueFd fd(::open(c.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+        struct stat st {};
+        if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        char head[256];
+        ssize_t n = ::read(fd.get(), head, sizeof head - 1);
+        if (n < 3 || head[0] != '#' || head[1] != '!') return;
+        std::string line(head + 2, static_cast<std::size_t>(n - 2));
+        line = line.substr(0, line.find('\n'));
+        auto start = line.find_first_not_of(" \t");
+        if (start == std::string::npos) return;
+        std::string interpreter = line.substr(start, line.find_first_of(" \t", start) - start);
+        f.path = c;
+        f.detail = "its interpreter " + interpreter + " does not exist (#! line)";
+        return;
+    }
+}
 
 std::string env_lookup(const std::vector<std::string>& env, std::string_view key) {
     for (const auto& kv : env)
@@ -382,7 +404,7 @@ std::vector<std::string> command_candidates(const std::string& name,
 SpawnResult spawn(const SpawnSpec& spec) {
     SpawnResult result;
     if (spec.argv.at(0).empty()) {
-        result.failure = SpawnFailure{SpawnStage::Exec, ENOENT, spec.argv[0]};
+        result.failure = SpawnFailure{SpawnStage::Exec, ENOENT, spec.argv[0], {}};
         return result;
     }
     // Only the candidates are computed here, as root; which of them exists and may be executed
@@ -465,7 +487,9 @@ SpawnResult spawn(const SpawnSpec& spec) {
                                     static_cast<std::size_t>(report.candidate) < candidates.size()
                                 ? candidates[static_cast<std::size_t>(report.candidate)]
                                 : spec.argv[0];
-        result.failure = SpawnFailure{static_cast<SpawnStage>(report.stage), report.err, about};
+        result.failure = SpawnFailure{static_cast<SpawnStage>(report.stage), report.err, about, {}};
+        if (result.failure->stage == SpawnStage::Exec && report.err == ENOENT)
+            explain_missing_interpreter(*result.failure, candidates);
         return result;
     }
     Spawned child;

@@ -59,6 +59,18 @@ class ExitCodes(unittest.TestCase):
                                        timeout=30, env=env)
                     self.assertEqual((r.returncode, r.stdout), (5, "ran with arg\n"), r.stderr)
 
+    def test_a_script_whose_interpreter_is_missing_is_named_as_such(self):
+        # The kernel's ENOENT read "No such file or directory" for a file that is right there.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "script")
+            with open(path, "w") as f:
+                f.write("#!/nonexistent/lastcall-interp -x\necho hi\n")
+            os.chmod(path, 0o755)
+            r = run(["--", path])
+            self.assertEqual(r.returncode, 127)
+            self.assertIn(f"cannot execute {path}: its interpreter /nonexistent/lastcall-interp "
+                          "does not exist (#! line)", r.stderr)
+
     def test_an_empty_path_searches_only_the_working_directory_as_execvp_does(self):
         with tempfile.TemporaryDirectory() as d:
             env = dict(os.environ, PATH="")
@@ -249,7 +261,17 @@ class Escalation(LastcallTestCase):
         run.signal(signal.SIGTERM)
         self.assertEqual(run.wait(timeout=30), 128 + signal.SIGKILL)
         self.assertLess(time.monotonic() - t0, 5)  # far from the 60 s grace
-        self.assertIn("escalating to SIGKILL", run.output())
+        self.assertIn("received SIGTERM again: escalating to SIGKILL", run.output())
+        self.assertNoLeftovers()
+
+    def test_a_sigint_after_a_sigterm_escalates_and_is_not_called_a_repeat(self):
+        run = self.start(["--grace", "60s", "--"] + self.IGNORER)
+        self.fifo.expect("started")
+        run.signal(signal.SIGTERM)
+        time.sleep(0.3)  # outside the coalescing window
+        run.signal(signal.SIGINT)
+        self.assertEqual(run.wait(timeout=30), 128 + signal.SIGKILL)
+        self.assertIn("received SIGINT after SIGTERM: escalating to SIGKILL", run.output())
         self.assertNoLeftovers()
 
     def test_a_burst_of_500_term_int_hup_neither_crashes_nor_tears_down_twice(self):

@@ -166,7 +166,7 @@ class FakeHost final : public UnitHost {
         if (fail_spawns > 0) {
             --fail_spawns;
             r.failure =
-                SpawnFailure{SpawnStage::Exec, ENOENT, spec.argv.empty() ? "" : spec.argv[0]};
+                SpawnFailure{SpawnStage::Exec, ENOENT, spec.argv.empty() ? "" : spec.argv[0], {}};
             return r;
         }
         FakeProc p;

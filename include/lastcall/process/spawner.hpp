@@ -63,6 +63,9 @@ struct SpawnFailure {
     SpawnStage stage;
     int err;
     std::string path;
+    // What the errno alone hides: the missing interpreter of a script that exists (the kernel
+    // says ENOENT for both, and "No such file or directory" read as a missing command).
+    std::string detail;
     // 127 for a command that does not exist, 126 for one that cannot be executed, 1 otherwise:
     // the shell's conventions, which every init follows.
     int exit_code() const;
