@@ -173,6 +173,7 @@ using SqliteHandle = std::unique_ptr<sqlite3, SqliteClose>;
 class SqliteLedger final : public Ledger {
   public:
     static Result<std::unique_ptr<Ledger>> open(const std::string& state_dir, bool exclusive);
+    static Result<std::unique_ptr<Ledger>> open_read_only(std::string path);
 
     std::string_view backend() const override { return "sqlite"; }
     const std::string& path() const override { return path_; }
@@ -254,6 +255,10 @@ Result<std::unique_ptr<Ledger>> SqliteLedger::open(const std::string& state_dir,
     auto api = sqlite_api();
     if (!api) return api.error();
     sq = *api;
+    // A reader that may not write the file (`lastcall runs` as another user than the
+    // supervisor's) opens it read-only and changes nothing: it used to set the journal mode and
+    // apply the schema, and failed with "attempt to write a readonly database".
+    if (!exclusive && ::access(path.c_str(), W_OK) != 0) return open_read_only(std::move(path));
     sqlite3* raw = nullptr;
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW |
                 (exclusive ? SQLITE_OPEN_CREATE : 0);
@@ -287,6 +292,45 @@ Result<std::unique_ptr<Ledger>> SqliteLedger::open(const std::string& state_dir,
         if (ins.step() != SQLITE_DONE) return ledger.sql_error("record start");
     }
     return std::unique_ptr<Ledger>(std::move(owned));
+}
+
+// Read-only, for a reader that cannot write the ledger. A WAL database is read through its -shm
+// index, which SQLite creates beside it; when lastcall is stopped there is none (the last
+// connection removed it) and a reader that may not create files in the directory cannot open
+// it: then the file is opened as immutable, which is exact while no writer runs (no -wal file).
+Result<std::unique_ptr<Ledger>> SqliteLedger::open_read_only(std::string path) {
+    auto try_open = [&](const std::string& name, int extra) -> Result<SqliteHandle> {
+        sqlite3* raw = nullptr;
+        int rc = sq->open_v2(
+            name.c_str(), &raw,
+            SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW | extra, nullptr);
+        SqliteHandle db(raw);
+        if (rc != SQLITE_OK)
+            return Error{"sqlite open " + path +
+                         " (read-only): " + (raw ? sq->errmsg(raw) : sq->errstr(rc))};
+        sq->busy_timeout(db.get(), 5000);
+        sq->extended_result_codes(db.get(), 1);
+        Stmt probe(db.get(), "SELECT count(*) FROM runs");
+        if (!probe.ok() || probe.step() != SQLITE_ROW)
+            return Error{"sqlite " + path + " (read-only): " + sq->errmsg(db.get())};
+        return db;
+    };
+    auto db = try_open(path, 0);
+    if (!db && ::access((path + "-wal").c_str(), F_OK) != 0) {
+        std::string uri = "file:";
+        for (char c : path) {
+            if (c == '%' || c == '?' || c == '#') {
+                char hex[4];
+                std::snprintf(hex, sizeof hex, "%%%02X", static_cast<unsigned char>(c));
+                uri += hex;
+            } else {
+                uri += c;
+            }
+        }
+        db = try_open(uri + "?immutable=1", SQLITE_OPEN_URI);
+    }
+    if (!db) return db.error();
+    return std::unique_ptr<Ledger>(new SqliteLedger(std::move(*db), std::move(path), UniqueFd()));
 }
 
 Status SqliteLedger::migrate() {

@@ -7,6 +7,7 @@ Privileges and hostile input (issue 16): lastcall runs as root and the attacker 
 unprivileged app in the same container, played here by `nobody` (setpriv). One class per numbered
 item of the issue, each test named by the behaviour it proves.
 """
+import json
 import os
 import pwd
 import shutil
@@ -647,6 +648,31 @@ workdir = "{self.rootonly}"
         wait_for_text(run.log_path, f"working directory {self.rootonly}: Permission denied",
                       timeout=30)
         self.stop(run)
+
+
+class LedgerReader(HostileTestCase):
+    def test_another_user_can_list_a_stopped_root_ledger_without_writing_it(self):
+        # `lastcall runs` as a monitoring user: it opened the file read-write, set its journal
+        # mode and applied the schema, and failed with "attempt to write a readonly database".
+        state = os.path.join(self.dir, "state")
+        config = self.write("jobs.toml", f"""
+[jobs.tick]
+schedule = "@every 1s"
+command = "echo ran > {self.fifo.path}"
+""")
+        run = self.start(["--config", config, "--state-dir", state])
+        self.assertEqual(self.fifo.readline(), "ran")
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 0, run.output())
+        before = os.stat(os.path.join(state, "ledger.sqlite"))
+        r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                            "--", LASTCALL, "runs", "--state-dir", state, "--json"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tick", {run["job"] for run in json.loads(r.stdout)})
+        after = os.stat(os.path.join(state, "ledger.sqlite"))
+        self.assertEqual((before.st_mtime_ns, before.st_size), (after.st_mtime_ns, after.st_size))
+        self.assertEqual(sorted(os.listdir(state)), ["ledger.lock", "ledger.sqlite"])
 
 
 class PreStopOutput(HostileTestCase):
