@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <string>
 
 #include "lastcall/core/safe_path.hpp"
 
@@ -24,8 +25,13 @@ namespace {
 
 // Fixed storage, filled at set-up: nothing here allocates once the emergency runs.
 struct Plan {
-    char report[PATH_MAX] = {};
-    char report_tmp[PATH_MAX + 32] = {};
+    // The report's directory, opened at set-up the way every other write as root reaches it
+    // (open_dir_safely: no link followed), and the two names in it. The emergency writes through
+    // it: by a path, a link the app planted at the fixed temporary name made root truncate any
+    // file, and a FIFO there blocked the teardown for good.
+    int report_dir_fd = -1;
+    char report_name[NAME_MAX + 1] = {};
+    char report_tmp[NAME_MAX + 32] = {};
     char cgroup_dir[PATH_MAX] = {};
     int cgroup_kill_fd = -1;
     pid_t main_pid = -1;
@@ -104,10 +110,22 @@ void terminate_handler() {
 
 void emergency_prepare(const char* report_path, const char* cgroup_dir) {
     if (report_path && *report_path) {
-        std::snprintf(g_plan.report, sizeof g_plan.report, "%s", report_path);
+        std::string path(report_path);
+        auto slash = path.rfind('/');
+        std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+        std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
         static constexpr char kSuffix[] = ".emergency.tmp";
         static_assert(sizeof kSuffix - 1 <= kLongestTempSuffix, "check_output_dir allows for it");
-        std::snprintf(g_plan.report_tmp, sizeof g_plan.report_tmp, "%s%s", report_path, kSuffix);
+        auto fd = open_dir_safely(dir);
+        if (fd && name.size() <= NAME_MAX) {
+            if (g_plan.report_dir_fd >= 0) ::close(g_plan.report_dir_fd);
+            g_plan.report_dir_fd = fd->release();
+            std::snprintf(g_plan.report_name, sizeof g_plan.report_name, "%s", name.c_str());
+            std::snprintf(g_plan.report_tmp, sizeof g_plan.report_tmp, "%s%s", name.c_str(),
+                          kSuffix);
+        }
     }
     // The instance's cgroup (all its units below it): cgroup.kill there ends every one of them.
     if (cgroup_dir && *cgroup_dir) {
@@ -172,7 +190,7 @@ int emergency_teardown(const char* what) noexcept {
     }
     if (g_plan.cgroup_dir[0]) ::rmdir(g_plan.cgroup_dir);
     int code = g_plan.main_reaped ? exit_code_of_status(g_plan.main_status) : kEmergencyExit;
-    if (g_plan.report[0]) {
+    if (g_plan.report_dir_fd >= 0) {
         // Minimal, from fixed storage: what happened and how it ended. `what` is escaped only of
         // the characters JSON forbids; exception texts are short ASCII.
         char reason[256];
@@ -187,16 +205,19 @@ int emergency_teardown(const char* what) noexcept {
                               "\"reaped_in_teardown\":%d,\"exit_code\":%d}\n",
                               static_cast<int>(::getpid()), reason,
                               g_plan.main_reaped ? "true" : "false", reaped, code);
-        int fd = ::open(g_plan.report_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd >= 0 && n > 0) {
-            bool ok =
-                ::write(fd, g_plan.json, static_cast<std::size_t>(n)) == n && ::fsync(fd) == 0;
-            ::close(fd);
-            if (ok) ok = ::rename(g_plan.report_tmp, g_plan.report) == 0;
-            if (!ok) say("lastcall: emergency teardown: the report was not written\n");
-        } else if (fd >= 0) {
-            ::close(fd);
-        }
+        // Whatever sits at the temporary name goes (unlinkat removes a link, never its target),
+        // then a file of our own: O_EXCL | O_NOFOLLOW refuses anything planted meanwhile, and
+        // O_NONBLOCK keeps a FIFO from blocking the open.
+        int dir = g_plan.report_dir_fd;
+        ::unlinkat(dir, g_plan.report_tmp, 0);
+        int fd = ::openat(dir, g_plan.report_tmp,
+                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+        bool ok = fd >= 0 && n > 0 && ::write(fd, g_plan.json, static_cast<std::size_t>(n)) == n &&
+                  ::fsync(fd) == 0;
+        if (fd >= 0) ::close(fd);
+        if (ok) ok = ::renameat(dir, g_plan.report_tmp, dir, g_plan.report_name) == 0;
+        if (ok) ::fsync(dir);
+        if (!ok) say("lastcall: emergency teardown: the report was not written\n");
     }
     say("lastcall: emergency teardown done\n");
     return code;

@@ -374,10 +374,15 @@ void Notifier::on_watchdog_timer() {
     send("WATCHDOG=1");
 }
 
-bool Notifier::in_tree(pid_t pid) {
+bool Notifier::in_tree(pid_t pid, std::optional<std::set<pid_t>>& members) {
     if (pid <= 0 || pid == ::getpid()) return false;
-    for (const auto& p : supervisor_->tracker().members())
-        if (p.pid == pid) return true;
+    // Read once per batch: each read walks the whole tree (cgroup.procs, or all of /proc), and a
+    // datagram costs its sender nothing.
+    if (!members) {
+        members.emplace();
+        for (const auto& p : supervisor_->tracker().members()) members->insert(p.pid);
+    }
+    if (members->count(pid)) return true;
     // The tracker leaves zombies out, but a child that sent its message and exited is still ours:
     // follow its parents (kept in /proc until the reap) up to lastcall, the subreaper of the tree.
     pid_t self = ::getpid();
@@ -393,24 +398,37 @@ bool Notifier::in_tree(pid_t pid) {
 }
 
 void Notifier::on_proxy_readable() {
-    for (;;) {
+    // At most kDatagramsPerTurn, then the loop gets its turn back (the socket stays readable:
+    // the next turn goes on): a member that floods the socket must not keep lastcall from its
+    // signals and its grace timer. Reading until EAGAIN, a flood held a SIGTERM for 52 s.
+    constexpr int kDatagramsPerTurn = 64;
+    std::optional<std::set<pid_t>> members;
+    int refused = 0;
+    bool drained = false;
+    for (int n = 0; n < kDatagramsPerTurn; ++n) {
         auto got = proxy_->receive();
         if (!got) {
             spdlog::error("notify proxy: {}", got.error().message);
+            drained = true;
             break;
         }
-        if (!*got) break;
+        if (!*got) {
+            drained = true;
+            break;
+        }
         const NotifyDatagram& d = **got;
         if (d.truncated) {
             spdlog::warn("notify proxy: refused a datagram from pid {}: longer than {} bytes",
                          d.pid, d.data.size());
             continue;
         }
-        if (!in_tree(d.pid)) {
-            spdlog::warn(
-                "notify proxy: refused a datagram from pid {}: not in the supervised tree "
-                "({})",
-                d.pid, one_line(d.data));
+        if (!in_tree(d.pid, members)) {
+            // One line per refused sender and batch, not one per datagram of a flood.
+            if (++refused <= 3)
+                spdlog::warn(
+                    "notify proxy: refused a datagram from pid {}: not in the supervised tree "
+                    "({})",
+                    d.pid, one_line(d.data));
             continue;
         }
         auto fields = parse_notify_datagram(d.data);
@@ -451,7 +469,12 @@ void Notifier::on_proxy_readable() {
             send(out);
         }
     }
-    recently_reaped_.clear();
+    if (refused > 3)
+        spdlog::warn("notify proxy: refused {} more datagram(s) from outside the supervised tree",
+                     refused - 3);
+    // What was reaped before these datagrams were read stays attributable until the queue is
+    // empty: a batch cut by the limit goes on next turn with the same knowledge.
+    if (drained) recently_reaped_.clear();
 }
 
 }  // namespace lastcall

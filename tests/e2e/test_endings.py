@@ -482,10 +482,9 @@ class TriggerTimeTest(EndingsTestCase):
 
 
 class EmergencyTest(EndingsTestCase):
-    def test_bad_alloc_during_the_drain_kills_and_reaps_the_tree_and_writes_a_report(self):
-        """Case 10: lastcall's address space is capped at what it uses while idle, so the
-        drain's first allocations over a tree of 300 processes fail with std::bad_alloc. The
-        emergency teardown kills and reaps everything and writes a minimal report."""
+    def run_out_of_memory_in_the_drain(self):
+        """lastcall's address space is capped at what it uses while idle, so the drain's first
+        allocations over a tree of 300 processes fail with std::bad_alloc."""
         import resource
         if SANITIZED:
             self.skipTest("the sanitizers' allocator dies on an address-space limit instead "
@@ -505,6 +504,12 @@ class EmergencyTest(EndingsTestCase):
         code = run.wait()
         out = run.output()
         self.assertIn("emergency teardown: std::bad_alloc", out)
+        return code, out
+
+    def test_bad_alloc_during_the_drain_kills_and_reaps_the_tree_and_writes_a_report(self):
+        """Case 10: the emergency teardown kills and reaps everything and writes a minimal
+        report."""
+        code, out = self.run_out_of_memory_in_the_drain()
         # The main child's code: SIGTERM reaches it first, before any allocation (the hot path
         # of the first stop signal), or the emergency's SIGKILL does.
         self.assertIn(code, (128 + signal.SIGTERM, 128 + signal.SIGKILL), out)
@@ -512,6 +517,20 @@ class EmergencyTest(EndingsTestCase):
         self.assertTrue(report["emergency"])
         self.assertEqual(report["verdict"], "forced")
         self.assertEqual(report["exit_code"], code)
+        self.assertNoLeftovers()
+
+    def test_the_emergency_report_is_not_written_through_a_planted_link(self):
+        # The temporary name is fixed: an app that can write the report's directory planted a
+        # link there, and root truncated and overwrote the link's target.
+        victim = os.path.join(self.dir, "victim")
+        with open(victim, "w") as f:
+            f.write("root's file\n")
+        os.symlink(victim, self.report + ".emergency.tmp")
+        self.run_out_of_memory_in_the_drain()
+        with open(victim) as f:
+            self.assertEqual(f.read(), "root's file\n")
+        self.assertTrue(self.read_report()["emergency"])
+        self.assertFalse(os.path.lexists(self.report + ".emergency.tmp"))
         self.assertNoLeftovers()
 
 

@@ -252,6 +252,40 @@ class SystemdNotifyTest(lctest.LastcallTestCase):
         self.assertIn(f"refused a datagram from pid {os.getpid()}", run.output())
         self.assertFalse(os.path.exists(proxy), "the proxy socket outlived lastcall")
 
+    def test_a_member_flooding_the_notify_socket_does_not_hold_back_the_shutdown(self):
+        # Read until EAGAIN, each datagram checked against the whole tree: two senders beside a
+        # thousand sleepers kept lastcall from its SIGTERM for more than 50 s.
+        self.env["RUNTIME_DIRECTORY"] = self.dir
+        app = os.path.join(self.dir, "flood.py")
+        with open(app, "w") as f:
+            f.write("import os, socket, time\n"
+                    "for i in range(1000):\n"
+                    "    if os.fork() == 0:\n"
+                    "        time.sleep(1000)\n"
+                    "        os._exit(0)\n"
+                    "for i in range(2):\n"
+                    "    if os.fork() == 0:\n"
+                    "        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                    "        while True:\n"
+                    "            try:\n"
+                    "                s.sendto(b'X_FLOOD=1', os.environ['NOTIFY_SOCKET'])\n"
+                    "            except OSError:\n"
+                    "                pass\n"
+                    "with open(os.environ['EVENTS'], 'w') as e:\n"
+                    "    e.write('flooding\\n')\n"
+                    "time.sleep(1000)\n")
+        run = self.start(["--ready-on", "notify", "--grace", "10s", "--", "python3", app],
+                         quiet=True)
+        self.assertEqual(self.fifo.readline(timeout=60), "flooding")
+        run.signal(signal.SIGTERM)
+        try:
+            code = run.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            run.proc.kill()  # a lastcall that never got to its SIGTERM; tearDown kills the tree
+            raise
+        self.assertEqual(code, 128 + signal.SIGTERM, run.output())
+        self.assertNoLeftovers()
+
     def test_ready_from_a_child_that_exits_at_once_is_relayed_before_stopping(self):
         self.env["RUNTIME_DIRECTORY"] = self.dir
         run = self.start(["--ready-on", "notify", "--", lctest.helper("notify_send"), "READY=1"])

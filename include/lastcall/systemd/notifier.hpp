@@ -103,7 +103,7 @@ class Notifier final : public SupervisorComponent {
     void set_watchdog(bool on);
     void on_watchdog_timer();
     void on_proxy_readable();
-    bool in_tree(pid_t pid);
+    bool in_tree(pid_t pid, std::optional<std::set<pid_t>>& members);
     std::string extend_timeout(std::chrono::milliseconds remaining) const;
 
     std::unique_ptr<NotifyChannel> channel_;
