@@ -430,6 +430,12 @@ Result<ServiceSpec> parse_service(const std::string& path, const std::string& na
     }
     if (!have_command)
         return w.at_line(static_cast<int>(t.source().begin.line), "command", "missing");
+    // A relative ready.file is the service's: resolved against its workdir, as its ready.exec
+    // and its own `touch ready.flag` are. Read against lastcall's directory, the service was
+    // never seen ready, and the stale-flag removal at each start deleted lastcall's file.
+    if (s.ready.kind == ReadyCheck::Kind::File && !s.ready.file.empty() && s.ready.file[0] != '/' &&
+        !s.workdir.empty())
+        s.ready.file = s.workdir + "/" + s.ready.file;
     return s;
 }
 

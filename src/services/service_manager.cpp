@@ -310,6 +310,15 @@ void ServiceManager::fail_dependents(Service& failed) {
             "service {}: not started: it depends on {}, which {}", s.spec.name, failed.spec.name,
             failed.state == ServiceState::Failed ? "failed" : "exited without being ready");
         fail_dependents(s);
+        if (s.spec.main && !shutting_down_) {
+            // The run exists for its main service: one that can never start ends the run, with
+            // the dependency's code (1 if that was 0). Waiting looked healthy, and a later stop
+            // was reported clean with exit code 0.
+            int code = failed.last_status ? exit_code_of(*failed.last_status) : 1;
+            spdlog::error("service {} is main and can never start: stopping everything",
+                          s.spec.name);
+            host_->request_shutdown(code == 0 ? 1 : code);
+        }
     }
 }
 

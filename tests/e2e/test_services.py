@@ -256,6 +256,26 @@ main = true
         self.assertEqual(self.service(r, "helper")["state"], "stopped")
         self.assertNoLeftovers()
 
+    def test_a_main_service_whose_dependency_fails_ends_the_run_with_its_code(self):
+        # It used to wait forever (a container that looked healthy), and a later stop was
+        # reported clean with exit code 0.
+        cfg = self.config(f"""
+[services.db]
+command = "exit 3"
+ready = {{ file = "{self.dir}/db.ready" }}
+
+[services.web]
+command = ["sleep", "1000"]
+depends_on = ["db"]
+main = true
+""")
+        report = os.path.join(self.dir, "report.json")
+        run = self.start(["--config", cfg, "--report", report])
+        self.assertEqual(run.wait(timeout=60), 3, run.output())
+        r = self.report(report)
+        self.assertEqual((r["exit_code"], self.service(r, "web")["state"]), (3, "failed"))
+        self.assertIn("service web is main and can never start", run.output())
+
     def test_status_shows_each_service_from_a_private_state_file(self):
         runtime = os.path.join(self.dir, "runtime")
         os.mkdir(runtime, 0o700)

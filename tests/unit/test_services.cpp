@@ -166,6 +166,21 @@ TEST_CASE("services config: errors name file, line and key", "[services][config]
     CHECK(error_of("[services.a]\ncommand = [\n").starts_with("x.toml:"));
 }
 
+TEST_CASE("a relative ready file is the service's, resolved against its workdir",
+          "[services][config]") {
+    auto r = parse_services_toml(
+        "[services.a]\ncommand = 'x'\nworkdir = '/srv/a'\n"
+        "ready = { file = 'ready.flag' }\n"
+        "[services.b]\ncommand = 'y'\nready = { file = 'b.flag' }\n"
+        "[services.c]\ncommand = 'z'\nworkdir = '/srv/c'\n"
+        "ready = { file = '/run/c.flag' }\n",
+        "x.toml");
+    REQUIRE(r);
+    CHECK((*r)[0].ready.file == "/srv/a/ready.flag");
+    CHECK((*r)[1].ready.file == "b.flag");  // no workdir: lastcall's directory is the service's
+    CHECK((*r)[2].ready.file == "/run/c.flag");
+}
+
 TEST_CASE("services config: dependency order, unknown names and cycles", "[services][config]") {
     auto r = parse_services_toml(R"(
 [services.web]
