@@ -204,10 +204,10 @@ int kill_each(const std::vector<ProcInfo>& members, const MemberFilter& record) 
 }
 
 // Without cgroups: a unit is its leader's descendants, its session (units are spawned with
-// setsid), and whatever was once seen as a member and is still alive with the same start time
-// (an orphan reparented to lastcall is no longer the leader's descendant), plus their
-// descendants. A process that both left the session and lost its parent before it was ever seen
-// is not attributed to the unit; the whole-tree stop still reaches it.
+// setsid) or process group (probes), and whatever was once seen as a member and is still alive with
+// the same start time (an orphan reparented to lastcall is no longer the leader's descendant), plus
+// their descendants. A process that both left the session and lost its parent before it was ever
+// seen is not attributed to the unit; the whole-tree stop still reaches it.
 class ProcScope final : public UnitScope {
   public:
     std::string_view kind() const override { return "proc"; }
@@ -231,8 +231,12 @@ class ProcScope final : public UnitScope {
             stack.push_back(p.pid);
         };
         if (auto it = by_pid.find(leader_); it != by_pid.end()) take(*it->second);
+        // The leader's session (a unit spawned with setsid) or its process group (a probe,
+        // spawned as a group leader in lastcall's session): after the leader's reap, the group
+        // is how its background children are still found. Neither number can name another
+        // process while a member of that session or group lives (the kernel keeps it in use).
         for (const auto& p : tree)
-            if (p.sid == sid_) take(p);
+            if (p.sid == sid_ || p.pgid == sid_) take(p);
         for (const auto& [pid, start] : known_)
             if (auto it = by_pid.find(pid); it != by_pid.end() && it->second->start == start)
                 take(*it->second);

@@ -28,6 +28,10 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
     if (holds.empty() && io.freeze) holds = io.freeze();
     result.frozen = !holds.empty();
     for (const auto& h : holds) result.frozen = result.frozen && h.complete();
+    // Unfrozen, one quiet pass is not proof: a process reparented to lastcall while the walk
+    // read its old parent's children (that parent exiting in its TERM handler) is in neither
+    // list and missing from that pass only. Two quiet passes in a row settle it.
+    int quiet_needed = result.frozen ? 1 : 2, quiet = 0;
     for (int pass = 0; pass < max_passes; ++pass) {
         if (pass > 0 && io.out_of_time && io.out_of_time()) break;
         int fresh = 0;
@@ -63,7 +67,8 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
             result.cut = true;
             return result;  // *carried keeps the holds for the next round
         }
-        if (fresh == 0) {
+        quiet = fresh == 0 ? quiet + 1 : 0;
+        if (quiet >= quiet_needed) {
             result.settled = true;
             break;
         }

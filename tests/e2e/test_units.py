@@ -342,6 +342,28 @@ ready = {{ exec = ["sh", "-c", '''{probe}'''], interval = "50ms" }}
         run.wait()
         self.assertNoLeftovers()
 
+    def test_with_the_proc_tracker_a_probe_s_background_child_ends_with_the_probe(self):
+        # A probe is spawned as a process group leader in lastcall's session; its scope looked
+        # for the leader's session, found nobody once the leader was reaped, and one background
+        # child per probe piled up for as long as the service was starting.
+        cfg = os.path.join(self.dir, "svc.toml")
+        probe = (f"""sleep 1000 & echo bg $! > "$EVENTS"; """
+                 f"""while [ ! -e {self.dir}/noted.$! ]; do sleep 0.01; done; exit 1""")
+        with open(cfg, "w") as f:
+            f.write(f"""[services.web]
+command = "exec sleep 1000"
+ready = {{ exec = ["sh", "-c", '''{probe}'''], interval = "50ms" }}
+""")
+        run = self.start(["--tracker", "proc", "--config", cfg])
+        first = int(self.fifo.readline().split()[1])
+        open(os.path.join(self.dir, f"noted.{first}"), "w").close()
+        second = int(self.fifo.readline().split()[1])  # the first probe was reaped before it
+        open(os.path.join(self.dir, f"noted.{second}"), "w").close()
+        self.assertTrue(wait_exit(first, timeout=20), "the first probe's background child lives")
+        run.signal(signal.SIGTERM)
+        run.wait()
+        self.assertNoLeftovers()
+
 
 class Environment(LastcallTestCase):
     def test_a_service_and_a_job_see_no_listen_fds_and_each_variable_once(self):

@@ -108,6 +108,28 @@ TEST_CASE("a member forked while the pass ran gets the stop signal from the next
     CHECK(tree.count(1001, SIGTERM) == 1);
 }
 
+TEST_CASE("unfrozen, a member missing from one quiet walk is found by the next one") {
+    // A process reparented to lastcall while the walk read its old parent's children is in
+    // neither list: it is missing from that walk only. One quiet pass ended the passes, and it
+    // got nothing but the kill at grace end.
+    FakeTree tree;
+    tree.live = {proc(10)};
+    int walks = 0;
+    StopPassIo io = tree.io();
+    io.members = [&] {
+        ++walks;
+        auto out = tree.members();
+        if (walks >= 3) out.push_back(proc(20));  // reparented during the second walk
+        return out;
+    };
+    std::set<ProcKey> had;
+    auto r = send_stop_signal(io, SIGTERM,
+                              [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
+    CHECK(r.settled);
+    CHECK(tree.count(20, SIGTERM) == 1);
+    CHECK(walks == 5);  // two quiet walks in a row after the last new member (walk 3)
+}
+
 TEST_CASE("a process that reuses a signalled pid is a new process and gets the signal") {
     FakeTree tree;
     tree.live = {proc(10, 100)};
