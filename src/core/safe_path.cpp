@@ -2,6 +2,7 @@
 #include "lastcall/core/safe_path.hpp"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -204,6 +205,41 @@ Result<UniqueFd> ensure_owned_dir(const std::string& path, mode_t mode, bool mak
                      "; lastcall needs it owned by uid " + std::to_string(::geteuid()) +
                      " and writable by nobody else"};
     return fd;
+}
+
+Status require_trusted_ancestors(const std::string& given) {
+    // The real path first (links such as /var/run -> /run resolved), then each directory above
+    // it, from the root down, reached without following a link: owned by root or lastcall's
+    // user, and writable by nobody else unless sticky (in a sticky directory such as /tmp only
+    // an entry's owner may rename it). Had anyone swapped a component while realpath ran, the
+    // walk meets a directory they own, and refuses it.
+    char real[PATH_MAX];
+    if (!::realpath(given.c_str(), real)) return sys_error("realpath " + given, errno);
+    std::string path(real);
+    UniqueFd at(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!at) return sys_error("open /", errno);
+    std::string walked;
+    auto [parent, name] = split_path(path);
+    std::deque<std::string> parts;
+    push_components(parts, parent);
+    for (std::size_t i = 0;; ++i) {
+        struct stat st {};
+        if (::fstat(at.get(), &st) != 0) return sys_error("fstat " + walked, errno);
+        bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+        if ((st.st_uid != 0 && st.st_uid != ::geteuid()) ||
+            (others_write && (st.st_mode & S_ISVTX) == 0))
+            return Error{(walked.empty() ? "/" : walked) + " (above " + path +
+                         ") is owned by uid " + std::to_string(st.st_uid) +
+                         " or writable by others: whoever can write "
+                         "it can swap the directory lastcall checked for another; use one "
+                         "whose parents only root or lastcall's user can change"};
+        if (i == parts.size()) return Ok{};
+        walked += "/" + parts[i];
+        UniqueFd next(
+            ::openat(at.get(), parts[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!next) return sys_error("open directory " + walked, errno);
+        at = std::move(next);
+    }
 }
 
 Result<UniqueFd> open_owned_regular(int dirfd, const std::string& name, uid_t owner,

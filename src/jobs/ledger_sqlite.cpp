@@ -240,6 +240,8 @@ Result<std::unique_ptr<Ledger>> SqliteLedger::open(const std::string& state_dir,
         // that someone else planted: SQLite creates its -wal and -shm files there by name.
         auto dir = ensure_owned_dir(state_dir, 0755, true);
         if (!dir) return Error{"state dir " + state_dir + ": " + dir.error().message};
+        if (auto st = require_trusted_ancestors(state_dir); !st)
+            return Error{"state dir " + state_dir + ": " + st.error().message};
         std::string lock_path = state_dir + "/ledger.lock";
         lock.reset(open_beneath(dir->get(), "ledger.lock", O_RDWR | O_CREAT, 0644));
         if (!lock) return sys_error("state dir " + state_dir + ": open " + lock_path, errno);

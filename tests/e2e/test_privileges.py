@@ -476,12 +476,26 @@ command = "echo svc-ran > {self.fifo.path}; exec sleep 1000"
     def test_a_ledger_directory_owned_by_the_app_is_refused(self):
         state = os.path.join(self.app, "state")
         as_nobody("mkdir", state)
-        crontab = self.write("crontab", "@every 1h true\n")
-        out = subprocess.run([LASTCALL, "--crontab", crontab, "--state-dir", state],
-                             capture_output=True, text=True, timeout=30)
+        out = self.start_hourly_job(state)
         self.assertNotEqual(out.returncode, 0, out.stderr)
         self.assertIn(f"owned by uid {NOBODY}", out.stderr)
         self.assertEqual(os.listdir(state), [])
+
+    def test_a_root_ledger_directory_inside_a_directory_of_the_app_is_refused(self):
+        # The directory itself is root's, but its parent is the app's: the app can swap it for
+        # one of its own between the check and SQLite's open by path (a review won that race
+        # within 40 starts: root's ledger, -wal and -shm in the app's directory).
+        state = os.path.join(self.app, "state")
+        os.mkdir(state, 0o700)
+        out = self.start_hourly_job(state)
+        self.assertEqual(out.returncode, 1, out.stderr)
+        self.assertIn(f"{self.app} (above {state}) is owned by uid {NOBODY}", out.stderr)
+        self.assertEqual(os.listdir(state), [])
+
+    def start_hourly_job(self, state):
+        crontab = self.write("crontab", "@every 1h true\n")
+        return subprocess.run([LASTCALL, "--crontab", crontab, "--state-dir", state],
+                              capture_output=True, text=True, timeout=30)
 
     def run_job_writing(self, command):
         out_dir = os.path.join(self.app, "out")

@@ -61,6 +61,12 @@ Status remove_file_safely(const std::string& path);
 // nothing in it can be planted or swapped by another user.
 Result<UniqueFd> ensure_owned_dir(const std::string& path, mode_t mode, bool make_parents);
 
+// For a directory that a library later opens by path (SQLite opens the ledger and its -wal and
+// -shm by name): every directory above it must be owned by root or lastcall's user and writable
+// by nobody else unless sticky. Otherwise whoever can write a parent can swap the checked
+// directory for another between the check and each open.
+Status require_trusted_ancestors(const std::string& path);
+
 // A file that another (less privileged) user was meant to write, opened read-only through
 // dirfd: a regular file (not a link, device or FIFO), owned by `owner`, with one link.
 Result<UniqueFd> open_owned_regular(int dirfd, const std::string& name, uid_t owner,
