@@ -77,6 +77,8 @@ std::string_view to_string(ServiceState s) {
             return "starting";
         case ServiceState::Ready:
             return "ready";
+        case ServiceState::Cleaning:
+            return "cleaning";
         case ServiceState::Backoff:
             return "backoff";
         case ServiceState::Exited:
@@ -97,6 +99,8 @@ std::string_view to_string(ServiceEvent e) {
             return "spawned";
         case ServiceEvent::ReadyPassed:
             return "ready check passed";
+        case ServiceEvent::LeftBehind:
+            return "exited, left processes behind";
         case ServiceEvent::ExitedRestart:
             return "exited, will restart";
         case ServiceEvent::ExitedFinal:
@@ -129,6 +133,9 @@ std::optional<ServiceState> service_transition(ServiceState from, ServiceEvent e
             if (event == E::ReadyPassed) return S::Ready;
             [[fallthrough]];
         case S::Ready:
+            if (event == E::LeftBehind) return S::Cleaning;
+            [[fallthrough]];
+        case S::Cleaning:
             if (event == E::ExitedRestart) return S::Backoff;
             if (event == E::ExitedFinal) return S::Exited;
             if (event == E::LimitReached) return S::Failed;

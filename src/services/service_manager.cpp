@@ -35,6 +35,10 @@ namespace {
 // While a service's tree drains, it is enumerated again at this period: members that exit are
 // not all lastcall's children, so no SIGCHLD tells about them.
 constexpr Millis kStopPoll{20};
+// How long a killed leftover may take to go before the service restarts beside it anyway: a
+// process in uninterruptible sleep (a hung NFS mount) dies only when the kernel lets it, and the
+// service must not stay down for that.
+constexpr Millis kKillSettle{1000};
 // A readiness probe (connect or command) that takes longer is abandoned and tried again.
 constexpr Millis kProbeTimeout{5000};
 // Captured output read per stream and turn of the event loop (see on_output).
@@ -86,6 +90,7 @@ struct ServiceManager::Service {
     std::deque<MonoTime> recent_starts;  // within restart_limit.interval of the last one
     bool told_waiting = false;           // "waiting for X" said once per wait
     std::optional<int> last_status;
+    MonoTime ended{};              // when the last instance's leader exited
     std::optional<MonoTime> wake;  // Backoff: restart; Starting: probe; Stopping: poll
 
     pid_t probe_pid = -1;
@@ -259,29 +264,57 @@ void ServiceManager::instance_ended(Service& s, int status) {
         apply(s, ServiceEvent::ExitedFinal);
         return;
     }
-    // What the instance left behind gets its stop signal: a restarted service must not find the
-    // old instance still holding its port, and a finished one must not leave strays.
-    if (int n = send_stop(s); n > 0)
+    s.ended = now;
+    // What the instance left behind gets its stop signal, and its grace to go: a restarted
+    // service must not find the old instance still holding its port, and a finished one must
+    // not leave strays.
+    Millis grace = s.spec.grace.value_or(host_->settings().grace);
+    s.stop_deadline = now + grace;
+    int sent = send_stop(s);
+    if (sent > 0)
         spdlog::info("service {}: sent {} to {} process(es) it left behind", s.spec.name,
-                     signal_name(s.spec.stop_signal), n);
+                     signal_name(s.spec.stop_signal), sent);
     if (s.spec.main) {
         apply(s, ServiceEvent::ExitedFinal);
         spdlog::info("service {} is main: stopping everything", s.spec.name);
         host_->request_shutdown(exit_code_of(status));
         return;
     }
-    if (should_restart(s.spec.restart, status) && limit_reached(s, now)) {
+    if (!members_of(s).empty()) {
+        apply(s, ServiceEvent::LeftBehind);
+        spdlog::info("service {}: waiting up to {} for what it left behind to exit", s.spec.name,
+                     format_duration(grace));
+        s.wake = now + kStopPoll;
+        rearm();
+        return;
+    }
+    conclude_instance(s);
+}
+
+// The instance is over, and so is everything it left behind: the service restarts, ends or fails.
+void ServiceManager::conclude_instance(Service& s) {
+    MonoTime now = host_->clock().now();
+    int status = s.last_status.value_or(0);
+    if (shutting_down_) {
+        apply(s, ServiceEvent::ExitedFinal);
+        return;
+    }
+    if (should_restart(s.spec.restart, status) && limit_reached(s, s.ended)) {
         apply(s, ServiceEvent::LimitReached);
         spdlog::error("service {}: failed: {} starts within {} (restart_limit), not restarted",
                       s.spec.name, s.recent_starts.size(),
                       format_duration(s.spec.restart_limit.interval));
         fail_dependents(s);
     } else if (should_restart(s.spec.restart, status)) {
-        Millis delay = s.backoff.next_delay(s.started, now);
+        // The back-off counts from the exit: the time spent stopping leftovers is part of it.
+        Millis delay = s.backoff.next_delay(s.started, s.ended);
+        bool cleaned = s.state == ServiceState::Cleaning;
         apply(s, ServiceEvent::ExitedRestart);
-        s.wake = now + delay;
-        spdlog::info("service {}: restarting in {} (restart = {}, {} quick exit(s) in a row)",
-                     s.spec.name, format_duration(delay), to_string(s.spec.restart),
+        s.wake = std::max(now, s.ended + delay);
+        Millis left = std::chrono::duration_cast<Millis>(*s.wake - now);
+        spdlog::info("service {}: restarting in {}{} (restart = {}, {} quick exit(s) in a row)",
+                     s.spec.name, format_duration(cleaned ? left : delay),
+                     cleaned ? ", what it left behind is gone" : "", to_string(s.spec.restart),
                      s.backoff.consecutive());
         tell_waiting(s);
     } else {
@@ -349,7 +382,7 @@ void ServiceManager::reaped(const Reaped& r) {
     }
     // A member of a service's tree that lastcall reaped (an orphan): the stop may be complete.
     for (auto& s : services_)
-        if (s.state == ServiceState::Stopping) check_stop(s);
+        if (s.state == ServiceState::Stopping || s.state == ServiceState::Cleaning) check_stop(s);
 }
 
 bool ServiceManager::sent_stop_signal(const ProcInfo& p) const {
@@ -375,6 +408,7 @@ void ServiceManager::on_timer() {
                 probe(s);
                 break;
             case ServiceState::Stopping:
+            case ServiceState::Cleaning:
                 check_stop(s);
                 break;
             default:
@@ -566,6 +600,7 @@ bool ServiceManager::stop_done(const Service& s) const {
     switch (s.state) {
         case ServiceState::Starting:
         case ServiceState::Ready:
+        case ServiceState::Cleaning:
             return false;
         case ServiceState::Stopping:
             // A dependent that had to be killed is as good as gone: what depends on it must
@@ -587,7 +622,8 @@ void ServiceManager::stop_eligible() {
             continue;
         }
         if (s.state != ServiceState::Starting && s.state != ServiceState::Ready &&
-            s.state != ServiceState::Exited && s.state != ServiceState::Failed)
+            s.state != ServiceState::Cleaning && s.state != ServiceState::Exited &&
+            s.state != ServiceState::Failed)
             continue;
         bool dependents_done = true;
         for (const auto& d : services_)
@@ -616,10 +652,14 @@ void ServiceManager::begin_stop(Service& s) {
         if (!exited && apply(s, ServiceEvent::StopRequested)) apply(s, ServiceEvent::TreeGone);
         return;
     }
-    apply(s, ServiceEvent::StopRequested);
-    // Per-service graces are capped by the global one: the whole stop is bounded by it.
+    // Per-service graces are capped by the global one: the whole stop is bounded by it. Leftovers
+    // already being stopped keep the grace they had since the leader's exit.
     Millis grace = s.spec.grace.value_or(host_->settings().grace);
-    s.stop_deadline = std::min(now + grace, global_deadline_);
+    MonoTime deadline = std::min(now + grace, global_deadline_);
+    if (s.state == ServiceState::Cleaning && s.stop_deadline)
+        deadline = std::min(deadline, *s.stop_deadline);
+    apply(s, ServiceEvent::StopRequested);
+    s.stop_deadline = deadline;
     int n = send_stop(s);
     spdlog::info("service {}: sent {} to {} process(es), grace {}", s.spec.name,
                  signal_name(s.spec.stop_signal), n, format_duration(grace));
@@ -648,10 +688,26 @@ int ServiceManager::send_stop(Service& s) {
     return send_stop_round(io, s.spec.stop_signal, take, s.stop_rounds).signalled;
 }
 
+// The stop of a service's tree under way (Stopping), or of what its last instance left behind
+// (Cleaning): done once no member is left; the kill at the end of the grace.
 void ServiceManager::check_stop(Service& s) {
-    if (s.state != ServiceState::Stopping) return;
+    bool cleaning = s.state == ServiceState::Cleaning;
+    if (s.state != ServiceState::Stopping && !cleaning) return;
     MonoTime now = host_->clock().now();
     auto members = members_of(s);
+    bool stuck = cleaning && s.killed && s.stop_deadline && now >= *s.stop_deadline + kKillSettle;
+    if (stuck)
+        spdlog::warn(
+            "service {}: {} process(es) it left behind still there {} after SIGKILL "
+            "(uninterruptible sleep?)",
+            s.spec.name, members.size(), format_duration(kKillSettle));
+    if (cleaning && (members.empty() || stuck)) {
+        s.wake.reset();
+        s.stop_rounds.end();
+        retire_scopes(s);
+        conclude_instance(s);
+        return;
+    }
     if (members.empty()) {
         s.wake.reset();
         s.stop_rounds.end();
@@ -666,10 +722,11 @@ void ServiceManager::check_stop(Service& s) {
         s.stop_rounds.end();  // the kill works on frozen processes; nothing more is owed
         int n = kill_members(s);
         host_->record_force(ForceKind::Sigkill, "service " + s.spec.name + ": grace", n);
-        spdlog::warn("service {}: still {} process(es) at the end of its grace: sent SIGKILL to {}",
-                     s.spec.name, members.size(), n);
+        spdlog::warn(
+            "service {}: still {} process(es){} at the end of its grace: sent SIGKILL to {}",
+            s.spec.name, members.size(), cleaning ? " it left behind" : "", n);
         // Its dependencies need not wait for the kernel to finish the kill.
-        stop_eligible();
+        if (!cleaning) stop_eligible();
     }
     if (!s.killed && s.stop_rounds.pending) {
         // The last round was cut by its budget: members it had not reached yet get the stop
@@ -691,15 +748,14 @@ void ServiceManager::end_ordered_stop(bool forced) {
         cancel_probe(s);
         // Still running when the tree's SIGKILL goes out (a second SIGTERM, the grace's end):
         // killed without its stop signal, which is not an exit of its own.
-        if (forced && (s.state == ServiceState::Starting || s.state == ServiceState::Ready) &&
-            s.pid > 0)
+        bool running = s.state == ServiceState::Starting || s.state == ServiceState::Ready;
+        if (forced && ((running && s.pid > 0) || s.state == ServiceState::Cleaning))
             apply(s, ServiceEvent::StopRequested);
         if (forced && s.state == ServiceState::Stopping) s.killed = true;
         s.stop_rounds.end();
         if (!forced) {
             // Every process of the tree is gone: so is every service's.
-            if (s.state == ServiceState::Starting || s.state == ServiceState::Ready)
-                apply(s, ServiceEvent::StopRequested);
+            if (running || s.state == ServiceState::Cleaning) apply(s, ServiceEvent::StopRequested);
             apply(s, ServiceEvent::TreeGone);
         }
     }

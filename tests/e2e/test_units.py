@@ -302,6 +302,28 @@ echo "{name}-up" > "$EVENTS"; while :; do sleep 0.1; done'''
         self.assertEqual(events, ["b-term", "b-exit", "a-term", "a-exit"])
         self.assertEqual(run.wait(), 0, run.output())
 
+    def test_a_restarted_service_starts_only_once_its_old_instance_s_daemon_is_gone(self):
+        # The first instance leaves a daemon (its own session) that ignores SIGTERM, and exits.
+        # The daemon had one SIGTERM and nothing more: the restart ran beside it for good
+        # (its port, its lock), and each later exit sent it SIGTERM again.
+        first, up = os.path.join(self.dir, "first"), os.path.join(self.dir, "up")
+        cmd = (f'if [ ! -e {first} ]; then touch {first}; setsid sh -c \'trap "" TERM; '
+               f'echo daemon $$ > "$EVENTS"; touch {up}; exec sleep 1000\' & '
+               f'while [ ! -e {up} ]; do sleep 0.01; done; exit 1; fi; '
+               'echo second > "$EVENTS"; exec sleep 1000')
+        cfg = self.config("[services.web]\n"
+                          f"command = '''{cmd}'''\n"
+                          'restart = "always"\ngrace = "1s"\nbackoff = { initial = "100ms" }\n')
+        run = self.start(["--config", cfg])
+        daemon = int(self.fifo.readline().split()[1])
+        self.fifo.expect("second")
+        self.assertTrue(wait_exit(daemon, timeout=0), "the new instance runs beside the old daemon")
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 0, run.output())
+        self.assertIn("service web: still 1 process(es) it left behind at the end of its grace",
+                      run.output())
+        self.assertNoLeftovers()
+
     def test_a_service_writing_as_fast_as_it_can_does_not_delay_ctrl_c(self):
         cfg = self.config("[services.yes]\ncommand = 'exec yes'\n"
                           "[services.mark]\ncommand = 'echo up > \"$EVENTS\"; exec sleep 1000'\n")

@@ -148,6 +148,71 @@ depends_on = ["db"]
     CHECK(s.host.spawned_argv0("web").size() == 1);
 }
 
+// A service that restarts 1 s after each exit, with a grace of 3 s; its first instance forked a
+// daemon and crashed.
+const char* const kRestartingWeb = R"(
+[services.web]
+command = ["web"]
+restart = "always"
+grace = "3s"
+backoff = { initial = "1s" }
+)";
+struct CrashedWithDaemon : Services {
+    CrashedWithDaemon() : Services(kRestartingWeb) {
+        daemon = host.fork_child(pid("web"));
+        host.exit(pid("web"), kExit1);
+    }
+    pid_t daemon = 0;
+};
+
+TEST_CASE(
+    "what a crashed instance left behind is stopped, and killed at its grace, before "
+    "the next instance starts",
+    "[orchestration][services]") {
+    CrashedWithDaemon s;  // a daemon that ignores SIGTERM and holds the old port
+    pid_t daemon = s.daemon;
+    CHECK(s.host.count(daemon, SIGTERM) == 1);
+    s.host.advance(1s);  // the back-off is over, but the old instance's daemon still runs
+    CHECK(s.host.spawned_argv0("web").size() == 1);
+    s.host.advance(2s);  // the service's grace since the exit: its scope is killed
+    CHECK(s.host.proc(daemon).killed);
+    CHECK(s.host.spawned_argv0("web").size() == 1);
+    s.host.reap_killed();
+    s.host.advance(100ms);
+    CHECK(s.host.spawned_argv0("web").size() == 2);
+    CHECK(s.state("web") == ServiceState::Ready);
+    CHECK(s.host.count(daemon, SIGTERM) == 1);
+}
+
+TEST_CASE("leftovers that obey the stop signal do not delay a restart beyond its back-off",
+          "[orchestration][services]") {
+    CrashedWithDaemon s;
+    pid_t daemon = s.daemon;
+    s.host.exit(daemon, kTermed);
+    s.host.advance(999ms);
+    CHECK(s.host.spawned_argv0("web").size() == 1);
+    s.host.advance(1ms);
+    CHECK(s.host.spawned_argv0("web").size() == 2);
+    CHECK_FALSE(s.host.proc(daemon).killed);
+}
+
+TEST_CASE("a shutdown while a crashed instance's leftovers are being stopped stops them once",
+          "[orchestration][services]") {
+    CrashedWithDaemon s;
+    pid_t daemon = s.daemon;
+    s.begin_shutdown();
+    s.host.advance(1s);
+    CHECK(s.host.spawned_argv0("web").size() == 1);  // no restart once draining
+    CHECK(s.host.count(daemon, SIGTERM) == 1);
+    CHECK_FALSE(s.host.proc(daemon).killed);
+    s.host.advance(2s);  // still the grace counted from the exit, not a new one
+    CHECK(s.host.proc(daemon).killed);
+    s.host.reap_killed();
+    s.host.advance(100ms);
+    CHECK(s.state("web") == ServiceState::Stopped);
+    CHECK(s.host.drain_releases == 1);
+}
+
 TEST_CASE("a restart due after the shutdown began is refused", "[orchestration][services]") {
     Services s(R"(
 [services.web]

@@ -87,6 +87,7 @@ class ServiceManager final : public SupervisorComponent {
     void start(Service& s);
     void mark_ready(Service& s);
     void instance_ended(Service& s, int status);
+    void conclude_instance(Service& s);
     void on_timer();
     void rearm();
     void probe(Service& s);

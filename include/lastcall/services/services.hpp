@@ -124,25 +124,42 @@ Result<std::vector<std::string>> parse_dotenv(std::string_view text, const std::
 // ---- The state of one service: one enum, one transition table. ----
 //
 //   Pending --Spawned--> Starting --ReadyPassed--> Ready
-//   Starting/Ready --ExitedRestart--> Backoff --Spawned--> Starting
-//   Starting/Ready --ExitedFinal--> Exited
-//   Starting/Ready --LimitReached--> Failed
+//   Starting/Ready --LeftBehind--> Cleaning
+//   Starting/Ready/Cleaning --ExitedRestart--> Backoff --Spawned--> Starting
+//   Starting/Ready/Cleaning --ExitedFinal--> Exited
+//   Starting/Ready/Cleaning --LimitReached--> Failed
 //   Pending --DependencyFailed--> Failed
 //   Pending/Backoff --RestartRefused / StopRequested--> Stopped
-//   Starting/Ready/Exited/Failed --StopRequested--> Stopping --TreeGone--> Stopped
+//   Starting/Ready/Cleaning/Exited/Failed --StopRequested--> Stopping --TreeGone--> Stopped
 //
 // Pending:  waiting for its dependencies to be ready.
 // Starting: its process runs; the readiness check has not passed yet.
 // Ready:    running and ready (at once after the spawn when it has no readiness check).
+// Cleaning: its leader exited and left processes behind: they had its stop signal, and lastcall
+//           waits for them to go (at most the service's grace, then its scope is killed) before
+//           the service restarts or ends. A new instance must not run beside the old one's
+//           daemon (the port it holds, the lock, a second writer), as systemd stops a unit's
+//           whole cgroup before it restarts it.
 // Backoff:  it exited and will be started again when its backoff delay has passed.
 // Exited:   it ended by itself and will not be started again.
 // Failed:   it hit its restart limit, or a service it depends on failed: not started again.
 // Stopping: lastcall sent its stop signal and waits for its whole tree to go.
 // Stopped:  stopped by lastcall (or never started because the shutdown had begun). Final.
-enum class ServiceState { Pending, Starting, Ready, Backoff, Exited, Failed, Stopping, Stopped };
+enum class ServiceState {
+    Pending,
+    Starting,
+    Ready,
+    Cleaning,
+    Backoff,
+    Exited,
+    Failed,
+    Stopping,
+    Stopped
+};
 enum class ServiceEvent {
     Spawned,
     ReadyPassed,
+    LeftBehind,
     ExitedRestart,
     ExitedFinal,
     LimitReached,
