@@ -218,7 +218,12 @@ Result<std::vector<std::string>> get_command(const Where& w, const toml::node& n
         if (cmd.empty()) return w.at(n, "command", "must not be empty");
         return std::vector<std::string>{"/bin/sh", "-c", cmd};
     }
-    if (n.is_array()) return get_string_list(w, n, "command", false);
+    if (n.is_array()) {
+        auto argv = get_string_list(w, n, "command", false);
+        // exec("") fails with ENOENT at every start: a restart loop over a typo, said at load.
+        if (argv && (*argv)[0].empty()) return w.at(n, "command", "the program name is empty");
+        return argv;
+    }
     return w.at(n, "command", "expected a string (run by /bin/sh -c) or an array of strings");
 }
 

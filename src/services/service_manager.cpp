@@ -100,7 +100,10 @@ struct ServiceManager::Service {
     UniqueFd probe_sock;
 
     std::set<ProcKey> signalled;  // got the stop signal: never a second time
-    StopRounds stop_rounds;       // its stop passes, when the budget cuts them
+    // Born to a signalled process during its stop (sent_stop_signal): not the tree's to signal.
+    // Filled from a const query, hence mutable; cleared with `signalled` at each start.
+    mutable std::set<pid_t> helpers;
+    StopRounds stop_rounds;  // its stop passes, when the budget cuts them
     std::optional<MonoTime> stop_deadline;
     bool killed = false;
 
@@ -211,6 +214,7 @@ void ServiceManager::start(Service& s) {
     s.recent_starts.push_back(s.started);
     s.told_waiting = false;
     s.signalled.clear();
+    s.helpers.clear();
     s.stop_rounds.end();
     s.killed = false;
     apply(s, ServiceEvent::Spawned);
@@ -386,8 +390,22 @@ void ServiceManager::reaped(const Reaped& r) {
 }
 
 bool ServiceManager::sent_stop_signal(const ProcInfo& p) const {
-    for (const auto& s : services_)
+    for (const auto& s : services_) {
         if (s.signalled.count(key_of(p))) return true;
+        // Born to a process this service told to stop (or to one of its helpers) once its
+        // passes had reached every member: a cleanup helper of the service's own stop, as the
+        // supervisor's birth line tells them apart in the main tree. The tree's pass at the
+        // hold's limit must not cut the cleanup short; the service's kill at the end of its
+        // grace covers the helper if it is still there.
+        if (s.state != ServiceState::Stopping && s.state != ServiceState::Cleaning) continue;
+        if (s.stop_rounds.pending || p.ppid <= 1) continue;
+        auto parent = s.signalled.lower_bound(ProcKey{p.ppid, 0});
+        bool parent_stopping = parent != s.signalled.end() && parent->first == p.ppid;
+        if (parent_stopping || s.helpers.count(p.ppid)) {
+            s.helpers.insert(p.pid);
+            return true;
+        }
+    }
     return false;
 }
 

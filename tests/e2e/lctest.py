@@ -261,6 +261,13 @@ class LastcallTestCase(unittest.TestCase):
         kill_marked(self.marker)
         self.fifo.close()
 
+    def write_file(self, name, text):
+        """Writes text to a file of the test's directory; returns its path."""
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
     def start(self, args, pid1=False, quiet=False, **kw):
         if quiet:  # lastcall's default output: the whole command line as given
             kw["argv"] = [LASTCALL] + list(args)

@@ -324,6 +324,26 @@ echo "{name}-up" > "$EVENTS"; while :; do sleep 0.1; done'''
                       run.output())
         self.assertNoLeftovers()
 
+    def test_a_service_s_cleanup_helper_is_not_signalled_by_the_tree_s_pass_at_the_hold_s_limit(self):
+        # The service's TERM trap starts a helper that needs 2 s and waits for it; at half of the
+        # 3 s grace the supervisor signals the rest of the tree, which must not include the
+        # helper (a process born to one that had the stop signal is a cleanup helper).
+        script = self.write_file("slow.sh", (
+            'cleanup() {\n'
+            '  sh -c \'trap "echo helper-term > $EVENTS" TERM; sleep 2 & wait; '
+            'echo done > $EVENTS\' &\n'
+            '  wait; exit 0\n'
+            '}\n'
+            'trap cleanup TERM\n'
+            'echo up > "$EVENTS"\n'
+            'while :; do sleep 0.1; done\n'))
+        cfg = self.config(f'[services.slow]\ncommand = ["sh", "{script}"]\n')
+        run = self.start(["--config", cfg, "--grace", "3s"])
+        self.fifo.expect("up")
+        run.signal(signal.SIGTERM)
+        self.assertEqual(self.fifo.readline(timeout=10), "done")
+        self.assertEqual(run.wait(), 0, run.output())
+
     def test_a_service_writing_as_fast_as_it_can_does_not_delay_ctrl_c(self):
         cfg = self.config("[services.yes]\ncommand = 'exec yes'\n"
                           "[services.mark]\ncommand = 'echo up > \"$EVENTS\"; exec sleep 1000'\n")

@@ -145,6 +145,8 @@ TEST_CASE("services config: errors name file, line and key", "[services][config]
     CHECK(error_of("[services.a]\ncommand = 'x'\ncolour = 'red'\n") ==
           "x.toml:3: services.a.colour: unknown key");
     CHECK(error_of("[services.a]\nrestart = 'no'\n") == "x.toml:1: services.a.command: missing");
+    CHECK(error_of("[services.a]\ncommand = ['', '-x']\n") ==
+          "x.toml:2: services.a.command: the program name is empty");
     CHECK(error_of("[services.a]\ncommand = 'x'\ngrace = '5'\n")
               .starts_with("x.toml:3: services.a.grace: invalid duration '5'"));
     CHECK(error_of("[services.a]\ncommand = 'x'\nready = { file = 'f', tcp = '1.2.3.4:5' }\n") ==
