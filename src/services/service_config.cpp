@@ -503,14 +503,15 @@ Result<std::vector<ServiceSpec>> load_services_file(const std::string& path) {
 Status order_by_dependencies(std::vector<ServiceSpec>& services) {
     std::map<std::string, std::size_t> index;
     for (std::size_t i = 0; i < services.size(); ++i) index[services[i].name] = i;
-    for (const auto& s : services)
+    for (const auto& s : services) {
+        // The line of the depends_on key, not of the table's header (a Procfile has neither).
+        std::string where =
+            (s.depends_on_origin.empty() ? s.origin : s.depends_on_origin) + ": services." + s.name;
         for (const auto& d : s.depends_on) {
-            if (!index.count(d))
-                return Error{s.origin + ": services." + s.name + ".depends_on: unknown service '" +
-                             d + "'"};
-            if (d == s.name)
-                return Error{s.origin + ": services." + s.name + ".depends_on: depends on itself"};
+            if (!index.count(d)) return Error{where + ".depends_on: unknown service '" + d + "'"};
+            if (d == s.name) return Error{where + ".depends_on: depends on itself"};
         }
+    }
     // Depth-first, in the given order, so independent services keep their file order. With an
     // explicit stack: a depends_on chain as long as the file is long must not exhaust lastcall's
     // own stack. A service met again while still on the path closes a cycle; the error points

@@ -201,7 +201,9 @@ command = "d"
     CHECK(names(*r) == std::vector<std::string>{"db", "cache", "api", "web"});
 
     CHECK(error_of("[services.a]\ncommand = 'x'\ndepends_on = ['ghost']\n") ==
-          "x.toml:1: services.a.depends_on: unknown service 'ghost'");
+          "x.toml:3: services.a.depends_on: unknown service 'ghost'");
+    CHECK(error_of("[services.a]\ncommand = 'x'\n\ndepends_on = ['a']\n") ==
+          "x.toml:4: services.a.depends_on: depends on itself");
     CHECK(error_of("[services.a]\ncommand = 'x'\ndepends_on = ['b']\n"
                    "[services.b]\ncommand = 'y'\ndepends_on = ['c']\n"
                    "[services.c]\ncommand = 'z'\ndepends_on = ['a']\n") ==
