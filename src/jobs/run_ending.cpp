@@ -8,14 +8,16 @@
 namespace lastcall {
 
 RunEndDecision decide_run_end(Intervention first, int wait_status, const std::string& timeout,
-                              const std::string& stop_signal) {
+                              const std::string& stop_signal, bool left_behind) {
+    std::string then = left_behind ? "what its leader left behind had not ended; the leader " +
+                                         describe_wait_status(wait_status)
+                                   : "then " + describe_wait_status(wait_status);
     switch (first) {
         case Intervention::Timeout:
-            return {RunEnd::Failed, "timeout: ran past its " + timeout + " timeout (then " +
-                                        describe_wait_status(wait_status) + ")"};
+            return {RunEnd::Failed, "timeout: ran past its " + timeout + " timeout (" + then + ")"};
         case Intervention::StopRequest:
-            return {RunEnd::Interrupted, "stopped by the shutdown (" + stop_signal + "; then " +
-                                             describe_wait_status(wait_status) + ")"};
+            return {RunEnd::Interrupted,
+                    "stopped by the shutdown (" + stop_signal + "; " + then + ")"};
         case Intervention::None:
             break;
     }

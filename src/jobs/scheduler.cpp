@@ -617,6 +617,31 @@ void JobScheduler::on_leader_exit(Run& run, int status) {
     const JobSpec& spec = jobs_[run.job].spec;
     spdlog::info("job {}: run {} pid {} {}", spec.name, run.id, run.pid,
                  describe_wait_status(status));
+    run.leader_status = status;
+    // The run is over when its scope is empty, not when its leader is: a background writer
+    // (bash's process substitution, `cmd &`) may still be filling the output, which was then
+    // promoted and recorded completed and changed afterwards; and a daemon the run left had
+    // escaped its timeout. Judged at the last member's reap (release_finished_runs).
+    if (!run.recorded) {
+        if (auto left = run.scope->members(); !left.empty()) {
+            run.phase = Phase::Finishing;
+            run.left_behind = run.first == Intervention::None;
+            spdlog::info(
+                "job {}: run {}: waiting for {} process(es) it left behind; the run "
+                "ends with them{}",
+                spec.name, run.id, left.size(), spec.timeout ? " or at its timeout" : "");
+            return;
+        }
+    }
+    judge(run, false);
+}
+
+// The run's ending, from its leader's status and lastcall's interventions, once nothing of it
+// runs (verify aside, which comes after).
+void JobScheduler::judge(Run& run, bool after_leftovers) {
+    const JobSpec& spec = jobs_[run.job].spec;
+    int status = run.leader_status;
+    run.phase = Phase::Running;
     if (run.recorded) {
         // Interrupted before the SIGKILL: whatever it did after that is not a result, and it is
         // never completed. An `interrupted` that could not be written is tried again.
@@ -626,12 +651,12 @@ void JobScheduler::on_leader_exit(Run& run, int status) {
             spdlog::warn(
                 "job {}: run {} {} after it was recorded interrupted: refused, the "
                 "record stays interrupted",
-                spec.name, run.id, describe_wait_status(status));
+                spec.name, run.id, after_leftovers ? "ended" : describe_wait_status(status));
         return after_exit(run);
     }
     auto decision =
         decide_run_end(run.first, status, spec.timeout ? format_duration(*spec.timeout) : "",
-                       signal_name(host_->stop_signal()));
+                       signal_name(host_->stop_signal()), after_leftovers && run.left_behind);
     if (decision.end == RunEnd::Interrupted) {
         interrupt(run, outcome_of(status), decision.reason);
         return after_exit(run);
@@ -822,8 +847,20 @@ void JobScheduler::start_queued(std::size_t j) {
 }
 
 // A run's ticket is released when nothing of it is left: its leader and verify reaped and no
-// process of its scope alive (a background child the job left behind keeps it active).
+// process of its scope alive (a background child the job left behind keeps it active). A
+// Finishing run whose last process is gone is judged first.
 void JobScheduler::release_finished_runs() {
+    std::vector<std::int64_t> finished;
+    for (auto& [id, run] : runs_)
+        if (run.phase == Phase::Finishing && run.scope->members().empty()) finished.push_back(id);
+    // Judging may start a queued run (a new entry in runs_): the ids were collected first.
+    for (std::int64_t id : finished) {
+        auto it = runs_.find(id);
+        if (it == runs_.end() || it->second.phase != Phase::Finishing) continue;
+        spdlog::info("job {}: run {}: what it left behind has exited",
+                     jobs_[it->second.job].spec.name, id);
+        judge(it->second, true);
+    }
     bool any = false;
     for (const auto& [id, run] : runs_) any = any || run.phase == Phase::Lingering;
     if (!any) return;

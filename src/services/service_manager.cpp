@@ -906,8 +906,8 @@ void ServiceManager::contribute_metrics(MetricsWriter& m) {
         m.sample("lastcall_service_restarts_total", "counter", "Restarts of each service",
                  {{"service", s.spec.name}}, s.restarts());
         m.sample("lastcall_service_state", "gauge",
-                 "1 for each service's current state (pending, starting, ready, backoff, exited, "
-                 "failed, stopping, stopped)",
+                 "1 for each service's current state (pending, starting, ready, cleaning, backoff, "
+                 "exited, failed, stopping, stopped)",
                  {{"service", s.spec.name}, {"state", std::string(to_string(s.state))}}, 1);
     }
 }

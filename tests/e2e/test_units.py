@@ -463,6 +463,71 @@ class Jobs(LastcallTestCase):
             run.wait()
         self.assertNoLeftovers()
 
+    def wait_log(self, run, text, timeout=30.0):
+        """Waits for a line of lastcall's log (its file grows as lastcall writes)."""
+        deadline = time.monotonic() + timeout
+        while text not in run.output():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no log line with {text!r}:\n{run.output()}")
+            time.sleep(0.01)  # the log file has no event to wait on
+
+    def ledger_state(self, state, run_id=1):
+        out = subprocess.run([LASTCALL, "runs", "--state-dir", state], capture_output=True,
+                             text=True, timeout=30)
+        row = [l.split() for l in out.stdout.splitlines() if l.split()[:1] == [str(run_id)]]
+        return row[0] if row else out.stdout
+
+    def test_a_run_is_completed_only_once_its_background_writer_is_done(self):
+        # bash's process substitution and `cmd &` leave a writer running after the leader's
+        # exit 0: the run was promoted and recorded completed at once, and the published
+        # artifact changed afterwards (or stayed cut short when the shutdown stopped the writer).
+        out = os.path.join(self.dir, "out")
+        os.mkdir(out)
+        final, gate = os.path.join(out, "final.txt"), os.path.join(self.dir, "gate")
+        os.mkfifo(gate)
+        script = self.write_file("job.sh", (
+            'exec 3>>"$LASTCALL_OUTPUT"; echo part1 >&3\n'
+            f'( read x < {gate}; echo part2 >&3 ) &\n'
+            'exit 0\n'))
+        state = os.path.join(self.dir, "state")
+        cfg = self.write_file("jobs.toml", (
+            '[jobs.w]\nschedule = "@every 1s"\noverlap = "skip"\n'
+            f'output = "{final}"\ncommand = ["sh", "{script}"]\n'))
+        run = self.start(["--config", cfg, "--state-dir", state])
+        try:
+            self.wait_log(run, "job w: run 1: waiting for 1 process(es) it left behind")
+            self.assertFalse(os.path.exists(final), "promoted while its writer still wrote")
+            self.assertIn("started", self.ledger_state(state))
+            with open(gate, "w") as g:
+                g.write("go\n")
+            self.wait_log(run, "job w: run 1 completed")
+            with open(final) as f:
+                self.assertEqual(f.read(), "part1\npart2\n")
+        finally:
+            run.signal(signal.SIGTERM)
+            run.wait()
+        self.assertIn("completed", self.ledger_state(state))
+        self.assertNoLeftovers()
+
+    def test_a_job_s_timeout_stops_the_daemon_its_leader_left_behind(self):
+        # The leader exits 0 at once and leaves a daemon that ignores SIGTERM: the timeout
+        # covered the leader only, and the daemons piled up one per run until the shutdown.
+        state = os.path.join(self.dir, "state")
+        cfg = self.write_file("jobs.toml", (
+            '[jobs.d]\nschedule = "@every 1s"\noverlap = "skip"\ntimeout = "1s"\n'
+            'command = "setsid sh -c \'trap \\"\\" TERM; echo d $$ > $EVENTS; exec sleep 1000\' & '
+            'exit 0"\n'))
+        run = self.start(["--config", cfg, "--state-dir", state])
+        try:
+            daemon = int(self.fifo.expect_prefix("d "))
+            self.assertTrue(wait_exit(daemon, timeout=30), "the daemon outlived the run's timeout")
+            self.wait_log(run, "job d: run 1 failed")
+        finally:
+            run.signal(signal.SIGTERM)
+            run.wait()
+        self.assertIn("what its leader left behind had not ended", run.output())
+        self.assertNoLeftovers()
+
     def test_a_timed_out_run_whose_leader_exits_still_has_its_term_ignoring_process_killed(self):
         # The leader dies of the timeout's SIGTERM; the background process ignores it. The kill
         # 5 s later must still come: the leader's exit used to cancel it, and the process lived

@@ -512,6 +512,50 @@ TEST_CASE("a job that outlives its timeout gets SIGTERM, then SIGKILL 5 s later,
     CHECK_THAT(r.reason, Catch::StartsWith("timeout: ran past its 30s timeout"));
 }
 
+TEST_CASE("a run whose leader exits is judged only once what it left behind has exited",
+          "[orchestration][jobs]") {
+    // A background writer (bash's process substitution, `cmd &`) still working: the run was
+    // recorded completed at the leader's exit, and its artifact changed afterwards.
+    Jobs j(kBackupJob);
+    pid_t leader = j.start_run("backup");
+    pid_t writer = j.host.fork_child(leader);
+    j.host.exit(leader, kExit0);
+    CHECK(j.run(1).state == RunState::Started);
+    j.host.exit(writer, kExit0);
+    CHECK(j.run(1).state == RunState::Completed);
+}
+
+TEST_CASE("a job's timeout stops what its leader left behind, and the run fails",
+          "[orchestration][jobs]") {
+    Jobs j(kBackupJob);
+    pid_t leader = j.start_run("backup");
+    pid_t daemon = j.host.fork_child(leader);  // ignores SIGTERM
+    j.host.advance(10s);
+    j.host.exit(leader, kExit0);
+    j.host.advance(20s);  // the run's 30 s timeout
+    CHECK(j.host.count(daemon, SIGTERM) == 1);
+    j.host.advance(5s);
+    CHECK(j.host.got(daemon, SIGKILL));
+    j.host.reap_killed();
+    auto r = j.run(1);
+    CHECK(r.state == RunState::Failed);
+    CHECK(r.reason ==
+          "timeout: ran past its 30s timeout (what its leader left behind had not ended; the "
+          "leader exited with code 0)");
+}
+
+TEST_CASE("a run still finishing counts for its job's overlap policy", "[orchestration][jobs]") {
+    Jobs j(kBackupJob);  // overlap = "skip" by default
+    pid_t leader = j.start_run("backup");
+    pid_t writer = j.host.fork_child(leader);
+    j.host.exit(leader, kExit0);
+    j.next_minute();
+    CHECK(j.host.spawned_argv0("backup").size() == 1);
+    j.host.exit(writer, kExit0);
+    j.next_minute();
+    CHECK(j.host.spawned_argv0("backup").size() == 2);
+}
+
 TEST_CASE("a job run's stop pass cut by its budget goes on until every member had SIGTERM",
           "[orchestration][jobs]") {
     Jobs j(kBackupJob);

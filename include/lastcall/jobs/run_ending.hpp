@@ -28,9 +28,10 @@ struct RunEndDecision {
 };
 
 // The leader's wait status and lastcall's first intervention decide how the run ends.
-// `timeout` and `stop_signal` are for the reason text.
+// `timeout` and `stop_signal` are for the reason text; `left_behind`: the leader had exited
+// before the intervention, and what it left behind was still running.
 RunEndDecision decide_run_end(Intervention first, int wait_status, const std::string& timeout,
-                              const std::string& stop_signal);
+                              const std::string& stop_signal, bool left_behind = false);
 
 // A first intervention is never replaced: a run that timed out stays timed out when the
 // shutdown then reaches it, and the other way round.

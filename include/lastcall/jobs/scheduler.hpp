@@ -60,13 +60,19 @@ class JobScheduler final : public SupervisorComponent {
     void finished(int exit_code) override;
 
   private:
-    enum class Phase { Running, Verifying, Lingering };
+    // Running: its leader runs. Finishing: the leader exited and left processes behind; the
+    // run is over, and judged, when its scope is empty (its timeout still covers them, and it
+    // still counts for the job's overlap). Verifying: the verify command runs. Lingering:
+    // recorded, and what was killed is on its way out (the ticket is released once it is gone).
+    enum class Phase { Running, Finishing, Verifying, Lingering };
     struct Run {
         std::int64_t id = 0;
         std::size_t job = 0;
         std::int64_t scheduled_at = 0;
-        pid_t pid = -1;         // the job's leader
-        pid_t verify_pid = -1;  // the verify command while Phase::Verifying
+        pid_t pid = -1;            // the job's leader
+        pid_t verify_pid = -1;     // the verify command while Phase::Verifying
+        int leader_status = 0;     // the leader's wait status, judged once the run is Finishing
+        bool left_behind = false;  // the leader ended by itself, leaving processes running
         Phase phase = Phase::Running;
         std::optional<Ticket> ticket;
         bool recorded = false;  // a terminal state is in the ledger (or interrupted is due)
@@ -134,6 +140,7 @@ class JobScheduler final : public SupervisorComponent {
     void remove_old_staging(const JobSpec& spec, const std::string& keep);
     void record_skipped(std::size_t job, std::int64_t scheduled_at, const std::string& reason);
     void on_leader_exit(Run& run, int status);
+    void judge(Run& run, bool after_leftovers);
     void on_verify_exit(Run& run, int status);
     void start_verify(Run& run);
     void promote(Run& run);
