@@ -103,6 +103,11 @@ struct ServiceManager::Service {
     // Born to a signalled process during its stop (sent_stop_signal): not the tree's to signal.
     // Filled from a const query, hence mutable; cleared with `signalled` at each start.
     mutable std::set<pid_t> helpers;
+    // Signalled before this stop began (what a crashed or main instance left behind): a process
+    // they start is their cleanup's helper, not a member the stop missed.
+    std::set<pid_t> told_before;
+    // Its members at the last look of a stop in progress: all of them are the service's to stop.
+    std::set<pid_t> last_members;
     StopRounds stop_rounds;  // its stop passes, when the budget cuts them
     std::optional<MonoTime> stop_deadline;
     bool killed = false;
@@ -215,6 +220,8 @@ void ServiceManager::start(Service& s) {
     s.told_waiting = false;
     s.signalled.clear();
     s.helpers.clear();
+    s.told_before.clear();
+    s.last_members.clear();
     s.stop_rounds.end();
     s.killed = false;
     apply(s, ServiceEvent::Spawned);
@@ -398,6 +405,9 @@ bool ServiceManager::sent_stop_signal(const ProcInfo& p) const {
         // hold's limit must not cut the cleanup short; the service's kill at the end of its
         // grace covers the helper if it is still there.
         if (s.state != ServiceState::Stopping && s.state != ServiceState::Cleaning) continue;
+        // Every member of a service being stopped is the service's: signalled by it, one of
+        // its helpers (also one whose parent has exited), or one its next round will reach.
+        if (s.last_members.count(p.pid)) return true;
         if (s.stop_rounds.pending || p.ppid <= 1) continue;
         auto parent = s.signalled.lower_bound(ProcKey{p.ppid, 0});
         bool parent_stopping = parent != s.signalled.end() && parent->first == p.ppid;
@@ -614,7 +624,7 @@ void ServiceManager::expire_order() {
     rearm();
 }
 
-bool ServiceManager::stop_done(const Service& s) const {
+bool ServiceManager::stop_done(Service& s) {
     switch (s.state) {
         case ServiceState::Starting:
         case ServiceState::Ready:
@@ -624,6 +634,11 @@ bool ServiceManager::stop_done(const Service& s) const {
             // A dependent that had to be killed is as good as gone: what depends on it must
             // not lose its own grace waiting for the kernel to finish the kill.
             return s.killed;
+        case ServiceState::Exited:
+        case ServiceState::Failed:
+            // Its leader is gone, but not necessarily what it left (a main service's leftovers
+            // at the stop it asked for): its dependencies wait for those too.
+            return members_of(s).empty();
         default:
             return true;
     }
@@ -644,7 +659,7 @@ void ServiceManager::stop_eligible() {
             s.state != ServiceState::Failed)
             continue;
         bool dependents_done = true;
-        for (const auto& d : services_)
+        for (auto& d : services_)
             if (&d != &s && std::count(d.deps.begin(), d.deps.end(), i) && !stop_done(d))
                 dependents_done = false;
         if (!dependents_done && !order_expired_) {
@@ -678,9 +693,13 @@ void ServiceManager::begin_stop(Service& s) {
         deadline = std::min(deadline, *s.stop_deadline);
     apply(s, ServiceEvent::StopRequested);
     s.stop_deadline = deadline;
+    s.told_before.clear();
+    if (!s.stop_rounds.pending)
+        for (const auto& key : s.signalled) s.told_before.insert(key.first);
     int n = send_stop(s);
     spdlog::info("service {}: sent {} to {} process(es), grace {}", s.spec.name,
-                 signal_name(s.spec.stop_signal), n, format_duration(grace));
+                 signal_name(s.spec.stop_signal), n,
+                 format_duration(std::chrono::duration_cast<Millis>(deadline - now)));
     s.wake = now + kStopPoll;
     rearm();
 }
@@ -700,7 +719,14 @@ int ServiceManager::send_stop(Service& s) {
     // Once per process: neither this service's earlier rounds nor the tree's pass (which goes
     // out while a service is still held back by its order, at the hold's limit) sent it one.
     auto take = [&](const ProcInfo& p) {
-        if (!s.signalled.insert(key_of(p)).second) return false;
+        if (s.signalled.count(key_of(p))) return false;
+        // Started by a process told to stop before this stop began (a leftover's cleanup): its
+        // helper, which the kill at the end of the grace covers.
+        if (s.told_before.count(p.ppid) || (!s.told_before.empty() && s.helpers.count(p.ppid))) {
+            s.helpers.insert(p.pid);
+            return false;
+        }
+        s.signalled.insert(key_of(p));
         return host_->note_stop_signal(p, s.spec.stop_signal);
     };
     return send_stop_round(io, s.spec.stop_signal, take, s.stop_rounds).signalled;
@@ -713,6 +739,8 @@ void ServiceManager::check_stop(Service& s) {
     if (s.state != ServiceState::Stopping && !cleaning) return;
     MonoTime now = host_->clock().now();
     auto members = members_of(s);
+    s.last_members.clear();
+    for (const auto& p : members) s.last_members.insert(p.pid);
     bool stuck = cleaning && s.killed && s.stop_deadline && now >= *s.stop_deadline + kKillSettle;
     if (stuck)
         spdlog::warn(

@@ -324,25 +324,35 @@ echo "{name}-up" > "$EVENTS"; while :; do sleep 0.1; done'''
                       run.output())
         self.assertNoLeftovers()
 
-    def test_a_service_s_cleanup_helper_is_not_signalled_by_the_tree_s_pass_at_the_hold_s_limit(self):
-        # The service's TERM trap starts a helper that needs 2 s and waits for it; at half of the
-        # 3 s grace the supervisor signals the rest of the tree, which must not include the
-        # helper (a process born to one that had the stop signal is a cleanup helper).
-        script = self.write_file("slow.sh", (
+    def run_cleanup_helper(self, after_start, grace):
+        """A service whose TERM trap starts a helper needing 2-3 s (`after_start`: what the trap
+        does once it started it); asserts that the helper finishes and the stop is clean."""
+        script = self.write_file("svc.sh", (
             'cleanup() {\n'
-            '  sh -c \'trap "echo helper-term > $EVENTS" TERM; sleep 2 & wait; '
+            '  sh -c \'trap "echo helper-term > $EVENTS" TERM; sleep 2.5 & wait; '
             'echo done > $EVENTS\' &\n'
-            '  wait; exit 0\n'
+            f'  {after_start}\n'
             '}\n'
             'trap cleanup TERM\n'
             'echo up > "$EVENTS"\n'
             'while :; do sleep 0.1; done\n'))
-        cfg = self.config(f'[services.slow]\ncommand = ["sh", "{script}"]\n')
-        run = self.start(["--config", cfg, "--grace", "3s"])
+        cfg = self.config(f'[services.svc]\ncommand = ["sh", "{script}"]\n')
+        run = self.start(["--config", cfg, "--grace", grace])
         self.fifo.expect("up")
         run.signal(signal.SIGTERM)
         self.assertEqual(self.fifo.readline(timeout=10), "done")
         self.assertEqual(run.wait(), 0, run.output())
+
+    def test_a_service_s_cleanup_helper_is_not_signalled_by_the_tree_s_pass_at_the_hold_s_limit(self):
+        # The trap waits for its helper; at half of the 4 s grace the supervisor signals the
+        # rest of the tree, which must not include the helper (born to a process that had the
+        # stop signal: a cleanup helper).
+        self.run_cleanup_helper("wait; exit 0", "4s")
+
+    def test_a_service_s_cleanup_helper_whose_parent_exited_is_still_not_signalled_by_the_tree(self):
+        # The trap starts the helper in the background and exits at once: the helper's parent
+        # is then lastcall, and the pass at half of the grace signalled it.
+        self.run_cleanup_helper("exit 0", "4s")
 
     def test_a_service_writing_as_fast_as_it_can_does_not_delay_ctrl_c(self):
         cfg = self.config("[services.yes]\ncommand = 'exec yes'\n"

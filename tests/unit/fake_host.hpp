@@ -25,6 +25,7 @@ class FakeHost;
 
 struct FakeProc {
     pid_t pid = 0;
+    pid_t ppid = 1;  // its parent (the fake lastcall is 1)
     std::vector<std::string> argv;
     std::string scope;  // the unit it was spawned into ("" for a helper such as a probe)
     std::vector<std::pair<int, MonoTime>> signals;  // every signal, with the fake time it came
@@ -70,6 +71,8 @@ class FakeHost final : public UnitHost {
     void exit(pid_t pid, int status) {
         auto& p = procs_.at(pid);
         p.alive = false;
+        for (auto& [other, c] : procs_)
+            if (c.ppid == pid) c.ppid = 1;  // orphans are reparented to lastcall, the subreaper
         if (component_) component_->reaped(Reaped{pid, status, std::nullopt});
         run_posted();
     }
@@ -85,6 +88,7 @@ class FakeHost final : public UnitHost {
         FakeProc child;
         child.pid = next_pid_++;
         child.argv = {"child-of-" + std::to_string(parent)};
+        child.ppid = parent;
         child.scope = procs_.at(parent).scope;
         procs_[child.pid] = child;
         return child.pid;
@@ -98,6 +102,15 @@ class FakeHost final : public UnitHost {
 
     // -- what the test observes
     const FakeProc& proc(pid_t pid) const { return procs_.at(pid); }
+    // The process as an enumeration would see it (for a component's sent_stop_signal()).
+    ProcInfo info(pid_t pid) const {
+        ProcInfo i;
+        i.pid = pid;
+        i.ppid = procs_.at(pid).ppid;
+        i.start = static_cast<unsigned long long>(pid);
+        i.state = 'S';
+        return i;
+    }
     std::vector<pid_t> spawned_argv0(const std::string& argv0) const {
         std::vector<pid_t> out;
         for (const auto& [pid, p] : procs_)
@@ -245,6 +258,7 @@ class FakeHost final : public UnitHost {
                 if (p.alive && p.scope == name_) {
                     ProcInfo info;
                     info.pid = pid;
+                    info.ppid = p.ppid;
                     info.start = static_cast<unsigned long long>(pid);
                     info.state = 'S';
                     out.push_back(info);

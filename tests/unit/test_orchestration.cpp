@@ -331,17 +331,23 @@ grace = "1h"
     CHECK(s.host.drain_releases == 1);
 }
 
+// A service "app" with a 3 s grace, already sent its stop signal by the shutdown; its TERM
+// trap then starts `helper`.
+struct StoppingApp : Services {
+    StoppingApp() : Services("[services.app]\ncommand = [\"app\"]\ngrace = \"3s\"\n") {
+        app = pid("app");
+        begin_shutdown();
+        host.advance(0ms);
+        helper = host.fork_child(app);
+    }
+    pid_t app = 0;
+    pid_t helper = 0;
+};
+
 TEST_CASE("a process born after the stop signal is not signalled again before the kill",
           "[orchestration][services]") {
-    Services s(R"(
-[services.app]
-command = ["app"]
-grace = "3s"
-)");
-    pid_t app = s.pid("app");
-    s.begin_shutdown();
-    s.host.advance(0ms);
-    pid_t cleanup = s.host.fork_child(app);  // its TERM trap starts a cleanup helper
+    StoppingApp s;
+    pid_t app = s.app, cleanup = s.helper;
     s.host.advance(2900ms);
     CHECK(s.host.count(app, SIGTERM) == 1);
     CHECK(s.host.proc(cleanup).signals.empty());
@@ -349,6 +355,58 @@ grace = "3s"
     s.host.exit(app, kExit0);
     CHECK(s.state("app") == ServiceState::Stopped);
     CHECK(s.host.forces.empty());
+}
+
+TEST_CASE(
+    "a helper that a crashed instance's leftover starts in its cleanup is not signalled "
+    "again by the shutdown",
+    "[orchestration][services]") {
+    CrashedWithDaemon s;  // the daemon had SIGTERM at the crash; its trap starts a helper
+    pid_t helper = s.host.fork_child(s.daemon);
+    s.begin_shutdown();
+    s.host.advance(100ms);
+    CHECK(s.host.count(s.daemon, SIGTERM) == 1);
+    CHECK(s.host.proc(helper).signals.empty());
+}
+
+TEST_CASE("every process of a stopping service is its own, not the tree pass's",
+          "[orchestration][services]") {
+    // At the hold's limit the supervisor signals the rest of the tree and asks each component
+    // whether a process is its own. A cleanup helper whose parent has exited (reparented to
+    // lastcall) is still the service's: a member of its scope born after its stop signal.
+    StoppingApp s;
+    pid_t app = s.app, helper = s.helper;
+    pid_t grandchild = s.host.fork_child(helper);
+    s.host.exit(app, kExit0);  // the trap started the helper and exited
+    s.host.advance(100ms);
+    CHECK(s.manager.sent_stop_signal(s.host.info(helper)));
+    CHECK(s.manager.sent_stop_signal(s.host.info(grandchild)));
+    CHECK(s.host.proc(helper).signals.empty());
+}
+
+TEST_CASE("a dependency waits for the leftovers of an exited main service to be gone",
+          "[orchestration][services]") {
+    Services s(R"(
+[services.db]
+command = ["db"]
+
+[services.web]
+command = ["web"]
+depends_on = ["db"]
+main = true
+grace = "3s"
+)");
+    pid_t db = s.pid("db");
+    pid_t web = s.pid("web");
+    pid_t leftover = s.host.fork_child(web);
+    s.host.exit(web, W_EXITCODE(5, 0));
+    s.begin_shutdown();
+    s.host.advance(100ms);
+    CHECK(s.host.got(leftover, SIGTERM));
+    CHECK_FALSE(s.host.got(db, SIGTERM));
+    s.host.exit(leftover, kTermed);
+    s.host.advance(100ms);
+    CHECK(s.host.got(db, SIGTERM));
 }
 
 // A service "app" with the given grace (under a 60 s global one) and 40 processes of its own

@@ -96,7 +96,7 @@ class ServiceManager final : public SupervisorComponent {
     void end_probe_scope(Service& s);
     void begin_ordered_stop();
     void expire_order();
-    bool stop_done(const Service& s) const;
+    bool stop_done(Service& s);
     void stop_eligible();
     void begin_stop(Service& s);
     int send_stop(Service& s);
