@@ -218,11 +218,12 @@ Result<JobSpec> parse_job(const std::string& path, const std::string& name, cons
     if (job.command.empty()) return at(path, line, prefix + "command", "missing");
     if (!job.verify.empty() && job.output.empty())
         return at(path, line, prefix + "verify", "needs `output` (it checks the staged output)");
-    // Two runs at once would write the same staging file.
+    // Each run stages its own file, but two runs at once would race to promote onto the one
+    // final name: the artifact would be whichever finished last, not the latest fire time's.
     if (output_node && job.overlap == Overlap::Allow)
         return at(path, *overlap_node, prefix + "overlap",
-                  "\"allow\" cannot be combined with `output`: concurrent runs would share the "
-                  "staging file");
+                  "\"allow\" cannot be combined with `output`: concurrent runs would race to "
+                  "promote onto the same final file");
     return job;
 }
 

@@ -1102,11 +1102,12 @@ void JobScheduler::warn_local_outputs() {
 
 void JobScheduler::state_changed(State from, State to) {
     if (to == State::Stopping && host_->stop_reaches_tree()) {
-        // The stop signal goes to the tree right after this: every run whose leader still runs
-        // is reached by lastcall's stop request, and ends `interrupted` however it then exits.
-        // A run past its leader (verify, promotion) is in its commit step: that runs to its end.
+        // The stop signal goes to the tree right after this: every run whose leader, or what
+        // its leader left behind (a background writer), still runs is reached by lastcall's
+        // stop request, and ends `interrupted` however it then exits. A run in its commit step
+        // (verify, promotion: nothing of it left running) runs that step to its end.
         for (auto& [id, run] : runs_)
-            if (run.phase == Phase::Running && !run.recorded)
+            if ((run.phase == Phase::Running || run.phase == Phase::Finishing) && !run.recorded)
                 run.first = first_of(run.first, Intervention::StopRequest);
     }
     if (from != State::Running) return;
@@ -1122,9 +1123,14 @@ void JobScheduler::state_changed(State from, State to) {
     }
     std::size_t in_flight = 0;
     for (const auto& [id, run] : runs_) in_flight += run.phase != Phase::Lingering;
-    if (in_flight > 0)
+    if (in_flight > 0 && host_->stop_reaches_tree())
         spdlog::info("shutdown: {} job run(s) in flight; they get the stop signal with the tree",
                      in_flight);
+    else if (in_flight > 0)
+        spdlog::info(
+            "shutdown: {} job run(s) in flight; the stop signal does not reach them "
+            "(--kill-scope group or child): they run until they end or the grace does",
+            in_flight);
 }
 
 void JobScheduler::interrupt(Run& run, RunOutcome outcome, const std::string& reason) {

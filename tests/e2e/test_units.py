@@ -487,25 +487,31 @@ class Jobs(LastcallTestCase):
         row = [l.split() for l in out.stdout.splitlines() if l.split()[:1] == [str(run_id)]]
         return row[0] if row else out.stdout
 
-    def test_a_run_is_completed_only_once_its_background_writer_is_done(self):
-        # bash's process substitution and `cmd &` leave a writer running after the leader's
-        # exit 0: the run was promoted and recorded completed at once, and the published
-        # artifact changed afterwards (or stayed cut short when the shutdown stopped the writer).
+    def start_writer_job(self, wait_command):
+        """lastcall with a job `w` that writes part1 of its output, leaves a background writer
+        that runs `wait_command` and then writes part2, and exits 0. (run, final, state)."""
         out = os.path.join(self.dir, "out")
         os.mkdir(out)
-        final, gate = os.path.join(out, "final.txt"), os.path.join(self.dir, "gate")
-        os.mkfifo(gate)
+        final = os.path.join(out, "final.txt")
         script = self.write_file("job.sh", (
             'exec 3>>"$LASTCALL_OUTPUT"; echo part1 >&3\n'
-            f'( read x < {gate}; echo part2 >&3 ) &\n'
+            f'( {wait_command}; echo part2 >&3 ) &\n'
             'exit 0\n'))
         state = os.path.join(self.dir, "state")
         cfg = self.write_file("jobs.toml", (
             '[jobs.w]\nschedule = "@every 1s"\noverlap = "skip"\n'
             f'output = "{final}"\ncommand = ["sh", "{script}"]\n'))
-        run = self.start(["--config", cfg, "--state-dir", state])
+        return self.start(["--config", cfg, "--state-dir", state]), final, state
+
+    def test_a_run_is_completed_only_once_its_background_writer_is_done(self):
+        # bash's process substitution and `cmd &` leave a writer running after the leader's
+        # exit 0: the run was promoted and recorded completed at once, and the published
+        # artifact changed afterwards (or stayed cut short when the shutdown stopped the writer).
+        gate = os.path.join(self.dir, "gate")
+        os.mkfifo(gate)
+        run, final, state = self.start_writer_job(f"read x < {gate}")
         try:
-            self.wait_log(run, "job w: run 1: waiting for 1 process(es) it left behind")
+            self.wait_log(run, "job w: run 1: waiting for ")
             self.assertFalse(os.path.exists(final), "promoted while its writer still wrote")
             self.assertIn("started", self.ledger_state(state))
             with open(gate, "w") as g:
@@ -517,6 +523,19 @@ class Jobs(LastcallTestCase):
             run.signal(signal.SIGTERM)
             run.wait()
         self.assertIn("completed", self.ledger_state(state))
+        self.assertNoLeftovers()
+
+    def test_a_run_whose_background_writer_the_shutdown_stops_is_interrupted_not_completed(self):
+        # The leader exited 0 and its writer was still at work when SIGTERM came: the writer
+        # dies of it, cut short, and the run must not be promoted or recorded completed.
+        run, final, state = self.start_writer_job("sleep 1000")
+        try:
+            self.wait_log(run, "job w: run 1: waiting for ")
+        finally:
+            run.signal(signal.SIGTERM)
+            run.wait()
+        self.assertFalse(os.path.exists(final), run.output())
+        self.assertIn("interrupted", self.ledger_state(state))
         self.assertNoLeftovers()
 
     def test_a_job_s_timeout_stops_the_daemon_its_leader_left_behind(self):

@@ -530,6 +530,13 @@ struct Jobs {
         REQUIRE(runs.size() == 1);
         return runs[0];
     }
+    // The same, and the leader exits 0 leaving a process behind (a background writer): it.
+    pid_t leave_writer(const std::string& argv0) {
+        pid_t leader = start_run(argv0);
+        pid_t writer = host.fork_child(leader);
+        host.exit(leader, W_EXITCODE(0, 0));
+        return writer;
+    }
 
     TempDir dir;
     FakeHost host;
@@ -575,12 +582,25 @@ TEST_CASE("a run whose leader exits is judged only once what it left behind has 
     // A background writer (bash's process substitution, `cmd &`) still working: the run was
     // recorded completed at the leader's exit, and its artifact changed afterwards.
     Jobs j(kBackupJob);
-    pid_t leader = j.start_run("backup");
-    pid_t writer = j.host.fork_child(leader);
-    j.host.exit(leader, kExit0);
+    pid_t writer = j.leave_writer("backup");
     CHECK(j.run(1).state == RunState::Started);
     j.host.exit(writer, kExit0);
     CHECK(j.run(1).state == RunState::Completed);
+}
+
+TEST_CASE("a run still finishing when the shutdown's stop signal comes is interrupted",
+          "[orchestration][jobs]") {
+    // Its writer dies of the tree's SIGTERM, cut short: the leader's exit 0 must not make the
+    // cut artifact `completed`.
+    Jobs j(kBackupJob);
+    pid_t writer = j.leave_writer("backup");
+    j.host.admission().close();
+    j.scheduler->state_changed(State::Running, State::Draining);
+    j.scheduler->state_changed(State::Draining, State::Stopping);
+    j.host.exit(writer, kTermed);
+    auto r = j.run(1);
+    CHECK(r.state == RunState::Interrupted);
+    CHECK_THAT(r.reason, Catch::Contains("what its leader left behind had not ended"));
 }
 
 TEST_CASE("a job's timeout stops what its leader left behind, and the run fails",
