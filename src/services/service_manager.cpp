@@ -218,7 +218,13 @@ void ServiceManager::start(Service& s) {
     ++s.starts;
     s.recent_starts.push_back(s.started);
     s.told_waiting = false;
-    s.signalled.clear();
+    // Once per process, across instances: a leftover of an earlier instance that outlived its
+    // SIGKILL (uninterruptible sleep) is not a new member to signal at the next stop.
+    if (!s.signalled.empty()) {
+        std::set<ProcKey> alive;
+        for (const auto& p : members_of(s)) alive.insert(key_of(p));
+        std::erase_if(s.signalled, [&](const ProcKey& k) { return !alive.count(k); });
+    }
     s.helpers.clear();
     s.told_before.clear();
     s.last_members.clear();

@@ -184,6 +184,20 @@ TEST_CASE(
     CHECK(s.host.count(daemon, SIGTERM) == 1);
 }
 
+TEST_CASE("a leftover that outlives its SIGKILL is not sent the stop signal a second time",
+          "[orchestration][services]") {
+    // Stuck in uninterruptible sleep: the service restarts beside it after 1 s, and the
+    // shutdown's stop must not count it as a new member.
+    CrashedWithDaemon s;
+    s.host.advance(3s);  // the grace: killed, but it does not die
+    REQUIRE(s.host.proc(s.daemon).killed);
+    s.host.advance(1100ms);
+    REQUIRE(s.host.spawned_argv0("web").size() == 2);
+    s.begin_shutdown();
+    s.host.advance(100ms);
+    CHECK(s.host.count(s.daemon, SIGTERM) == 1);
+}
+
 TEST_CASE("leftovers that obey the stop signal do not delay a restart beyond its back-off",
           "[orchestration][services]") {
     CrashedWithDaemon s;
