@@ -699,13 +699,26 @@ bool Supervisor::take_stop(const ProcInfo& p) {
         if (c->sent_stop_signal(p)) return false;
     rec.stop_signal = stop_signal_;
     rec.signalled_at = clock_.now();
-    // Read before the signal goes out: its children with a larger pid were forked after it.
-    rec.last_pid_at_stop = read_last_pid(last_pid_fd_.get());
+    rec.last_pid_at_stop = 0;  // read once the signal is out (send_stop_and_mark)
     return true;
 }
 
+// The stop signal to a member the passes took, then the last pid handed out: a child with a
+// larger pid was forked after the signal, by a process that had it (a cleanup helper). Read
+// before the signal, a worker a pre-fork server forked between the read and the signal was
+// taken for a helper and only ever got the SIGKILL (CI under the sanitizers: two workers, a
+// tree that obeys SIGTERM reported forced). A fork that a signal finds in progress completes
+// with a pid allocated before it: at most the one read here.
+bool Supervisor::send_stop_and_mark(const ProcInfo& p, int sig) {
+    bool sent = signal_exact(p, sig);
+    if (sent && sig == stop_signal_)
+        if (auto* rec = book_.find_live(p.pid))
+            rec->last_pid_at_stop = read_last_pid(last_pid_fd_.get());
+    return sent;
+}
+
 // p's parent had the stop signal before p was born (pids are handed out in increasing order
-// within the namespace: p's pid above the last pid read just before the parent's signal), or is
+// within the namespace: p's pid above the last pid read once the parent's signal was out), or is
 // itself such a helper. A process whose parent is gone (reparented to lastcall) is not known
 // to be a helper: it is stopped.
 bool Supervisor::born_to_stopping(const ProcInfo& p) const {
@@ -769,7 +782,7 @@ void Supervisor::state_changed(State from, State to, Event why) {
         // Every exit wakes the loop again: the shutdown sweeps at each SIGCHLD.
         end_sweep_pacing();
         admission_.close();
-        // Not last_pid_fd_: the stop passes read it before each stop signal (take_stop).
+        // Not last_pid_fd_: the stop passes read it after each stop signal (send_stop_and_mark).
         for (auto& fd : reserved_fds_) fd.reset();
         watch_tree_events();
     }
@@ -867,8 +880,9 @@ int Supervisor::run_stop_passes() {
     // A round ends at the grace deadline at the latest: the grace timer must be free to fire.
     auto out_of_time =
         stop_rounds_.budget([this] { return clock_.now(); }, shutdown_.next_deadline());
-    StopPassIo io{[&] { return tracker_->members_within(out_of_time); }, signal_exact, out_of_time,
-                  [this] { return one_hold(hold_tree_still()); }};
+    StopPassIo io{[&] { return tracker_->members_within(out_of_time); },
+                  [this](const ProcInfo& p, int sig) { return send_stop_and_mark(p, sig); },
+                  out_of_time, [this] { return one_hold(hold_tree_still()); }};
     auto result = send_stop_round(
         io, stop_signal_, [this](const ProcInfo& p) { return take_stop(p); }, stop_rounds_);
     if (result.cut) {

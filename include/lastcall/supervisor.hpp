@@ -158,6 +158,7 @@ class Supervisor final : private ShutdownActions {
     ReportInput report_input(int code);
     void report_start_failure(int code, const std::string& why);
     bool born_to_stopping(const ProcInfo& p) const;
+    bool send_stop_and_mark(const ProcInfo& p, int sig);
     void forward(int sig, Scope scope);
     // The stop signal to the main child through its pidfd, SIGCONT before it; false if not sent.
     bool send_stop_to_main(int sig);

@@ -62,6 +62,10 @@ class ProcessBook {
         auto it = live_.find(pid);
         return it == live_.end() ? nullptr : &records_[it->second];
     }
+    ProcessRecord* find_live(pid_t pid) {
+        auto it = live_.find(pid);
+        return it == live_.end() ? nullptr : &records_[it->second];
+    }
     // Pids forced with SIGKILL.
     std::vector<pid_t> forced() const;
     long long reaped_count() const { return reaped_; }
