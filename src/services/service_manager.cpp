@@ -297,7 +297,10 @@ void ServiceManager::instance_ended(Service& s, int status) {
         host_->request_shutdown(exit_code_of(status));
         return;
     }
-    if (!members_of(s).empty()) {
+    // Something just signalled counts as left (if it is gone already, the first poll finds the
+    // scope empty); only when nothing was signalled is the scope looked at again (leftovers
+    // signalled before, by a round cut by its budget).
+    if (sent > 0 || !members_of(s).empty()) {
         apply(s, ServiceEvent::LeftBehind);
         spdlog::info("service {}: waiting up to {} for what it left behind to exit", s.spec.name,
                      format_duration(grace));

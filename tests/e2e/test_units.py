@@ -453,17 +453,19 @@ class Environment(LastcallTestCase):
 
 
 class Jobs(LastcallTestCase):
+    def start_job(self, name, keys):
+        """lastcall with one job `name` (`keys`: its TOML lines) on a 1 s schedule with overlap =
+        skip: @every fires first one period after the start, so one run comes soon and no second
+        one while the first is still running. (run, state dir)."""
+        state = os.path.join(self.dir, "state")
+        cfg = self.write_file("jobs.toml", (
+            f'[jobs.{name}]\nschedule = "@every 1s"\noverlap = "skip"\n' + keys))
+        return self.start(["--config", cfg, "--state-dir", state]), state
+
     def test_a_job_that_times_out_leaves_no_descendant_not_even_a_setsid_grandchild(self):
-        out = os.path.join(self.dir, "out")
-        os.mkdir(out)
-        cfg = os.path.join(self.dir, "jobs.toml")
-        # @every fires first one period after the start; a 1 s schedule with overlap = skip
-        # gives one run soon and no second one while the first hangs.
-        with open(cfg, "w") as f:
-            f.write('[jobs.hang]\nschedule = "@every 1s"\noverlap = "skip"\n'
-                    'command = "setsid sh -c \'echo gc $$ > $EVENTS; exec sleep 1000\' & exec sleep 1000"\n'
-                    'timeout = "1s"\n')
-        run = self.start(["--config", cfg, "--state-dir", os.path.join(self.dir, "state")])
+        run, _ = self.start_job("hang", (
+            'command = "setsid sh -c \'echo gc $$ > $EVENTS; exec sleep 1000\' & exec sleep 1000"\n'
+            'timeout = "1s"\n'))
         try:
             gc = int(self.fifo.expect_prefix("gc "))
             # The timeout's SIGTERM reaches the whole scope of the run; sleep dies of it.
@@ -497,11 +499,8 @@ class Jobs(LastcallTestCase):
             'exec 3>>"$LASTCALL_OUTPUT"; echo part1 >&3\n'
             f'( {wait_command}; echo part2 >&3 ) &\n'
             'exit 0\n'))
-        state = os.path.join(self.dir, "state")
-        cfg = self.write_file("jobs.toml", (
-            '[jobs.w]\nschedule = "@every 1s"\noverlap = "skip"\n'
-            f'output = "{final}"\ncommand = ["sh", "{script}"]\n'))
-        return self.start(["--config", cfg, "--state-dir", state]), final, state
+        run, state = self.start_job("w", f'output = "{final}"\ncommand = ["sh", "{script}"]\n')
+        return run, final, state
 
     def test_a_run_is_completed_only_once_its_background_writer_is_done(self):
         # bash's process substitution and `cmd &` leave a writer running after the leader's
@@ -541,12 +540,10 @@ class Jobs(LastcallTestCase):
     def test_a_job_s_timeout_stops_the_daemon_its_leader_left_behind(self):
         # The leader exits 0 at once and leaves a daemon that ignores SIGTERM: the timeout
         # covered the leader only, and the daemons piled up one per run until the shutdown.
-        state = os.path.join(self.dir, "state")
-        cfg = self.write_file("jobs.toml", (
-            '[jobs.d]\nschedule = "@every 1s"\noverlap = "skip"\ntimeout = "1s"\n'
+        run, _ = self.start_job("d", (
+            'timeout = "1s"\n'
             'command = "setsid sh -c \'trap \\"\\" TERM; echo d $$ > $EVENTS; exec sleep 1000\' & '
             'exit 0"\n'))
-        run = self.start(["--config", cfg, "--state-dir", state])
         try:
             daemon = int(self.fifo.expect_prefix("d "))
             self.assertTrue(wait_exit(daemon, timeout=30), "the daemon outlived the run's timeout")
@@ -561,12 +558,10 @@ class Jobs(LastcallTestCase):
         # The leader dies of the timeout's SIGTERM; the background process ignores it. The kill
         # 5 s later must still come: the leader's exit used to cancel it, and the process lived
         # until lastcall stopped (then made the shutdown wait for the whole grace: forced).
-        cfg = os.path.join(self.dir, "jobs.toml")
-        with open(cfg, "w") as f:
-            f.write('[jobs.t]\nschedule = "@every 1s"\noverlap = "skip"\ntimeout = "1s"\n'
-                    'command = "sh -c \'trap \\"\\" TERM; echo bg $$ > $EVENTS; exec sleep 1000\' & '
-                    'exec sleep 1000"\n')
-        run = self.start(["--config", cfg, "--state-dir", os.path.join(self.dir, "state")])
+        run, _ = self.start_job("t", (
+            'timeout = "1s"\n'
+            'command = "sh -c \'trap \\"\\" TERM; echo bg $$ > $EVENTS; exec sleep 1000\' & '
+            'exec sleep 1000"\n'))
         try:
             bg = int(self.fifo.expect_prefix("bg "))
             self.assertTrue(wait_exit(bg, timeout=60), "the TERM-ignoring process outlived the kill")

@@ -544,6 +544,12 @@ struct Jobs {
         REQUIRE(runs.size() == 1);
         return runs[0];
     }
+    // What the supervisor does at the first trigger and when the tree's stop signal goes out.
+    void stop_tree() {
+        host.admission().close();
+        scheduler->state_changed(State::Running, State::Draining);
+        scheduler->state_changed(State::Draining, State::Stopping);
+    }
     // The same, and the leader exits 0 leaving a process behind (a background writer): it.
     pid_t leave_writer(const std::string& argv0) {
         pid_t leader = start_run(argv0);
@@ -608,9 +614,7 @@ TEST_CASE("a run still finishing when the shutdown's stop signal comes is interr
     // cut artifact `completed`.
     Jobs j(kBackupJob);
     pid_t writer = j.leave_writer("backup");
-    j.host.admission().close();
-    j.scheduler->state_changed(State::Running, State::Draining);
-    j.scheduler->state_changed(State::Draining, State::Stopping);
+    j.stop_tree();
     j.host.exit(writer, kTermed);
     auto r = j.run(1);
     CHECK(r.state == RunState::Interrupted);
@@ -689,9 +693,7 @@ command = ["sync"]
     j.host.host_settings.grace = 10s;
     j.next_minute();
     pid_t leader = j.host.spawned_argv0("sync").at(0);
-    j.host.admission().close();
-    j.scheduler->state_changed(State::Running, State::Draining);
-    j.scheduler->state_changed(State::Draining, State::Stopping);
+    j.stop_tree();
     j.host.advance(10s);
     j.scheduler->before_force();
     j.host.exit(leader, kExit0);
