@@ -208,6 +208,7 @@ std::optional<int> Supervisor::start_child() {
         spdlog::debug("spawned pid {}: {}", main_pid_, join(opts_.command));
     voice_.setsid_done(spec.take_tty);
     for (auto* c : components_) c->child_started(main_pid_);
+    if (voice_.says_idle_polls()) start_idle_polls();
 
     if (!opts_.ready_file.empty()) {
         // Written as root, possibly where the app can write too: never through a planted link,
@@ -305,6 +306,30 @@ void Supervisor::on_signals() {
         on_signal(sig, batch[i].arrival);
     }
     if (child_event) on_sigchld();
+    if (count > 0 && idle_poll_timer_) idle_poll();
+}
+
+void Supervisor::start_idle_polls() {
+    auto st = watch_new_timer(*loop_, idle_poll_timer_, [this] {
+        idle_poll_timer_->consume();
+        idle_poll();
+    });
+    if (!st) {
+        spdlog::warn("tini's trace lines between signals are off: {}", st.error().message);
+        return;
+    }
+    (void)idle_poll_timer_->arm(clock_.now() + std::chrono::seconds(1));
+}
+
+void Supervisor::idle_poll() {
+    // Once the main child is reaped tini says only its exit lines (PeerVoice::exiting).
+    if (main_status_) {
+        (void)idle_poll_timer_->arm(std::nullopt);
+        return;
+    }
+    voice_.idle_poll();
+    // tini's next wait starts now and times out a second later.
+    (void)idle_poll_timer_->arm(clock_.now() + std::chrono::seconds(1));
 }
 
 void Supervisor::on_signal(int received, MonoTime arrival) {

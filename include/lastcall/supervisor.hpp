@@ -153,6 +153,10 @@ class Supervisor final : private ShutdownActions {
     // Whether the signalfd reads SIGCHLD.
     Status watch_sigchld(bool on);
     void on_timer();
+    // tini -vvv's poll line after a turn that handled a signal, and every second between them
+    // (PeerVoice::says_idle_polls); the tick is armed only for such a run.
+    void start_idle_polls();
+    void idle_poll();
     void on_pre_stop_output();
     void warn_if_pre_stop_failed() const;
     ReportInput report_input(int code);
@@ -208,9 +212,10 @@ class Supervisor final : private ShutdownActions {
     // job's exit is noticed up to ReapPacer::kMaxWait later during a burst, the main child's at
     // once.
     ReapPacer reap_pacer_{std::chrono::milliseconds(5)};
-    std::optional<DeadlineTimer> sweep_timer_;  // made on the first burst
-    bool sigchld_paused_ = false;               // SIGCHLD left out of the signalfd until it fires
-    bool main_pidfd_watched_ = false;           // the main child's exit, watched while paused
+    std::optional<DeadlineTimer> sweep_timer_;      // made on the first burst
+    std::optional<DeadlineTimer> idle_poll_timer_;  // tini -vvv only
+    bool sigchld_paused_ = false;      // SIGCHLD left out of the signalfd until it fires
+    bool main_pidfd_watched_ = false;  // the main child's exit, watched while paused
     UniqueFd signal_fd_;
     std::unique_ptr<Tracker> tracker_;
     ProcessBook book_;

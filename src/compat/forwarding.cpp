@@ -184,6 +184,14 @@ void PeerVoice::subreaper_registered() const {
     if (opts_.compat == CompatMode::Tini) peer_log().trace("Registered as child subreaper");
 }
 
+bool PeerVoice::says_idle_polls() const {
+    return opts_.compat == CompatMode::Tini && peer_log().should_log(spdlog::level::trace);
+}
+
+void PeerVoice::idle_poll() const {
+    peer_log().trace("No child to reap");
+}
+
 void PeerVoice::exiting() const {
     if (opts_.compat != CompatMode::Tini) return;
     peer_log().trace("No child to wait");

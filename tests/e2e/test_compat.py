@@ -531,6 +531,42 @@ class Texts(CompatTestCase):
                 self.assertIn("[TRACE tini (", r.stdout)
                 self.assertIn("tracking the process tree", r.stdout)
 
+    def test_tini_vvv_says_no_child_to_reap_each_second_and_after_each_forwarded_signal(self):
+        # tini waits for a signal at most 1 s, then polls waitpid; at -vvv a poll that finds its
+        # child still running says so. All spellings run at once: each needs a second of waiting.
+        runs = []
+        for i, s in enumerate(self.tini()):
+            role = f"probe{i}"
+            runs.append((s, role, self.start_as(s, ["-s", "-vvv", "--", helper("sigprobe"),
+                                                    role, "--stay"])))
+        for _ in runs:
+            words = self.fifo.readline().split()
+            self.assertEqual(words[1], "ready", words)
+        started = time.monotonic()
+        poll = re.compile(r"^\[TRACE tini \(\d+\)\] No child to reap$", re.M)
+        for s, role, t in runs:
+            if s.peer:
+                continue
+            # lastcall's log is the event waited on: the line comes 1 s after the start.
+            deadline = time.monotonic() + 30
+            while not poll.search(t.output()) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        # tini writes to a file through stdio's buffer, flushed only at its exit: nothing to wait
+        # on. Its 1 s wait timing out before the signal below is the condition under test.
+        time.sleep(max(0.0, started + 1.5 - time.monotonic()))
+        for s, role, t in runs:
+            t.signal(signal.SIGUSR1)
+            self.assertEqual(self.next_line_of(role), f"{role} {int(signal.SIGUSR1)}")
+            t.signal(signal.SIGALRM)
+        for s, role, t in runs:
+            with self.subTest(s=s):
+                self.assertEqual(t.wait(), 0, t.output())
+                # A wait that timed out before the signal, then the poll right after its forward.
+                self.assertRegex(t.output().split("Passing signal")[0], poll)
+                self.assertRegex(t.output(),
+                                 r"\] Passing signal: 'User defined signal 1'\n"
+                                 r"\[TRACE tini \(\d+\)\] No child to reap\n")
+
     @unittest.skipUnless(os.path.exists(REAL_DUMB_INIT), "dumb-init is not installed")
     def test_dumb_init_debug_lines_are_exactly_dumb_inits_in_its_order(self):
         # Stdin is no terminal here: dumb-init's child says it could not attach to it.

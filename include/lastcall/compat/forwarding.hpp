@@ -69,6 +69,12 @@ class PeerVoice {
     // tini's trace lines: at start when it registered as a subreaper, and at exit.
     void subreaper_registered() const;
     void exiting() const;
+    // tini waits for signals 1 s at a time and, after every wait (a signal or the timeout),
+    // polls waitpid: at -vvv each poll that finds its child still running says "No child to
+    // reap". Whether lastcall is to say the same: tini's name at trace level, nothing otherwise
+    // (the 1 s wake is paid only by a run that prints it).
+    bool says_idle_polls() const;
+    void idle_poll() const;
     // tini's exit code for an exec failure: 127 for ENOENT, 126 for EACCES, 1 otherwise.
     static int tini_exec_exit_code(int err);
 
