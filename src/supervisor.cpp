@@ -267,27 +267,22 @@ void Supervisor::rearm_timer() {
 }
 
 void Supervisor::on_signals() {
-    // Everything pending is dequeued first, each with the time it was read, and only then
-    // handled: the kernel keeps no arrival time, and handling one signal (forwarding HUP to a
-    // large tree) must not make the next one look later than it was. At most kBatch per turn,
-    // so a flood cannot hold the loop; the rest stays readable for the next turn.
+    // Everything pending is dequeued first, with the time it was read, and only then handled:
+    // the kernel keeps no arrival time, and handling one signal (forwarding HUP to a large tree)
+    // must not make the next one look later than it was. One read takes as many as fit (the
+    // signalfd fills the buffer with whole records), so a lone SIGTERM costs one read, not a
+    // second one to learn that nothing else is pending. At most kBatch per turn, so a flood
+    // cannot hold the loop; the rest stays readable for the next turn.
     // 16 (2 KiB on the stack): 64 pushed the frame onto a page of stack that nothing before had
     // touched, and its fault came before the main child's stop signal.
     constexpr int kBatch = 16;
-    struct Pending {
-        signalfd_siginfo info;
-        MonoTime arrival;
-    };
-    Pending batch[kBatch];
-    int count = 0;
-    while (count < kBatch) {
-        ssize_t n = ::read(signal_fd_.get(), &batch[count].info, sizeof batch[count].info);
-        if (n != static_cast<ssize_t>(sizeof batch[count].info)) break;  // EAGAIN: none left
-        batch[count++].arrival = clock_.now();
-    }
+    signalfd_siginfo batch[kBatch];
+    ssize_t n = ::read(signal_fd_.get(), batch, sizeof batch);
+    int count = n > 0 ? static_cast<int>(n / static_cast<ssize_t>(sizeof batch[0])) : 0;
+    MonoTime arrival = clock_.now();
     bool child_event = false;
     for (int i = 0; i < count; ++i) {
-        const signalfd_siginfo& info = batch[i].info;
+        const signalfd_siginfo& info = batch[i];
         int sig = static_cast<int>(info.ssi_signo);
         // SIGPIPE and SIGXFSZ that lastcall's own writes raised (a log line into a pipe whose
         // reader went away, a report over RLIMIT_FSIZE) are nobody's request: forwarded, they
@@ -303,7 +298,7 @@ void Supervisor::on_signals() {
             voice_.sigchld();
             continue;
         }
-        on_signal(sig, batch[i].arrival);
+        on_signal(sig, arrival);
     }
     if (child_event) on_sigchld();
     if (count > 0 && idle_poll_timer_) idle_poll();
