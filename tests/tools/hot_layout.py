@@ -12,8 +12,8 @@ the stretch is a few hundred KB. The same for the listed data objects in each wr
 (`.data`, `.bss`, `.data.rel.ro`: one page fault per page first written), within twice their size
 plus 8 KiB: unordered, the static binary's spread over all of `.bss` (40 KB) and `.data.rel.ro`
 (66 KB). (`.rodata` is not checked: a listed object in a mergeable section, glibc's
-`_itoa_lower_digits`, stays where the link merges it.) A layout, not a time: nothing here depends
-on the machine.
+`_itoa_lower_digits`, stays where the link merges it.) The exception tables must lie after
+.rodata (packaging/layout.ld). A layout, not a time: nothing here depends on the machine.
 
 A binary with its code (not a .debug file) is also checked for the path of the main child's stop
 signal (Supervisor::stop_main_child_first): every lastcall function it calls, directly or through
@@ -135,6 +135,13 @@ def main():
         sys.exit(f"{binary}: the hot functions are spread over {hi - lo:,} bytes of text, more "
                  f"than {limit:,}: the link did not order them")
     ok = check_data(binary, nm_lines, wanted)
+    sections = section_ranges(binary)
+    if ".gcc_except_table" in sections and ".rodata" in sections:
+        # packaging/layout.ld: the exception tables after .eh_frame, not before .rodata.
+        if sections[".gcc_except_table"][0] < sections[".rodata"][0]:
+            print(f"{binary}: .gcc_except_table lies before .rodata: packaging/layout.ld was "
+                  "not applied", file=sys.stderr)
+            ok = False
     if not binary.endswith(".debug"):
         ok = check_stop_path(binary, nm_lines, wanted) and ok
     if not ok:
