@@ -13,7 +13,8 @@ the stretch is a few hundred KB. The same for the listed data objects in each wr
 plus 8 KiB: unordered, the static binary's spread over all of `.bss` (40 KB) and `.data.rel.ro`
 (66 KB). (`.rodata` is not checked: a listed object in a mergeable section, glibc's
 `_itoa_lower_digits`, stays where the link merges it.) The exception tables must lie after
-.rodata (packaging/layout.ld). A layout, not a time: nothing here depends on the machine.
+.rodata (packaging/layout.ld), and in the static binary .eh_frame after .iplt
+(packaging/layout-static.ld). A layout, not a time: nothing here depends on the machine.
 
 A binary with its code (not a .debug file) is also checked for the path of the main child's stop
 signal (Supervisor::stop_main_child_first): every lastcall function it calls, directly or through
@@ -141,6 +142,12 @@ def main():
         if sections[".gcc_except_table"][0] < sections[".rodata"][0]:
             print(f"{binary}: .gcc_except_table lies before .rodata: packaging/layout.ld was "
                   "not applied", file=sys.stderr)
+            ok = False
+    if ".iplt" in sections and ".eh_frame" in sections:
+        # packaging/layout-static.ld: .eh_frame after the IFUNC stubs, at the segment's end.
+        if sections[".eh_frame"][0] < sections[".iplt"][0]:
+            print(f"{binary}: .eh_frame lies before .iplt: packaging/layout-static.ld was not "
+                  "applied", file=sys.stderr)
             ok = False
     if not binary.endswith(".debug"):
         ok = check_stop_path(binary, nm_lines, wanted) and ok
