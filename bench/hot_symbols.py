@@ -95,6 +95,26 @@ SCENARIOS = [
 ]
 
 
+# The order of the list is the order of the code: lld places the listed sections one after the
+# other. Functions every run executes come first (both the plain exit's and the SIGTERM stop's,
+# with the default tracker), then the rest of those two scenarios' and the exit code's, then
+# what only the /proc tracker or a failed start runs: a plain run then reads a prefix of the
+# hot code, and fewer of its 64 KiB fault-around windows, instead of every window of a list in
+# alphabetical order. Within the first group the order is the order in which a SIGTERM stop
+# (start-up, loop, stop, teardown) first runs each function (lackey, static binary): `lastcall
+# -- sleep` reads the start of it only.
+EVERY_RUN = {"exit", "SIGTERM stop"}
+COMMON = {"exit", "SIGTERM stop", "exit code"}
+
+
+def tier(scenarios):
+    if EVERY_RUN <= scenarios:
+        return 0
+    if scenarios & COMMON:
+        return 1
+    return 2
+
+
 # The data objects: what a run that only starts, runs a child and stops touches (lackey is slow;
 # the other scenarios add code paths, not data a plain run keeps resident).
 DATA_SCENARIOS = [SCENARIOS[0], SCENARIOS[4]]
@@ -121,6 +141,8 @@ def run_scenario(binary, args, sig, out, tool="callgrind"):
     if tool == "callgrind":
         opts = ["--tool=callgrind", "--demangle=no", "--compress-strings=no", "--compress-pos=no",
                 f"--callgrind-out-file={out}"]
+    elif tool == "superblocks":  # lackey: the address of every block of code as it runs
+        opts = ["--tool=lackey", "--trace-superblocks=yes", f"--log-file={out}"]
     else:  # lackey: every load and store of lastcall itself (not of the child it execs)
         opts = ["--tool=lackey", "--trace-mem=yes", f"--log-file={out}"]
     cmd = ["valgrind"] + opts + [binary] + args
@@ -174,6 +196,34 @@ def symbols_with_sizes(binary, types):
 def is_position_dependent(binary):
     out = subprocess.run(["readelf", "-h", binary], capture_output=True, text=True).stdout
     return re.search(r"Type:\s+EXEC", out) is not None
+
+
+def execution_order(binary, scenario, tmp):
+    """{function name: rank} by the first time each function runs in scenario (lackey's trace
+    of every block of code executed): start-up first, then the loop, the stop, the teardown.
+    Only for a position-dependent binary: its addresses are the link's."""
+    if not is_position_dependent(binary):
+        return {}
+    functions = symbols_with_sizes(binary, "tTW")
+    starts = [f[0] for f in functions]
+    what, args, sig = scenario
+    out = os.path.join(tmp, "superblocks")
+    run_scenario(binary, args, sig, out, tool="superblocks")
+    rank, seen = {}, set()
+    with open(out, errors="replace") as f:
+        for line in f:
+            if not line.startswith("SB "):
+                continue
+            addr = int(line[3:], 16)
+            if addr in seen:
+                continue
+            seen.add(addr)
+            k = bisect.bisect_right(starts, addr) - 1
+            if k >= 0 and addr < starts[k] + max(functions[k][1], 1):
+                rank.setdefault(functions[k][2], len(rank))
+    print(f"{binary}, {what}: the order in which {len(rank)} functions first ran",
+          file=sys.stderr)
+    return rank
 
 
 def touched_data(binary, scenarios, tmp):
@@ -308,6 +358,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "packaging", "hot-symbols.txt"))
     a = ap.parse_args()
     names, data = set(), set()
+    # Where a function appears, for the order: what every run executes first (RUN_TIERS).
+    seen_in = {}
+    first_run = {}
     with tempfile.TemporaryDirectory() as tmp:
         for b, path in enumerate(a.binaries):
             binary = os.path.abspath(path)
@@ -317,12 +370,21 @@ def main():
                 found = functions_of(out, os.path.basename(binary))
                 print(f"{path}, {what}: {len(found)} functions", file=sys.stderr)
                 names |= found
+                for name in found:
+                    seen_in.setdefault(name, set()).add(what)
             native = irelative_targets(binary, names)
             if native:
                 print(f"{path}: {len(native)} IFUNC targets of this CPU", file=sys.stderr)
-            names |= native | ifunc_resolvers(binary) | child_side_callees(binary)
+            always = native | ifunc_resolvers(binary) | child_side_callees(binary)
+            names |= always
+            for name in always:
+                seen_in.setdefault(name, set()).update(EVERY_RUN)
             data |= touched_data(binary, DATA_SCENARIOS, tmp)
+            if not first_run:
+                first_run = execution_order(binary, SCENARIOS[4], tmp)
     names |= set(CHILD_SIDE) | set(PIDFD_SIDE) | set(VDSO_SIDE)
+    for name in CHILD_SIDE + PIDFD_SIDE + VDSO_SIDE:
+        seen_in.setdefault(name, set()).update(EVERY_RUN)
     if len(names) < 50:
         sys.exit(f"only {len(names)} functions found: is valgrind installed, and lastcall built?")
     data -= names
@@ -331,7 +393,13 @@ def main():
         f.write("# bench/hot_symbols.py from RelWithDebInfo builds (dynamic and static). The link\n")
         f.write("# places their sections together, each output section on its own (lld\n")
         f.write("# --symbol-ordering-file; names a binary lacks are skipped).\n")
-        for n in sorted(names) + sorted(data):
+        def key(n):
+            t = tier(seen_in.get(n, set()))
+            # Every run's code in the order it first runs (what a start needs before what its
+            # stop needs); the rest by name.
+            return (t, first_run.get(n, len(first_run)) if t == 0 else 0, n)
+
+        for n in sorted(names, key=key) + sorted(data):
             f.write(n + "\n")
     print(f"{len(names)} functions, {len(data)} data objects -> {a.out}", file=sys.stderr)
 
