@@ -237,6 +237,29 @@ def execution_order(binary, scenario, tmp):
     return rank
 
 
+STOP_PATH_START = "_ZN8lastcall10Supervisor10on_signalsEv"
+STOP_PATH_END = ("_ZN8lastcall8Shutdown9on_signalEiSt8optionalINSt6chrono10time_pointINS2_3_V212"
+                 "steady_clockENS2_8durationIlSt5ratioILl1ELl1000000000EEEEEEE")
+
+
+def path_to_stop_signal(first_run):
+    """What runs between the SIGTERM's wake-up and the main child's stop signal, for the front
+    of the list: first run at the stop, in the first-run order it sits after the start-up code,
+    in windows `lastcall -- sleep` never mapped, and each fault there came before the signal
+    (the first-run order cost the forward 50 us until this). From the first-run ranks: the loop's
+    dispatch to Supervisor::on_signals (first run just before it) up to the state machine's
+    Shutdown::on_signal, which comes after the main child's signal; plus the pidfd side, which
+    valgrind cannot run, and the yield that follows the send."""
+    start, end = first_run.get(STOP_PATH_START), first_run.get(STOP_PATH_END)
+    path = set(PIDFD_SIDE) | {"__sched_yield", "sched_yield"}
+    if start is None or end is None:
+        return path
+    # lastcall's own functions and the loop's call into them: the log line's formatting runs
+    # there under valgrind too, but after the signal natively, and is big.
+    return path | {n for n, r in first_run.items() if start - 1 <= r < end and
+                   (re.match(r"_ZN?K?8lastcall", n) or "Supervisor6set_up" in n)}
+
+
 def touched_data(binary, scenarios, tmp):
     """Names of the data objects the scenarios read or write, from lackey's trace of every
     access. Only for a position-dependent binary: its addresses are the link's."""
@@ -382,6 +405,10 @@ def main():
     # Where a function appears, for the order: what every run executes first (RUN_TIERS).
     seen_in = {}
     first_run = {}
+    # What every start runs natively that the valgrind runs do not show (or show elsewhere):
+    # IFUNC resolvers and this CPU's variants, the C runtime, the vDSO set-up, the spawner's and
+    # its child's calls: every run's code.
+    run_natively = set()
     with tempfile.TemporaryDirectory() as tmp:
         for b, path in enumerate(a.binaries):
             binary = os.path.abspath(path)
@@ -398,14 +425,16 @@ def main():
                 print(f"{path}: {len(native)} IFUNC targets of this CPU", file=sys.stderr)
             always = native | ifunc_resolvers(binary) | child_side_callees(binary)
             names |= always
-            for name in always:
-                seen_in.setdefault(name, set()).update(EVERY_RUN)
+            run_natively |= always
             data |= touched_data(binary, DATA_SCENARIOS, tmp)
             if not first_run:
                 first_run = execution_order(binary, SCENARIOS[4], tmp)
     names |= set(CHILD_SIDE) | set(PIDFD_SIDE) | set(VDSO_SIDE) | set(CRT_SIDE)
-    for name in CHILD_SIDE + PIDFD_SIDE + VDSO_SIDE + CRT_SIDE:
+    run_natively |= set(CHILD_SIDE) | set(VDSO_SIDE) | set(CRT_SIDE)
+    for name in run_natively | set(PIDFD_SIDE):
         seen_in.setdefault(name, set()).update(EVERY_RUN)
+    stop_path = path_to_stop_signal(first_run)
+    names |= stop_path
     if len(names) < 50:
         sys.exit(f"only {len(names)} functions found: is valgrind installed, and lastcall built?")
     data -= names
@@ -414,10 +443,14 @@ def main():
         f.write("# bench/hot_symbols.py from RelWithDebInfo builds (dynamic and static). The link\n")
         f.write("# places their sections together, each output section on its own (lld\n")
         f.write("# --symbol-ordering-file; names a binary lacks are skipped).\n")
+
         def key(n):
+            # The stop signal's path first of all (below); then every run's code in the order it
+            # first runs (what a start needs before what its stop needs), what valgrind does not
+            # show at the end of it; the rest by name.
+            if n in stop_path:
+                return (-2, 0, n)
             t = tier(seen_in.get(n, set()))
-            # Every run's code in the order it first runs (what a start needs before what its
-            # stop needs); the rest by name.
             return (t, first_run.get(n, len(first_run)) if t == 0 else 0, n)
 
         for n in sorted(names, key=key) + sorted(data):
