@@ -249,9 +249,9 @@ def path_to_stop_signal(first_run):
     (the first-run order cost the forward 50 us until this). From the first-run ranks: the loop's
     dispatch to Supervisor::on_signals (first run just before it) up to the state machine's
     Shutdown::on_signal, which comes after the main child's signal; plus the pidfd side, which
-    valgrind cannot run, and the yield that follows the send."""
+    valgrind cannot run, and syscall(), through which the yield that follows the send goes."""
     start, end = first_run.get(STOP_PATH_START), first_run.get(STOP_PATH_END)
-    path = set(PIDFD_SIDE) | {"__sched_yield", "sched_yield"}
+    path = set(PIDFD_SIDE) | {"syscall"}
     if start is None or end is None:
         return path
     # lastcall's own functions and the loop's call into them: the log line's formatting runs

@@ -461,7 +461,10 @@ void Supervisor::stop_main_child_first(int sig) {
     // waited for lastcall's bookkeeping below, 0.35-0.55 ms, before its handler could run (one
     // run in eight in sched traces). Its handler first: the rest of the tree gets its stop
     // signal a slice later at most. Where the child runs elsewhere this returns at once.
-    ::sched_yield();
+    // Through syscall(), which start-up has already called (pidfd_open): sched_yield() would be
+    // the dynamic binary's first call of it, bound lazily by ld.so (a symbol lookup and a page of
+    // libc faulted in) before the yield, while the child waited on this CPU.
+    ::syscall(SYS_sched_yield);
     main_stopped_first_ = true;
     // Its record exists since the spawn: no /proc read here. The stop passes fill in its start
     // time when they come to it.
