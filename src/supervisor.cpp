@@ -746,9 +746,11 @@ bool Supervisor::send_stop_and_mark(const ProcInfo& p, int sig) {
 // to be a helper: it is stopped.
 bool Supervisor::born_to_stopping(const ProcInfo& p) const {
     const ProcessRecord* parent = book_.find_live(p.ppid);
+    // Born after the parent's signal went out, to a parent that has not taken it yet: its fork
+    // was under way when the signal came (stop_signal_pending), a member. Read only for these.
     if (parent && parent->stop_signal && parent->last_pid_at_stop > 0 &&
         p.pid > parent->last_pid_at_stop)
-        return true;
+        return !stop_signal_pending(p.ppid, parent->stop_signal);
     return !parent && stop_helpers_.count(p.ppid) > 0;
 }
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/process/stop.hpp"
 
+#include "lastcall/core/read_file.hpp"
+
 #include <fcntl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -93,6 +95,21 @@ pid_t read_last_pid(int last_pid_fd) {
     for (long i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i)
         last = last * 10 + (buf[i] - '0');
     return n > 0 && last <= INT_MAX ? static_cast<pid_t>(last) : 0;
+}
+
+bool stop_signal_pending(pid_t pid, int sig) {
+    if (sig <= 0 || sig > 64) return false;
+    auto text = read_file("/proc/" + std::to_string(pid) + "/status");
+    if (!text) return false;
+    for (const char* field : {"\nShdPnd:", "\nSigPnd:"}) {
+        auto at = text->find(field);
+        if (at == std::string::npos) continue;
+        const char* start = text->c_str() + at + std::strlen(field);
+        char* end = nullptr;
+        unsigned long long bits = std::strtoull(start, &end, 16);
+        if (end != start && (bits >> (sig - 1)) & 1ULL) return true;
+    }
+    return false;
 }
 
 std::optional<BirthLine> read_birth_line(int last_pid_fd) {

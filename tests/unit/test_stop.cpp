@@ -392,6 +392,46 @@ TEST_CASE("the birth line read now dates a process forked after it as born after
     CHECK_FALSE(line->born_after(*self));
 }
 
+TEST_CASE("a stop signal the process has not taken yet is pending; once taken it is not") {
+    // The child blocks SIGUSR1 until the test writes a byte: a parent with its stop signal still
+    // pending, whose fork in flight when the signal came is not its reaction to the signal.
+    int ready[2], go[2];
+    REQUIRE(::pipe(ready) == 0);
+    REQUIRE(::pipe(go) == 0);
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        sigset_t usr1;
+        sigemptyset(&usr1);
+        sigaddset(&usr1, SIGUSR1);
+        ::sigprocmask(SIG_BLOCK, &usr1, nullptr);
+        ::signal(SIGUSR1, [](int) {});
+        char c = 'r';
+        if (::write(ready[1], &c, 1) != 1 || ::read(go[0], &c, 1) != 1) ::_exit(1);
+        ::sigprocmask(SIG_UNBLOCK, &usr1, nullptr);  // the handler runs here
+        ::pause();
+        ::_exit(0);
+    }
+    ::close(ready[1]);
+    ::close(go[0]);
+    char c;
+    REQUIRE(::read(ready[0], &c, 1) == 1);  // blocked and handled from here on
+    CHECK_FALSE(stop_signal_pending(child, SIGUSR1));
+    REQUIRE(::kill(child, SIGUSR1) == 0);
+    CHECK(stop_signal_pending(child, SIGUSR1));  // blocked: still pending
+    CHECK_FALSE(stop_signal_pending(child, SIGUSR2));
+    REQUIRE(::write(go[1], "x", 1) == 1);
+    // Unblocked, the child takes it at once; each read of /proc is the wait for that.
+    bool taken = false;
+    for (int i = 0; i < 100000 && !taken; ++i) taken = !stop_signal_pending(child, SIGUSR1);
+    CHECK(taken);
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    ::close(ready[0]);
+    ::close(go[1]);
+    CHECK_FALSE(stop_signal_pending(child, SIGUSR1));  // reaped: nothing to read
+}
+
 TEST_CASE("a stop round ends at the end of the grace when that comes before its own budget") {
     // The loop is not free while a round runs: a round that outlasted the grace held back the
     // grace's timer, and with it the kill (a fork bomb's, 160-330 ms late with a 2 s grace).

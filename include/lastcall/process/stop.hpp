@@ -122,6 +122,16 @@ struct BirthLine {
 // where it cannot be read.
 pid_t read_last_pid(int last_pid_fd);
 
+// Whether `sig` is still pending for process `pid` (/proc/PID/status: ShdPnd, sent to the
+// process, or SigPnd, to its main thread): it has not taken the signal yet, so nothing it forks
+// now comes from its reaction to it. A child whose pid is above the last pid read after its
+// parent's stop signal was born after that signal went out, but its fork may have been under
+// way when it came (the kernel completes a fork that a signal to the one process finds in
+// progress; the pid is allocated late in it): while the parent's signal is pending, such a
+// child is the parent's pre-stop work (a pre-fork server's worker), not a cleanup helper. False
+// where it cannot be read.
+bool stop_signal_pending(pid_t pid, int sig);
+
 // Reads the birth line now, before the first stop signal goes out. `last_pid_fd`: an open
 // /proc/sys/kernel/ns_last_pid (opened at start-up: its open is a path walk the stop should not
 // wait for). nullopt where it cannot be read: then nobody counts as born after.
