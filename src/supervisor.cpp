@@ -727,11 +727,12 @@ bool Supervisor::take_stop(const ProcInfo& p) {
 }
 
 // The stop signal to a member the passes took, then the last pid handed out: a child with a
-// larger pid was forked after the signal, by a process that had it (a cleanup helper). Read
-// before the signal, a worker a pre-fork server forked between the read and the signal was
-// taken for a helper and only ever got the SIGKILL (CI under the sanitizers: two workers, a
-// tree that obeys SIGTERM reported forced). A fork that a signal finds in progress completes
-// with a pid allocated before it: at most the one read here.
+// larger pid was born after the signal went out. Read before the signal, a worker a pre-fork
+// server forked between the read and the signal was taken for a helper and only ever got the
+// SIGKILL (CI under the sanitizers: two workers, a tree that obeys SIGTERM reported forced). A
+// fork that the signal finds in progress still completes, with a pid the kernel allocates late
+// in it, possibly after this read: such a child is a helper only once its parent has taken the
+// signal (born_to_stopping, stop_signal_pending).
 bool Supervisor::send_stop_and_mark(const ProcInfo& p, int sig) {
     bool sent = signal_exact(p, sig);
     if (sent && sig == stop_signal_)
