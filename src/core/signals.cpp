@@ -99,19 +99,27 @@ sigset_t handled_signals() {
 
 namespace {
 
-// "SigIgn:\t0000000000001000": bit n-1 for signal n. False without /proc (or the line).
+// "SigIgn:\t0000000000001000". False without /proc (or the line).
 bool read_ignored_from_proc(SignalBits& out) {
     auto text = read_file("/proc/self/status");
     if (!text) return false;
-    auto at = text->find("\nSigIgn:");
-    if (at == std::string::npos) return false;
-    const char* start = text->c_str() + at + 8;
-    char* end = nullptr;
-    out.bits = std::strtoull(start, &end, 16);
-    return end != start;
+    auto bits = proc_status_mask(*text, "SigIgn");
+    if (bits) out.bits = *bits;
+    return bits.has_value();
 }
 
 }  // namespace
+
+std::optional<unsigned long long> proc_status_mask(const std::string& status, const char* field) {
+    std::string key = std::string("\n") + field + ":";
+    auto at = status.find(key);
+    if (at == std::string::npos) return std::nullopt;
+    const char* start = status.c_str() + at + key.size();
+    char* end = nullptr;
+    unsigned long long bits = std::strtoull(start, &end, 16);
+    if (end == start) return std::nullopt;
+    return bits;
+}
 
 const SignalBits& ignored_dispositions() {
     static const SignalBits ignored = [] {

@@ -2,6 +2,7 @@
 #include "lastcall/process/stop.hpp"
 
 #include "lastcall/core/read_file.hpp"
+#include "lastcall/core/signals.hpp"
 
 #include <fcntl.h>
 #include <sys/syscall.h>
@@ -101,14 +102,9 @@ bool stop_signal_pending(pid_t pid, int sig) {
     if (sig <= 0 || sig > 64) return false;
     auto text = read_file("/proc/" + std::to_string(pid) + "/status");
     if (!text) return false;
-    for (const char* field : {"\nShdPnd:", "\nSigPnd:"}) {
-        auto at = text->find(field);
-        if (at == std::string::npos) continue;
-        const char* start = text->c_str() + at + std::strlen(field);
-        char* end = nullptr;
-        unsigned long long bits = std::strtoull(start, &end, 16);
-        if (end != start && (bits >> (sig - 1)) & 1ULL) return true;
-    }
+    for (const char* field : {"ShdPnd", "SigPnd"})
+        if (auto bits = proc_status_mask(*text, field); bits && (*bits >> (sig - 1)) & 1ULL)
+            return true;
     return false;
 }
 

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include <string>
 #include <string_view>
@@ -65,6 +67,10 @@ InheritedSignals inherited_signals(const sigset_t& mask);
 // call (the first spawn, or tini mode's start; never for a read-only subcommand): from
 // /proc/self/status (SigIgn), or without /proc by asking the kernel for each disposition.
 const SignalBits& ignored_dispositions();
+
+// A signal mask line of /proc/PID/status ("SigIgn", "ShdPnd", ...: hex, bit n-1 for signal n)
+// from the file's text; nullopt without that line.
+std::optional<unsigned long long> proc_status_mask(const std::string& status, const char* field);
 
 // Termination requests start (or escalate) the shutdown; everything else is forwarded as is.
 bool is_termination_signal(int sig);
