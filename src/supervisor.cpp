@@ -731,8 +731,8 @@ bool Supervisor::take_stop(const ProcInfo& p) {
 // server forked between the read and the signal was taken for a helper and only ever got the
 // SIGKILL (CI under the sanitizers: two workers, a tree that obeys SIGTERM reported forced). A
 // fork that the signal finds in progress still completes, with a pid the kernel allocates late
-// in it, possibly after this read: such a child is a helper only once its parent has taken the
-// signal (born_to_stopping, stop_signal_pending).
+// in it, possibly after this read: born_to_stopping takes that child for a member only while
+// its parent still has the signal pending (the known limit in docs/design.md).
 bool Supervisor::send_stop_and_mark(const ProcInfo& p, int sig) {
     bool sent = signal_exact(p, sig);
     if (sent && sig == stop_signal_)
@@ -749,6 +749,10 @@ bool Supervisor::born_to_stopping(const ProcInfo& p) const {
     const ProcessRecord* parent = book_.find_live(p.ppid);
     // Born after the parent's signal went out, to a parent that has not taken it yet: its fork
     // was under way when the signal came (stop_signal_pending), a member. Read only for these.
+    // Once the parent has taken the signal, that child and a helper forked by its reaction look
+    // the same (the kernel makes the child visible just before the parent takes the signal, so
+    // this is mostly too late for it): a helper. Killed at grace end, the stop reported forced;
+    // taking it for a member would signal every cleanup's first helper instead.
     if (parent && parent->stop_signal && parent->last_pid_at_stop > 0 &&
         p.pid > parent->last_pid_at_stop)
         return !stop_signal_pending(p.ppid, parent->stop_signal);

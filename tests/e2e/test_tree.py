@@ -211,20 +211,35 @@ class Report(LastcallTestCase):
         # A pre-fork server that has not had the stop signal yet forks workers while the passes
         # walk the tree; they are born after the stop began, but to a process that was not
         # stopping: members, not cleanup helpers. They used to get nothing but the SIGKILL at
-        # grace end, and a tree that obeys SIGTERM was reported forced.
+        # grace end, and a tree that obeys SIGTERM was reported forced. 300 sleepers started
+        # before the server come before it in both trackers' walks: the server gets its signal
+        # tens of milliseconds after the stop began, a few dozen workers later.
+        # One worker may still be taken for a helper, and is then killed at grace end and the
+        # stop reported forced: the one whose fork was under way when the server's own signal
+        # came. The kernel completes that fork, allocating the pid after the signal went out,
+        # and the server takes the signal on its way out of it; nothing lastcall can read
+        # afterwards tells that child from a cleanup helper forked by the server's reaction
+        # (docs/design.md, "known limit"). The test's SIGTERM follows the server's report by
+        # about as long as the server waits between forks: that child came in one run in five.
+        script = ("i=0; while [ $i -lt 300 ]; do sleep 1000 & i=$((i+1)); done; "
+                  f"{helper('prefork')} & trap 'exit 0' TERM; while :; do sleep 0.05; done")
         for tracker in ("cgroup", "proc"):
             with self.subTest(tracker=tracker):
                 report = os.path.join(self.dir, f"report-{tracker}.json")
                 run = self.start(["--tracker", tracker, "--grace", "20s", "--report", report, "--",
-                                  "sh", "-c", f"{helper('prefork')} & trap 'exit 0' TERM; "
-                                  "while :; do sleep 0.05; done"])
-                self.fifo.expect_prefix("prefork ")
+                                  "sh", "-c", script])
+                server = int(self.fifo.expect_prefix("prefork "))
                 run.signal(signal.SIGTERM)
                 self.assertEqual(run.wait(), 0, run.output())
                 with open(report) as f:
                     doc = json.load(f)
-                unsignalled = [p["pid"] for p in doc["processes"] if not p.get("stop_signal")]
-                self.assertEqual((doc["verdict"], doc["forced"], unsignalled), ("clean", [], []))
+                workers = [p for p in doc["processes"]
+                           if p["comm"] == "prefork" and p["pid"] > server]
+                unsignalled = [p["pid"] for p in workers if not p.get("stop_signal")]
+                self.assertGreater(len(workers), 10)
+                self.assertLessEqual(len(unsignalled), 1, (unsignalled, run.output()[-2000:]))
+                self.assertEqual((doc["verdict"], doc["forced"]),
+                                 ("forced", unsignalled) if unsignalled else ("clean", []))
                 self.assertNoLeftovers()
 
     def test_a_report_path_in_a_missing_directory_is_a_usage_error_before_the_command_starts(self):

@@ -128,8 +128,9 @@ pid_t read_last_pid(int last_pid_fd);
 // parent's stop signal was born after that signal went out, but its fork may have been under
 // way when it came (the kernel completes a fork that a signal to the one process finds in
 // progress; the pid is allocated late in it): while the parent's signal is pending, such a
-// child is the parent's pre-stop work (a pre-fork server's worker), not a cleanup helper. False
-// where it cannot be read.
+// child is the parent's pre-stop work (a pre-fork server's worker), not a cleanup helper. Once
+// the parent has taken the signal this says nothing about such a child. False where it cannot
+// be read.
 bool stop_signal_pending(pid_t pid, int sig);
 
 // Reads the birth line now, before the first stop signal goes out. `last_pid_fd`: an open
