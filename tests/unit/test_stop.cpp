@@ -282,6 +282,34 @@ TEST_CASE("a cut round leaves the unit frozen; the round that finishes the passe
     CHECK(state() == '0');
 }
 
+TEST_CASE(
+    "a budget that runs out between passes cuts the round, and the next round finds the rest") {
+    // The first pass signals everyone it listed and ends just as the budget does; meanwhile a
+    // member that had not had the signal yet forked a child. Ending the passes there left that
+    // child to the kill at grace end.
+    FakeTree tree;
+    tree.live = {proc(10), proc(11)};
+    tree.births = 1;  // born while the first pass ran
+    bool over = false;
+    StopPassIo io = tree.io();
+    io.send = [&](const ProcInfo& p, int sig) {
+        tree.sent.emplace_back(p.pid, sig);
+        if (p.pid == 11) over = true;  // the budget ends with the first pass's last signal
+        return true;
+    };
+    io.out_of_time = [&] { return over; };
+    std::set<pid_t> taken;
+    auto take = [&](const ProcInfo& p) { return taken.insert(p.pid).second; };
+    auto first = send_stop_signal(io, SIGTERM, take);
+    CHECK(first.cut);
+    CHECK_FALSE(first.settled);
+    CHECK(first.signalled == 2);
+    over = false;  // the next round's budget
+    auto rest = send_stop_signal(io, SIGTERM, take);
+    CHECK(rest.settled);
+    CHECK(tree.count(1000, SIGTERM) == 1);
+}
+
 TEST_CASE("a walk cut short at the budget is never taken for a settled tree") {
     // The second pass's walk (members_within) ran out of time after the members already
     // signalled: nobody new in that part proves nothing about the rest of the tree.
