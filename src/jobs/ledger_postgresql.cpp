@@ -556,7 +556,7 @@ Result<Claim> PostgresLedger::claim(const ClaimRequest& request) {
             run(what,
                 std::string("INSERT INTO lastcall.runs (job, scheduled_at, state, pid, "
                             "created_ms, started_ms, retry_of, replica, owner, "
-                            "lease_until_ms) VALUES ($1, $2, 'started', 0, $3, $3, $4, $5, "
+                            "lease_until_ms) VALUES ($1, $2, 'started', NULL, $3, $3, $4, $5, "
                             "$6, CASE WHEN $7::bigint > 0 THEN ") +
                     kDbNowMs + " + $7::bigint END) RETURNING id",
                 {p(std::string_view(request.job)), p(request.scheduled_at), p(now),
@@ -606,7 +606,8 @@ Result<bool> PostgresLedger::start(std::int64_t id, std::int64_t pid) {
                       ", pid = $3, started_ms = $4, replica = $5, owner = $6, lease_until_ms = "
                       "CASE WHEN $7::bigint > 0 THEN " +
                           std::string(kDbNowMs) + " + $7::bigint END",
-                      {p(pid), p(unix_ms_now()), p(std::string_view(identity_.replica)),
+                      {p(pid > 0 ? std::optional<std::int64_t>(pid) : std::nullopt),
+                       p(unix_ms_now()), p(std::string_view(identity_.replica)),
                        p(std::string_view(identity_.owner)), p(identity_.lease_ms)});
 }
 

@@ -454,7 +454,7 @@ Result<Claim> SqliteLedger::claim_locked(const ClaimRequest& request) {
     }
     Stmt ins(db_.get(),
              "INSERT INTO runs (job, scheduled_at, state, pid, created_ms, started_ms, retry_of, "
-             "replica, owner, lease_until_ms) VALUES (?1, ?2, 'started', 0, ?3, ?3, ?4, ?5, ?6, "
+             "replica, owner, lease_until_ms) VALUES (?1, ?2, 'started', NULL, ?3, ?3, ?4, ?5, ?6, "
              "?7)");
     if (!ins.ok()) return sql_error("prepare claim");
     ins.bind(1, std::string_view(request.job));
@@ -569,7 +569,10 @@ Result<bool> SqliteLedger::transition(std::int64_t id, RunState to, const std::s
 Result<bool> SqliteLedger::start(std::int64_t id, std::int64_t pid) {
     return transition(id, RunState::Started, ", pid = ?3, started_ms = ?4",
                       [&](sqlite3_stmt* s, int) {
-                          sq->bind_int64(s, 3, pid);
+                          if (pid > 0)
+                              sq->bind_int64(s, 3, pid);
+                          else
+                              sq->bind_null(s, 3);  // not spawned yet: no process to name
                           sq->bind_int64(s, 4, unix_ms_now());
                           return Status(Ok{});
                       });

@@ -120,6 +120,35 @@ TEMPLATE_TEST_CASE("a run moves scheduled -> started -> completed and the waterm
     CHECK(*l->watermark("backup") == 1000);
 }
 
+TEMPLATE_TEST_CASE("a run that failed to spawn records no pid, not pid 0", "[ledger]", Sqlite,
+                   Postgres) {
+    // `started` is written before the spawn; a spawn that fails leaves the run without a
+    // process. Its row said pid 0, which `lastcall jobs` printed as if it were one.
+    TestType db;
+    if (!db.available()) return;
+    auto l = db.open();
+    auto id = l->add("backup", 1000, RunState::Scheduled, "");
+    REQUIRE(id);
+    REQUIRE(*l->start(*id, 0));
+    REQUIRE(*l->finish(*id, RunState::Failed, {}, "spawn: no such file"));
+    auto rec = *l->get(*id);
+    REQUIRE(rec);
+    CHECK(rec->state == RunState::Failed);
+    CHECK(rec->pid == std::nullopt);
+    // The same for a claimed fire time (a shared ledger's start).
+    ClaimRequest req;
+    req.job = "report";
+    req.scheduled_at = 2000;
+    auto claim = l->claim(req);
+    REQUIRE(claim);
+    REQUIRE(claim->outcome == Claim::Outcome::Started);
+    auto claimed = *l->get(claim->id);
+    REQUIRE(claimed);
+    CHECK(claimed->pid == std::nullopt);
+    REQUIRE(l->set_pid(claim->id, 4242));
+    CHECK((*l->get(claim->id))->pid == 4242);
+}
+
 TEMPLATE_TEST_CASE("an interrupted run stays interrupted when a late exit 0 tries to complete it",
                    "[ledger]", Sqlite, Postgres) {
     TestType db;

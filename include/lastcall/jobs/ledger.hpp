@@ -120,7 +120,7 @@ struct ClaimRequest {
 };
 struct Claim {
     enum class Outcome {
-        Started,  // this replica runs it: the row is `started` (pid 0 until set_pid)
+        Started,  // this replica runs it: the row is `started` (pid NULL until set_pid)
         Skipped,  // recorded skipped (forbid), by this replica
         Lost,     // another replica claimed it (or already retried): nothing recorded, nothing runs
     };
@@ -168,8 +168,9 @@ class Ledger {
     // winner's row is `started` with this identity's lease. Only the winner records anything.
     virtual Result<Claim> claim(const ClaimRequest& request) = 0;
     // scheduled -> started. false: refused (the run is no longer scheduled). The scheduler
-    // records `started` before it spawns (pid 0) and the pid right after: a run whose start
-    // could not be recorded is never started.
+    // records `started` before it spawns (pid 0: NULL in the row, no process has it yet) and the
+    // pid right after: a run whose start could not be recorded is never started, and one whose
+    // spawn failed keeps no pid (it never had a process; `lastcall jobs` shows "-").
     virtual Result<bool> start(std::int64_t id, std::int64_t pid) = 0;
     virtual Status set_pid(std::int64_t id, std::int64_t pid) = 0;
     // -> failed / interrupted / skipped with the outcome and reason. false: refused.
