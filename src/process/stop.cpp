@@ -36,13 +36,19 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
     // list and missing from that pass only. Two quiet passes in a row settle it.
     int quiet_needed = result.frozen ? 1 : 2, quiet = 0;
     for (int pass = 0; pass < max_passes; ++pass) {
-        // Out of time between two passes, before the tree settled: what the next pass would
-        // find (a pre-fork server's workers, forked while the last pass walked 300 other members
-        // before reaching the server) would only ever get the kill at grace end. A cut, as within
-        // a pass: the next round goes on from the record. Ending the passes here instead gave a
-        // tree that obeys SIGTERM a forced stop under load (39 workers of test_tree's prefork
-        // test, whose first pass took the whole 250 ms budget beside another test).
+        // Out of time between two passes, before the tree settled. Frozen, nobody was born
+        // since the last pass, which reached everyone: the passes end and the thaw lets the
+        // members act on their signal (another round would keep them frozen longer). Not frozen,
+        // what the next pass would find (a pre-fork server's workers, forked while the last pass
+        // walked 300 other members before reaching the server) would only ever get the kill at
+        // grace end: a cut, as within a pass, and the next round goes on from the record. Ending
+        // the passes there gave a tree that obeys SIGTERM a forced stop under load (39 workers
+        // of test_tree's prefork test, whose first pass took the whole 250 ms budget).
         if (pass > 0 && io.out_of_time && io.out_of_time()) {
+            if (result.frozen) {
+                result.settled = true;
+                break;
+            }
             result.cut = true;
             return result;  // *carried keeps the holds for the next round
         }

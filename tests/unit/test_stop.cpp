@@ -310,6 +310,32 @@ TEST_CASE(
     CHECK(tree.count(1000, SIGTERM) == 1);
 }
 
+TEST_CASE("a frozen unit's passes end at the budget after a whole pass, and it thaws") {
+    // Frozen, nobody is born between passes: the pass that ended with the budget reached every
+    // member, and another round would only keep them from acting on their signal.
+    FreezeFile freeze;
+    FakeTree tree;
+    tree.live = {proc(10), proc(11)};
+    bool over = false;
+    StopPassIo io = tree.io();
+    io.freeze = [&] { return one_hold(freeze.hold()); };
+    io.send = [&](const ProcInfo& p, int sig) {
+        tree.sent.emplace_back(p.pid, sig);
+        if (p.pid == 11) over = true;
+        return true;
+    };
+    io.out_of_time = [&] { return over; };
+    std::set<pid_t> taken;
+    std::vector<FreezeHold> carried;
+    auto r = send_stop_signal(
+        io, SIGTERM, [&](const ProcInfo& p) { return taken.insert(p.pid).second; }, 16, &carried);
+    CHECK_FALSE(r.cut);
+    CHECK(r.settled);
+    CHECK(r.signalled == 2);
+    CHECK(carried.empty());
+    CHECK(freeze.state() == '0');
+}
+
 TEST_CASE("a walk cut short at the budget is never taken for a settled tree") {
     // The second pass's walk (members_within) ran out of time after the members already
     // signalled: nobody new in that part proves nothing about the rest of the tree.
