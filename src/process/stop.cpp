@@ -49,9 +49,10 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
                 result.settled = true;
                 break;
             }
-            result.cut = true;
+            result.cut = result.cut_between_passes = true;
             return result;  // *carried keeps the holds for the next round
         }
+        ++result.passes;
         int fresh = 0;
         bool cut = false;
         auto members = io.members();
@@ -98,9 +99,18 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
 StopPassResult send_stop_round(const StopPassIo& io, int sig,
                                const std::function<bool(const ProcInfo&)>& take,
                                StopRounds& rounds) {
-    auto result = send_stop_signal(io, sig, take, 16, &rounds.holds);
-    rounds.budgets = result.cut ? std::min(rounds.budgets * 2, 64) : 1;
+    // 16 passes in all, over however many rounds: a fork storm gets as many as one round gave it
+    // before rounds existed, and then the kill at grace end, not a busy loop until then. A walk
+    // the budget cut half-way still finishes (a round has at least one pass).
+    auto result = send_stop_signal(io, sig, take, std::max(16 - rounds.passes, 1), &rounds.holds);
+    rounds.passes += result.passes;
+    // Twice the budget after a walk that did not fit in one; after a cut between two whole
+    // passes the walk fits: the same budget, so that the loop is not kept longer each round.
+    rounds.budgets = !result.cut                 ? 1
+                     : result.cut_between_passes ? rounds.budgets
+                                                 : std::min(rounds.budgets * 2, 64);
     rounds.pending = result.cut;
+    if (!result.cut) rounds.passes = 0;
     return result;
 }
 

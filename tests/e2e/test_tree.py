@@ -236,8 +236,12 @@ class Report(LastcallTestCase):
                 workers = [p for p in doc["processes"]
                            if p["comm"] == "prefork" and p["pid"] > server]
                 unsignalled = [p["pid"] for p in workers if not p.get("stop_signal")]
-                self.assertGreater(len(workers), 10)
-                self.assertLessEqual(len(unsignalled), 1, (unsignalled, run.output()[-2000:]))
+                self.assertGreaterEqual(len(workers), 11)  # the report lists them at all
+                # The fork in flight at the server's signal is its last: the server exits in
+                # the handler it runs on the way out of that fork.
+                if unsignalled:
+                    self.assertEqual(unsignalled, [max(p["pid"] for p in workers)],
+                                     run.output()[-2000:])
                 self.assertEqual((doc["verdict"], doc["forced"]),
                                  ("forced", unsignalled) if unsignalled else ("clean", []))
                 self.assertNoLeftovers()

@@ -336,6 +336,33 @@ TEST_CASE("a frozen unit's passes end at the budget after a whole pass, and it t
     CHECK(freeze.state() == '0');
 }
 
+TEST_CASE("a fork storm gets 16 passes in all however many rounds cut it, at the same budget") {
+    // Each round's budget ends after one whole pass, and the storm never settles: the rounds
+    // go on (each pass signals what the last one missed) until 16 passes in all, then the
+    // kill at grace end covers the rest. Before the bound, the loop went on round after round
+    // until the grace ended, each round longer than the last.
+    FakeTree tree;
+    tree.live = {proc(10)};
+    tree.births = 1'000'000;
+    std::set<ProcKey> had;
+    auto take = [&](const ProcInfo& p) { return had.insert(key_of(p)).second; };
+    StopPassIo io = tree.io();
+    int calls = 0;
+    io.out_of_time = [&] { return calls++ % 2 == 1; };  // a pass's own check, then the next's
+    StopRounds rounds;
+    int n = 0;
+    StopPassResult r;
+    do {
+        r = send_stop_round(io, SIGTERM, take, rounds);
+        ++n;
+        if (r.cut) CHECK(rounds.budgets == 1);  // a cut between whole passes: no longer budget
+    } while (rounds.pending && n < 100);
+    CHECK(n == 16);
+    CHECK_FALSE(r.settled);
+    CHECK_FALSE(rounds.pending);
+    CHECK(rounds.passes == 0);  // ready for the next stop
+}
+
 TEST_CASE("a walk cut short at the budget is never taken for a settled tree") {
     // The second pass's walk (members_within) ran out of time after the members already
     // signalled: nobody new in that part proves nothing about the rest of the tree.

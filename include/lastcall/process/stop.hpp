@@ -43,12 +43,18 @@ inline ProcKey key_of(const ProcInfo& p) {
 }
 
 struct StopPassResult {
-    int signalled = 0;     // processes that got the stop signal in this call
-    bool settled = false;  // the last pass found nobody new (false: passes ran out, fork storm)
-    // The budget ended a pass before it had walked the whole unit or signalled everyone it
-    // found: members may be left that never had the stop signal. The caller goes on later.
+    int signalled = 0;  // processes that got the stop signal in this call
+    // The passes reached everyone: the last found nobody new, or the unit was frozen and the
+    // last pass was whole (nobody can be born while frozen). False: passes ran out (fork storm).
+    bool settled = false;
+    // The budget ended the round before the passes settled, within a pass (members it had not
+    // walked or signalled yet may never have had the stop signal) or between two passes of an
+    // unfrozen unit (the next pass would have found members born meanwhile). The caller goes
+    // on in a later round.
     bool cut = false;
-    bool frozen = false;  // the passes ran with every cgroup of the unit frozen
+    bool cut_between_passes = false;  // the cut came after a whole pass: no longer walk is owed
+    int passes = 0;                   // enumerations started in this call
+    bool frozen = false;              // the passes ran with every cgroup of the unit frozen
 };
 
 struct StopPassIo {
@@ -68,7 +74,7 @@ struct StopPassIo {
 // (true at most once per process: the caller's record is the single source of "already had it").
 // At most max_passes enumerations, and none started once io.out_of_time() says so: a fork storm
 // must not hold the event loop past the grace; the kill at grace end covers whatever the passes
-// did not reach.
+// did not reach. A round the budget cut (result.cut) is owed another (send_stop_round).
 // `carried`: the holds of a round the budget cut, kept (still frozen) for the caller's next
 // call, which goes on without freezing again and thaws when it is not cut. Null: every call
 // freezes and thaws by itself.
@@ -150,6 +156,7 @@ struct StopRounds {
     std::vector<FreezeHold> holds;  // carried from a cut round to the next
     int budgets = 1;                // the next round's budget, in kStopPassBudget
     bool pending = false;           // the last round was cut: another is owed
+    int passes = 0;                 // passes of this stop's rounds so far (at most 16 in all)
 
     // The out_of_time of the next round, on the clock now() reads; it ends at `not_after` (the
     // end of the unit's grace) at the latest.
@@ -162,6 +169,7 @@ struct StopRounds {
         holds.clear();
         budgets = 1;
         pending = false;
+        passes = 0;
     }
 };
 
