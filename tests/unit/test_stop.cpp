@@ -71,6 +71,16 @@ struct FreezeFile {
     FreezeHold hold() const { return FreezeHold(UniqueFd(::dup(fd.get())), true); }
 };
 
+// The round's budget ends as `last` gets its signal: io.out_of_time() is `over` from then on.
+void end_budget_with_signal_to(StopPassIo& io, FakeTree& tree, pid_t last, bool& over) {
+    io.send = [&tree, &over, last](const ProcInfo& p, int sig) {
+        tree.sent.emplace_back(p.pid, sig);
+        if (p.pid == last) over = true;
+        return true;
+    };
+    io.out_of_time = [&over] { return over; };
+}
+
 }  // namespace
 
 TEST_CASE("the stop signal reaches each member once, and SIGCONT follows it where stopped") {
@@ -292,12 +302,7 @@ TEST_CASE(
     tree.births = 1;  // born while the first pass ran
     bool over = false;
     StopPassIo io = tree.io();
-    io.send = [&](const ProcInfo& p, int sig) {
-        tree.sent.emplace_back(p.pid, sig);
-        if (p.pid == 11) over = true;  // the budget ends with the first pass's last signal
-        return true;
-    };
-    io.out_of_time = [&] { return over; };
+    end_budget_with_signal_to(io, tree, 11, over);  // the first pass's last signal
     std::set<pid_t> taken;
     auto take = [&](const ProcInfo& p) { return taken.insert(p.pid).second; };
     auto first = send_stop_signal(io, SIGTERM, take);
@@ -319,12 +324,7 @@ TEST_CASE("a frozen unit's passes end at the budget after a whole pass, and it t
     bool over = false;
     StopPassIo io = tree.io();
     io.freeze = [&] { return one_hold(freeze.hold()); };
-    io.send = [&](const ProcInfo& p, int sig) {
-        tree.sent.emplace_back(p.pid, sig);
-        if (p.pid == 11) over = true;
-        return true;
-    };
-    io.out_of_time = [&] { return over; };
+    end_budget_with_signal_to(io, tree, 11, over);  // the first pass's last signal
     std::set<pid_t> taken;
     std::vector<FreezeHold> carried;
     auto r = send_stop_signal(
