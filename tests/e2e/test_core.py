@@ -188,7 +188,7 @@ class Forwarding(LastcallTestCase):
 class Reaping(LastcallTestCase):
     def test_as_pid1_2000_double_forked_orphans_leave_no_zombie(self):
         run = self.start(["--", helper("orphan_maker"), "2000"], pid1=True)
-        self.assertEqual(self.fifo.readline(timeout=60), "made 2000")
+        self.assertEqual(self.fifo.readline(timeout=120), "made 2000")
         lastcall = run.lastcall_pid()
         ns = os.readlink(f"/proc/{lastcall}/ns/pid")
 
@@ -225,7 +225,7 @@ class Reaping(LastcallTestCase):
             with self.subTest(pid1=pid1):
                 run = self.start(["--", helper("orphan_maker"), "--burst", "1500", "7"],
                                  pid1=pid1)
-                self.assertEqual(self.fifo.readline(timeout=60), "ready 1500")
+                self.assertEqual(self.fifo.readline(timeout=120), "ready 1500")
                 self.assertEqual(run.wait(timeout=60), 7)
                 self.assertIn("1501 reaped", run.output())
                 self.assertNotIn("unpaced", run.output())
