@@ -915,7 +915,7 @@ int Supervisor::run_stop_passes() {
                   out_of_time, [this] { return one_hold(hold_tree_still()); }};
     auto result = send_stop_round(
         io, stop_signal_, [this](const ProcInfo& p) { return take_stop(p); }, stop_rounds_);
-    if (result.cut) {
+    if (result.cut()) {
         // The budget ended a pass half-way (the /proc tracker signals a member in about 0.2 ms
         // on a slow machine: a 1,000-process tree's first pass took longer than the budget),
         // and members it had not reached yet would have waited for the kill at grace end
@@ -932,7 +932,7 @@ int Supervisor::run_stop_passes() {
             spdlog::debug("sent {} to {} more process(es)", signal_name(stop_signal_), more);
             check_tree_gone();
         });
-    } else if (!result.settled) {
+    } else if (!result.settled()) {
         spdlog::warn(
             "processes kept appearing while {} went out: the rest is killed at the end of the "
             "grace",

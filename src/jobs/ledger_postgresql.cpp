@@ -282,7 +282,7 @@ class PostgresLedger final : public Ledger {
                              std::string_view reason,
                              std::optional<std::int64_t> retry_of = {}) override;
     Result<Claim> claim(const ClaimRequest& request) override;
-    Result<bool> start(std::int64_t id, std::int64_t pid) override;
+    Result<bool> start(std::int64_t id) override;
     Status set_pid(std::int64_t id, std::int64_t pid) override;
     Result<bool> finish(std::int64_t id, RunState to, RunOutcome outcome,
                         std::string_view reason) override;
@@ -601,13 +601,13 @@ Result<bool> PostgresLedger::transition(std::int64_t id, RunState to, const std:
     return r->affected() == 1;
 }
 
-Result<bool> PostgresLedger::start(std::int64_t id, std::int64_t pid) {
+Result<bool> PostgresLedger::start(std::int64_t id) {
+    // Not spawned yet: no process to name (set_pid does, after the spawn).
     return transition(id, RunState::Started,
-                      ", pid = $3, started_ms = $4, replica = $5, owner = $6, lease_until_ms = "
-                      "CASE WHEN $7::bigint > 0 THEN " +
-                          std::string(kDbNowMs) + " + $7::bigint END",
-                      {p(pid > 0 ? std::optional<std::int64_t>(pid) : std::nullopt),
-                       p(unix_ms_now()), p(std::string_view(identity_.replica)),
+                      ", pid = NULL, started_ms = $3, replica = $4, owner = $5, lease_until_ms = "
+                      "CASE WHEN $6::bigint > 0 THEN " +
+                          std::string(kDbNowMs) + " + $6::bigint END",
+                      {p(unix_ms_now()), p(std::string_view(identity_.replica)),
                        p(std::string_view(identity_.owner)), p(identity_.lease_ms)});
 }
 

@@ -182,7 +182,7 @@ class SqliteLedger final : public Ledger {
                              std::string_view reason,
                              std::optional<std::int64_t> retry_of = {}) override;
     Result<Claim> claim(const ClaimRequest& request) override;
-    Result<bool> start(std::int64_t id, std::int64_t pid) override;
+    Result<bool> start(std::int64_t id) override;
     Status set_pid(std::int64_t id, std::int64_t pid) override;
     Result<bool> finish(std::int64_t id, RunState to, RunOutcome outcome,
                         std::string_view reason) override;
@@ -566,14 +566,11 @@ Result<bool> SqliteLedger::transition(std::int64_t id, RunState to, const std::s
     return sq->changes(db_.get()) == 1;
 }
 
-Result<bool> SqliteLedger::start(std::int64_t id, std::int64_t pid) {
-    return transition(id, RunState::Started, ", pid = ?3, started_ms = ?4",
+Result<bool> SqliteLedger::start(std::int64_t id) {
+    // Not spawned yet: no process to name (set_pid does, after the spawn).
+    return transition(id, RunState::Started, ", pid = NULL, started_ms = ?3",
                       [&](sqlite3_stmt* s, int) {
-                          if (pid > 0)
-                              sq->bind_int64(s, 3, pid);
-                          else
-                              sq->bind_null(s, 3);  // not spawned yet: no process to name
-                          sq->bind_int64(s, 4, unix_ms_now());
+                          sq->bind_int64(s, 3, unix_ms_now());
                           return Status(Ok{});
                       });
 }

@@ -551,7 +551,7 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
     }
     // `started` is written before the spawn: a run the ledger cannot call started must not run
     // (the next lastcall would start it again). The pid follows the spawn.
-    if (auto started = existing_id ? ledger_->start(run.id, 0) : Result<bool>(true);
+    if (auto started = existing_id ? ledger_->start(run.id) : Result<bool>(true);
         !started || !*started) {
         std::string why = started ? "the run is no longer scheduled" : started.error().message;
         ticket->rollback();

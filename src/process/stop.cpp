@@ -46,10 +46,10 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
         // of test_tree's prefork test, whose first pass took the whole 250 ms budget).
         if (pass > 0 && io.out_of_time && io.out_of_time()) {
             if (result.frozen) {
-                result.settled = true;
+                result.ending = PassEnding::Settled;
                 break;
             }
-            result.cut = result.cut_between_passes = true;
+            result.ending = PassEnding::CutBetweenPasses;
             return result;  // *carried keeps the holds for the next round
         }
         ++result.passes;
@@ -83,12 +83,12 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
             if (needs_sigcont(sig) && !held && p.state == 'T') io.send(p, SIGCONT);
         }
         if (cut || partial) {
-            result.cut = true;
+            result.ending = PassEnding::CutWithinPass;
             return result;  // *carried keeps the holds for the next round
         }
         quiet = fresh == 0 ? quiet + 1 : 0;
         if (quiet >= quiet_needed) {
-            result.settled = true;
+            result.ending = PassEnding::Settled;
             break;
         }
     }
@@ -106,11 +106,19 @@ StopPassResult send_stop_round(const StopPassIo& io, int sig,
     rounds.passes += result.passes;
     // Twice the budget after a walk that did not fit in one; after a cut between two whole
     // passes the walk fits: the same budget, so that the loop is not kept longer each round.
-    rounds.budgets = !result.cut                 ? 1
-                     : result.cut_between_passes ? rounds.budgets
-                                                 : std::min(rounds.budgets * 2, 64);
-    rounds.pending = result.cut;
-    if (!result.cut) rounds.passes = 0;
+    switch (result.ending) {
+        case PassEnding::CutWithinPass:
+            rounds.budgets = std::min(rounds.budgets * 2, 64);
+            break;
+        case PassEnding::CutBetweenPasses:
+            break;
+        case PassEnding::Settled:
+        case PassEnding::OutOfPasses:
+            rounds.budgets = 1;
+            rounds.passes = 0;
+            break;
+    }
+    rounds.pending = result.cut();
     return result;
 }
 

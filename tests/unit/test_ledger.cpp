@@ -106,7 +106,8 @@ TEMPLATE_TEST_CASE("a run moves scheduled -> started -> completed and the waterm
     auto id = l->add("backup", 1000, RunState::Scheduled, "");
     REQUIRE(id);
     CHECK(*l->watermark("backup") == std::nullopt);
-    REQUIRE(*l->start(*id, 4242));
+    REQUIRE(*l->start(*id));
+    REQUIRE(l->set_pid(*id, 4242));
     CHECK(*l->watermark("backup") == std::nullopt);  // never at start
     REQUIRE(*l->complete(*id, {0, {}}));
     auto rec = *l->get(*id);
@@ -129,7 +130,7 @@ TEMPLATE_TEST_CASE("a run that failed to spawn records no pid, not pid 0", "[led
     auto l = db.open();
     auto id = l->add("backup", 1000, RunState::Scheduled, "");
     REQUIRE(id);
-    REQUIRE(*l->start(*id, 0));
+    REQUIRE(*l->start(*id));
     REQUIRE(*l->finish(*id, RunState::Failed, {}, "spawn: no such file"));
     auto rec = *l->get(*id);
     REQUIRE(rec);
@@ -155,7 +156,7 @@ TEMPLATE_TEST_CASE("an interrupted run stays interrupted when a late exit 0 trie
     if (!db.available()) return;
     auto l = db.open();
     auto id = *l->add("report", 2000, RunState::Scheduled, "");
-    REQUIRE(*l->start(id, 100));
+    REQUIRE(*l->start(id));
     REQUIRE(*l->finish(id, RunState::Interrupted, {}, "grace expired at shutdown"));
     auto late = l->complete(id, {0, {}});
     REQUIRE(late);
@@ -175,7 +176,7 @@ TEMPLATE_TEST_CASE("the database refuses to rewrite a terminal state even with h
     {
         auto l = db.open();
         id = *l->add("j", 1, RunState::Scheduled, "");
-        REQUIRE(*l->start(id, 1));
+        REQUIRE(*l->start(id));
         REQUIRE(*l->finish(id, RunState::Failed, {3, {}}, "exited with code 3"));
     }
     bool pg = std::string(TestType::kName) == "postgresql";
@@ -205,8 +206,8 @@ TEMPLATE_TEST_CASE("the watermark never moves backwards", "[ledger]", Sqlite, Po
     auto l = db.open();
     auto later = *l->add("j", 500, RunState::Scheduled, "");
     auto earlier = *l->add("j", 400, RunState::Scheduled, "");
-    REQUIRE(*l->start(later, 1));
-    REQUIRE(*l->start(earlier, 2));
+    REQUIRE(*l->start(later));
+    REQUIRE(*l->start(earlier));
     REQUIRE(*l->complete(later, {0, {}}));
     REQUIRE(*l->complete(earlier, {0, {}}));
     CHECK(*l->watermark("j") == 500);
@@ -225,9 +226,9 @@ TEMPLATE_TEST_CASE("runs a previous owner left unfinished become interrupted at 
         auto l = db.open();
         (void)*l->add("j", 1, RunState::Scheduled, "");
         auto b = *l->add("j", 2, RunState::Scheduled, "");
-        REQUIRE(*l->start(b, 7));
+        REQUIRE(*l->start(b));
         c = *l->add("j", 3, RunState::Scheduled, "");
-        REQUIRE(*l->start(c, 8));
+        REQUIRE(*l->start(c));
         REQUIRE(*l->complete(c, {0, {}}));
     }
     auto l = db.open();

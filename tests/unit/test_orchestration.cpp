@@ -726,8 +726,8 @@ class CutOffLedger final : public Ledger {
     Result<Claim> claim(const ClaimRequest& r) override {
         return cut<Claim>([&] { return real_->claim(r); });
     }
-    Result<bool> start(std::int64_t id, std::int64_t pid) override {
-        return cut<bool>([&] { return real_->start(id, pid); });
+    Result<bool> start(std::int64_t id) override {
+        return cut<bool>([&] { return real_->start(id); });
     }
     Status set_pid(std::int64_t id, std::int64_t pid) override {
         return cut<Ok>([&] { return real_->set_pid(id, pid); });

@@ -91,7 +91,7 @@ TEST_CASE("the stop signal reaches each member once, and SIGCONT follows it wher
     auto take = [&](const ProcInfo& p) { return had.insert(key_of(p)).second; };
     auto r = send_stop_signal(tree.io(), SIGTERM, take);
     CHECK(r.signalled == 3);
-    CHECK(r.settled);
+    CHECK(r.settled());
     for (pid_t pid : {10, 11, 12}) CHECK(tree.count(pid, SIGTERM) == 1);
     // Only the stopped one, and after its stop signal. A running one gets none: a SIGCONT could
     // land after its reaction to the signal and discard a stop that the reaction queued.
@@ -112,7 +112,7 @@ TEST_CASE("a member forked while the pass ran gets the stop signal from the next
     std::set<ProcKey> had;
     auto r = send_stop_signal(tree.io(), SIGTERM,
                               [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
-    CHECK(r.settled);
+    CHECK(r.settled());
     CHECK(r.signalled == 3);
     CHECK(tree.count(1000, SIGTERM) == 1);
     CHECK(tree.count(1001, SIGTERM) == 1);
@@ -135,7 +135,7 @@ TEST_CASE("unfrozen, a member missing from one quiet walk is found by the next o
     std::set<ProcKey> had;
     auto r = send_stop_signal(io, SIGTERM,
                               [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
-    CHECK(r.settled);
+    CHECK(r.settled());
     CHECK(tree.count(20, SIGTERM) == 1);
     CHECK(walks == 5);  // two quiet walks in a row after the last new member (walk 3)
 }
@@ -157,8 +157,8 @@ TEST_CASE("a fork storm ends the passes unsettled instead of holding the loop") 
     std::set<ProcKey> had;
     auto r = send_stop_signal(
         tree.io(), SIGTERM, [&](const ProcInfo& p) { return had.insert(key_of(p)).second; }, 5);
-    CHECK_FALSE(r.settled);
-    CHECK_FALSE(r.cut);  // every pass was whole: the storm's later children get the grace kill
+    // Every pass was whole: the storm's later children get the grace kill.
+    CHECK(r.ending == PassEnding::OutOfPasses);
     CHECK(r.signalled == 5);
 }
 
@@ -191,7 +191,7 @@ TEST_CASE("no pass starts once the time budget is spent, and a long pass is cut"
     io.out_of_time = [] { return true; };
     auto r = send_stop_signal(io, SIGTERM,
                               [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
-    CHECK_FALSE(r.settled);
+    CHECK_FALSE(r.settled());
     CHECK(r.signalled == 2);
 }
 
@@ -204,7 +204,7 @@ TEST_CASE("a pass over thousands of members stops when the budget runs out") {
     io.out_of_time = [&] { return ++calls > 2; };
     auto r = send_stop_signal(io, SIGTERM,
                               [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
-    CHECK_FALSE(r.settled);
+    CHECK_FALSE(r.settled());
     CHECK(r.signalled < 5000);
     CHECK(r.signalled >= 16);
 }
@@ -239,7 +239,7 @@ TEST_CASE("an incomplete freeze is reported, so the passes are what closes the f
     auto r = send_stop_signal(io, SIGTERM,
                               [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
     CHECK_FALSE(r.frozen);
-    CHECK(r.settled);
+    CHECK(r.settled());
 }
 
 TEST_CASE("a pass cut by the budget says so, and the next call reaches the rest exactly once") {
@@ -251,13 +251,13 @@ TEST_CASE("a pass cut by the budget says so, and the next call reaches the rest 
     int calls = 0;
     io.out_of_time = [&] { return ++calls > 2; };
     auto first = send_stop_signal(io, SIGTERM, take);
-    CHECK(first.cut);
+    CHECK(first.ending == PassEnding::CutWithinPass);
     CHECK(first.signalled < 100);
     // What the caller does in a later turn: a fresh budget, the same record of who had it.
     io.out_of_time = [] { return false; };
     auto rest = send_stop_signal(io, SIGTERM, take);
-    CHECK_FALSE(rest.cut);
-    CHECK(rest.settled);
+    CHECK_FALSE(rest.cut());
+    CHECK(rest.settled());
     CHECK(first.signalled + rest.signalled == 100);
     for (pid_t p = 1; p <= 100; ++p) CHECK(tree.count(p, SIGTERM) == 1);
 }
@@ -281,12 +281,12 @@ TEST_CASE("a cut round leaves the unit frozen; the round that finishes the passe
     auto take = [&](const ProcInfo& p) { return had.insert(key_of(p)).second; };
     std::vector<FreezeHold> carried;
     auto first = send_stop_signal(io, SIGTERM, take, 16, &carried);
-    REQUIRE(first.cut);
+    REQUIRE(first.cut());
     CHECK(state() == '1');
     CHECK(carried.size() == 1);
     io.out_of_time = [] { return false; };
     auto rest = send_stop_signal(io, SIGTERM, take, 16, &carried);
-    CHECK(rest.settled);
+    CHECK(rest.settled());
     CHECK(freezes == 1);  // the second round went on under the first one's freeze
     CHECK(carried.empty());
     CHECK(state() == '0');
@@ -306,12 +306,11 @@ TEST_CASE(
     std::set<pid_t> taken;
     auto take = [&](const ProcInfo& p) { return taken.insert(p.pid).second; };
     auto first = send_stop_signal(io, SIGTERM, take);
-    CHECK(first.cut);
-    CHECK_FALSE(first.settled);
+    CHECK(first.ending == PassEnding::CutBetweenPasses);
     CHECK(first.signalled == 2);
     over = false;  // the next round's budget
     auto rest = send_stop_signal(io, SIGTERM, take);
-    CHECK(rest.settled);
+    CHECK(rest.settled());
     CHECK(tree.count(1000, SIGTERM) == 1);
 }
 
@@ -329,8 +328,8 @@ TEST_CASE("a frozen unit's passes end at the budget after a whole pass, and it t
     std::vector<FreezeHold> carried;
     auto r = send_stop_signal(
         io, SIGTERM, [&](const ProcInfo& p) { return taken.insert(p.pid).second; }, 16, &carried);
-    CHECK_FALSE(r.cut);
-    CHECK(r.settled);
+    CHECK_FALSE(r.cut());
+    CHECK(r.settled());
     CHECK(r.signalled == 2);
     CHECK(carried.empty());
     CHECK(freeze.state() == '0');
@@ -355,10 +354,10 @@ TEST_CASE("a fork storm gets 16 passes in all however many rounds cut it, at the
     do {
         r = send_stop_round(io, SIGTERM, take, rounds);
         ++n;
-        if (r.cut) CHECK(rounds.budgets == 1);  // a cut between whole passes: no longer budget
+        if (r.cut()) CHECK(rounds.budgets == 1);  // a cut between whole passes: no longer budget
     } while (rounds.pending && n < 100);
     CHECK(n == 16);
-    CHECK_FALSE(r.settled);
+    CHECK_FALSE(r.settled());
     CHECK_FALSE(rounds.pending);
     CHECK(rounds.passes == 0);  // ready for the next stop
 }
@@ -380,8 +379,8 @@ TEST_CASE("a walk cut short at the budget is never taken for a settled tree") {
     auto result = send_stop_signal(io, SIGTERM,
                                    [&](const ProcInfo& p) { return taken.insert(p.pid).second; });
     CHECK(result.signalled == 2);
-    CHECK_FALSE(result.settled);
-    CHECK(result.cut);
+    CHECK_FALSE(result.settled());
+    CHECK(result.cut());
     CHECK(walks == 2);
 }
 
@@ -553,7 +552,7 @@ TEST_CASE("a round over a tree that outlasts the grace is cut at the grace's end
                                    std::optional<MonoTime>(start + std::chrono::milliseconds(50)));
     auto r = send_stop_round(
         io, SIGTERM, [&](const ProcInfo& p) { return had.insert(key_of(p)).second; }, rounds);
-    CHECK(r.cut);
+    CHECK(r.cut());
     CHECK(rounds.pending);
     // Checked every 16 signals: the round ends within 16 ms of the grace's end.
     CHECK(now - start < std::chrono::milliseconds(50 + 16));

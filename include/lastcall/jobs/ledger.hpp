@@ -168,10 +168,10 @@ class Ledger {
     // winner's row is `started` with this identity's lease. Only the winner records anything.
     virtual Result<Claim> claim(const ClaimRequest& request) = 0;
     // scheduled -> started. false: refused (the run is no longer scheduled). The scheduler
-    // records `started` before it spawns (pid 0: NULL in the row, no process has it yet) and the
-    // pid right after: a run whose start could not be recorded is never started, and one whose
-    // spawn failed keeps no pid (it never had a process; `lastcall jobs` shows "-").
-    virtual Result<bool> start(std::int64_t id, std::int64_t pid) = 0;
+    // records `started` before it spawns, so the row has no pid yet (NULL), and set_pid names
+    // the process right after: a run whose start could not be recorded is never started, and
+    // one whose spawn failed keeps no pid (it never had a process; `lastcall jobs` shows "-").
+    virtual Result<bool> start(std::int64_t id) = 0;
     virtual Status set_pid(std::int64_t id, std::int64_t pid) = 0;
     // -> failed / interrupted / skipped with the outcome and reason. false: refused.
     virtual Result<bool> finish(std::int64_t id, RunState to, RunOutcome outcome,

@@ -42,19 +42,33 @@ inline ProcKey key_of(const ProcInfo& p) {
     return {p.pid, p.start};
 }
 
-struct StopPassResult {
-    int signalled = 0;  // processes that got the stop signal in this call
+// How a call of send_stop_signal ended.
+enum class PassEnding {
     // The passes reached everyone: the last found nobody new, or the unit was frozen and the
-    // last pass was whole (nobody can be born while frozen). False: passes ran out (fork storm).
-    bool settled = false;
-    // The budget ended the round before the passes settled, within a pass (members it had not
-    // walked or signalled yet may never have had the stop signal) or between two passes of an
-    // unfrozen unit (the next pass would have found members born meanwhile). The caller goes
-    // on in a later round.
-    bool cut = false;
-    bool cut_between_passes = false;  // the cut came after a whole pass: no longer walk is owed
-    int passes = 0;                   // enumerations started in this call
-    bool frozen = false;              // the passes ran with every cgroup of the unit frozen
+    // last pass was whole (nobody can be born while frozen).
+    Settled,
+    // The budget ended the round within a pass: members it had not walked or signalled yet may
+    // never have had the stop signal. The caller goes on in a later round, with a longer budget
+    // (the walk did not fit in this one).
+    CutWithinPass,
+    // The budget ended the round between two whole passes of an unfrozen unit: the next pass
+    // would have found members born meanwhile. A later round goes on, at the same budget.
+    CutBetweenPasses,
+    // max_passes ran out before the tree settled (a fork storm): the rest gets the grace kill.
+    OutOfPasses,
+};
+
+struct StopPassResult {
+    PassEnding ending = PassEnding::OutOfPasses;
+    int signalled = 0;    // processes that got the stop signal in this call
+    int passes = 0;       // enumerations started in this call
+    bool frozen = false;  // the passes ran with every cgroup of the unit frozen
+
+    bool settled() const { return ending == PassEnding::Settled; }
+    // The budget cut the round: another is owed (send_stop_round).
+    bool cut() const {
+        return ending == PassEnding::CutWithinPass || ending == PassEnding::CutBetweenPasses;
+    }
 };
 
 struct StopPassIo {
@@ -74,7 +88,7 @@ struct StopPassIo {
 // (true at most once per process: the caller's record is the single source of "already had it").
 // At most max_passes enumerations, and none started once io.out_of_time() says so: a fork storm
 // must not hold the event loop past the grace; the kill at grace end covers whatever the passes
-// did not reach. A round the budget cut (result.cut) is owed another (send_stop_round).
+// did not reach. A round the budget cut (result.cut()) is owed another (send_stop_round).
 // `carried`: the holds of a round the budget cut, kept (still frozen) for the caller's next
 // call, which goes on without freezing again and thaws when it is not cut. Null: every call
 // freezes and thaws by itself.
