@@ -709,9 +709,11 @@ bool Supervisor::take_stop(const ProcInfo& p) {
     // pre-fork server's worker, forked while the passes had not reached its parent): a member
     // like any other, or it would only ever get the SIGKILL (a forced stop of a tree that
     // obeys SIGTERM).
-    if (birth_line_ && p.pid != main_pid_ && birth_line_->born_after(p) && born_to_stopping(p)) {
-        stop_helpers_.insert(p.pid);
-        return false;
+    if (birth_line_ && p.pid != main_pid_ && birth_line_->born_after(p)) {
+        std::optional<StopHelpers::Parent> parent;
+        if (const ProcessRecord* rec = book_.find_live(p.ppid))
+            parent = StopHelpers::Parent{rec->stop_signal, rec->last_pid_at_stop};
+        if (stop_helpers_.is_helper(p, parent, stop_signal_pending)) return false;
     }
     // lastcall's own helpers (the pre-stop hook, a job's verify) are not part of what is being
     // stopped: a commit step cut by the tree's SIGTERM would throw away finished work.
@@ -731,32 +733,14 @@ bool Supervisor::take_stop(const ProcInfo& p) {
 // server forked between the read and the signal was taken for a helper and only ever got the
 // SIGKILL (CI under the sanitizers: two workers, a tree that obeys SIGTERM reported forced). A
 // fork that the signal finds in progress still completes, with a pid the kernel allocates late
-// in it, possibly after this read: born_to_stopping takes that child for a member only while
-// its parent still has the signal pending (the known limit in docs/design.md).
+// in it, possibly after this read: StopHelpers takes that child for a member only while its
+// parent still has the signal pending (the known limit in docs/design.md).
 bool Supervisor::send_stop_and_mark(const ProcInfo& p, int sig) {
     bool sent = signal_exact(p, sig);
     if (sent && sig == stop_signal_)
         if (auto* rec = book_.find_live(p.pid))
             rec->last_pid_at_stop = read_last_pid(last_pid_fd_.get());
     return sent;
-}
-
-// p's parent had the stop signal before p was born (pids are handed out in increasing order
-// within the namespace: p's pid above the last pid read once the parent's signal was out), or is
-// itself such a helper. A process whose parent is gone (reparented to lastcall) is not known
-// to be a helper: it is stopped.
-bool Supervisor::born_to_stopping(const ProcInfo& p) const {
-    const ProcessRecord* parent = book_.find_live(p.ppid);
-    // Born after the parent's signal went out, to a parent that has not taken it yet: its fork
-    // was under way when the signal came (stop_signal_pending), a member. Read only for these.
-    // Once the parent has taken the signal, that child and a helper forked by its reaction look
-    // the same (the kernel makes the child visible just before the parent takes the signal, so
-    // this is mostly too late for it): a helper. Killed at grace end, the stop reported forced;
-    // taking it for a member would signal every cleanup's first helper instead.
-    if (parent && parent->stop_signal && parent->last_pid_at_stop > 0 &&
-        p.pid > parent->last_pid_at_stop)
-        return !stop_signal_pending(p.ppid, parent->stop_signal);
-    return !parent && stop_helpers_.count(p.ppid) > 0;
 }
 
 void Supervisor::on_pre_stop_output() {

@@ -161,7 +161,6 @@ class Supervisor final : private ShutdownActions {
     void warn_if_pre_stop_failed() const;
     ReportInput report_input(int code);
     void report_start_failure(int code, const std::string& why);
-    bool born_to_stopping(const ProcInfo& p) const;
     bool send_stop_and_mark(const ProcInfo& p, int sig);
     void forward(int sig, Scope scope);
     // The stop signal to the main child through its pidfd, SIGCONT before it; false if not sent.
@@ -244,8 +243,7 @@ class Supervisor final : private ShutdownActions {
     long long reaped_at_last_look_ = 0;       // the reaped count when the force last looked
     std::set<pid_t> helper_sessions_;         // sessions of lastcall's own helpers
     // Born to a stopping process (take_stop): left alone, and so are the children they fork.
-    // By pid: a helper is never in the book, which has its start time.
-    std::set<pid_t> stop_helpers_;
+    StopHelpers stop_helpers_;
     struct Flood {
         std::optional<MonoTime> logged;  // when the signal was last logged
         long long unlogged = 0;          // arrivals since then, forwarded but not logged

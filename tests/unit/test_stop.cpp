@@ -557,3 +557,55 @@ TEST_CASE("a round over a tree that outlasts the grace is cut at the grace's end
     // Checked every 16 signals: the round ends within 16 ms of the grace's end.
     CHECK(now - start < std::chrono::milliseconds(50 + 16));
 }
+
+namespace {
+ProcInfo born(pid_t pid, pid_t ppid, unsigned long long start = 2000) {
+    ProcInfo p;
+    p.pid = pid;
+    p.ppid = ppid;
+    p.start = start;
+    return p;
+}
+}  // namespace
+
+TEST_CASE("a cleanup helper stays a helper after its parent exits, and its parent is read once") {
+    // A TERM trap's `flush & exit`: the flush (pid 600) is born after its parent's (500) signal
+    // went out (last pid 550 then), the parent exits, and flush is reparented to lastcall.
+    StopHelpers helpers;
+    int reads = 0;
+    auto taken = [&](pid_t, int) {
+        ++reads;
+        return false;  // the parent has taken its signal
+    };
+    StopHelpers::Parent parent{SIGTERM, 550};
+    CHECK(helpers.is_helper(born(600, 500), parent, taken));
+    CHECK(helpers.is_helper(born(600, 500), parent, taken));      // the next pass, parent alive
+    CHECK(helpers.is_helper(born(600, 1), std::nullopt, taken));  // orphaned: still a helper
+    CHECK(reads == 1);
+    // Its own children are helpers too, and so are theirs after it exits.
+    CHECK(helpers.is_helper(born(601, 600), std::nullopt, taken));
+    CHECK(helpers.is_helper(born(601, 1), std::nullopt, taken));
+}
+
+TEST_CASE(
+    "a child born to a parent that has not taken its stop signal yet, or before it, is a "
+    "member") {
+    StopHelpers helpers;
+    StopHelpers::Parent parent{SIGTERM, 550};
+    auto pending = [](pid_t, int) { return true; };
+    auto taken = [](pid_t, int) { return false; };
+    CHECK_FALSE(helpers.is_helper(born(600, 500), parent, pending));  // its fork was under way
+    CHECK_FALSE(helpers.is_helper(born(540, 500), parent, taken));    // forked before the signal
+    CHECK_FALSE(helpers.is_helper(born(600, 500), StopHelpers::Parent{}, taken));  // unsignalled
+    // A process of unknown origin (its parent gone before any pass saw it) is a member.
+    CHECK_FALSE(helpers.is_helper(born(700, 1), std::nullopt, taken));
+}
+
+TEST_CASE("a process that reuses a helper's pid is judged afresh") {
+    StopHelpers helpers;
+    auto taken = [](pid_t, int) { return false; };
+    REQUIRE(helpers.is_helper(born(600, 500, 2000), StopHelpers::Parent{SIGTERM, 550}, taken));
+    // The helper exited and the pids wrapped around: pid 600 is a new process, orphaned.
+    CHECK_FALSE(helpers.is_helper(born(600, 1, 2500), std::nullopt, taken));
+    CHECK_FALSE(helpers.is_helper(born(601, 600, 2500), std::nullopt, taken));
+}

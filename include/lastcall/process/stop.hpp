@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <utility>
@@ -152,6 +153,48 @@ pid_t read_last_pid(int last_pid_fd);
 // the parent has taken the signal this says nothing about such a child. False where it cannot
 // be read.
 bool stop_signal_pending(pid_t pid, int sig);
+
+// Which processes born after the birth line are cleanup helpers of the whole tree's stop, and
+// so never get the stop signal (docs/design.md, step 1 of the stop). A process is one if its
+// parent had the stop signal before it was born and has taken it (a child forked while the signal
+// was still pending is the parent's pre-stop work: a pre-fork server's worker), or if its parent
+// is itself a helper. A process whose parent is gone and unknown is a member. Once the parent
+// has taken its signal, a child whose fork was under way when the signal came looks exactly
+// like a helper and is taken for one (the known limit in docs/design.md).
+// Decided once per process (pid and start time): a helper whose parent exits afterwards (a TERM
+// trap's `flush &` followed by `exit`) is reparented to lastcall, and judged again it would have
+// looked like an orphan of unknown origin and got the stop signal that its cleanup is not meant
+// to get, or not, depending on whether a later pass happened to run after the parent's exit.
+// Judged once, the parent's /proc status is also read once per helper, not once per pass.
+class StopHelpers {
+  public:
+    // What the book knows of a member parent: its stop signal (0: none yet) and the last pid
+    // handed out once that signal was out (0: unknown).
+    struct Parent {
+        int stop_signal = 0;
+        pid_t last_pid_at_stop = 0;
+    };
+    using SignalPending = std::function<bool(pid_t pid, int sig)>;  // stop_signal_pending
+
+    // p was born after the birth line; `parent` is its parent's record if the parent is a
+    // member (none: the parent is gone, is lastcall, or is a helper).
+    bool is_helper(const ProcInfo& p, std::optional<Parent> parent,
+                   const SignalPending& signal_pending) {
+        if (auto known = helpers_.find(p.pid); known != helpers_.end()) {
+            if (known->second == p.start) return true;
+            helpers_.erase(known);  // the pid was handed out again: a new process
+        }
+        bool helper = parent ? parent->stop_signal && parent->last_pid_at_stop > 0 &&
+                                   p.pid > parent->last_pid_at_stop &&
+                                   !signal_pending(p.ppid, parent->stop_signal)
+                             : helpers_.count(p.ppid) > 0;
+        if (helper) helpers_[p.pid] = p.start;
+        return helper;
+    }
+
+  private:
+    std::map<pid_t, unsigned long long> helpers_;  // pid -> start time
+};
 
 // Reads the birth line now, before the first stop signal goes out. `last_pid_fd`: an open
 // /proc/sys/kernel/ns_last_pid (opened at start-up: its open is a path walk the stop should not
