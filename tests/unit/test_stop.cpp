@@ -560,10 +560,8 @@ TEST_CASE("a round over a tree that outlasts the grace is cut at the grace's end
 
 namespace {
 ProcInfo born(pid_t pid, pid_t ppid, unsigned long long start = 2000) {
-    ProcInfo p;
-    p.pid = pid;
+    ProcInfo p = proc(pid, start);
     p.ppid = ppid;
-    p.start = start;
     return p;
 }
 }  // namespace
