@@ -6,7 +6,7 @@ import signal
 import time
 import unittest
 
-from lctest import LastcallTestCase, helper
+from lctest import LastcallTestCase, cgroup2_root, children_of, helper
 
 # A tree that escapes a process group in three ways, each ignoring SIGTERM so only lastcall's
 # whole-tree SIGKILL can end it: a grandchild that called setsid, a double-forked daemon, and a
@@ -100,6 +100,68 @@ class Escapees(LastcallTestCase):
                 self.assertTrue(os.path.exists(done), run.output())
                 self.assertNotIn(b"helper-got-term", self.fifo.drain())
                 self.assertNoLeftovers()
+
+
+class StaleInstanceCgroups(LastcallTestCase):
+    """A lastcall killed with SIGKILL (the OOM killer, kill -9) cannot remove its instance cgroup;
+    the next lastcall that ends beside it does, once nothing runs in it."""
+
+    def instance_of(self, run):
+        """(the instance cgroup's directory, the main child's pid) of a running lastcall."""
+        child = children_of(run.proc.pid)[0]
+        with open(f"/proc/{child}/cgroup") as f:
+            path = next(line[3:] for line in f.read().splitlines() if line.startswith("0::"))
+        self.assertTrue(path.endswith("/main"), path)
+        return os.path.join(cgroup2_root(), path[1:-len("/main")]), child
+
+    def backdate(self, directory):
+        # A sweep leaves a cgroup younger than 10 s alone (its lastcall may be between its mkdir
+        # and its lock): these stand for cgroups left long ago.
+        then = time.time() - 120
+        os.utime(directory, (then, then))
+
+    def sweep(self):
+        """A lastcall that runs for more than the 1 s after which its exit sweeps."""
+        run = self.start(["--tracker", "cgroup", "--", "sleep", "1.1"])
+        self.assertEqual(run.wait(), 0, run.output())
+
+    def test_a_killed_instances_cgroup_is_removed_by_the_next_lastcall_once_empty(self):
+        root = cgroup2_root()
+        if not root:
+            self.skipTest("no cgroup2 hierarchy")
+        killed = self.start(["--tracker", "cgroup", "--", helper("termlog"), "0"])
+        self.fifo.expect("started")
+        stale, orphan = self.instance_of(killed)
+        os.kill(killed.proc.pid, signal.SIGKILL)
+        killed.wait()
+        self.backdate(stale)
+        live = self.start(["--tracker", "cgroup", "--", helper("termlog"), "0"])
+        self.fifo.expect("started")
+        alive, _ = self.instance_of(live)
+        self.backdate(alive)  # only its lock protects it
+        young = os.path.join(os.path.dirname(stale), "lastcall-0-" + self.marker[-12:])
+        os.mkdir(young)
+        try:
+            # The killed lastcall's child still runs in its cgroup: the cgroup stays.
+            self.sweep()
+            self.assertTrue(os.path.isdir(stale))
+            os.kill(orphan, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # bounded wait for the kernel's "populated 0"
+                with open(os.path.join(stale, "cgroup.events")) as f:
+                    if "populated 0" in f.read():
+                        break
+                time.sleep(0.01)
+            self.sweep()
+            self.assertFalse(os.path.exists(stale), "the killed lastcall's cgroup is still there")
+            self.assertTrue(os.path.isdir(alive), "a live lastcall's cgroup was removed")
+            self.assertTrue(os.path.isdir(young), "a cgroup created a moment ago was removed")
+        finally:
+            os.rmdir(young)
+        live.signal(signal.SIGTERM)
+        self.assertEqual(live.wait(), 0, live.output())
+        self.assertFalse(os.path.exists(alive))
+        self.assertNoLeftovers()
 
 
 class DrainSequence(LastcallTestCase):

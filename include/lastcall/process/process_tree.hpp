@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -198,6 +199,15 @@ struct TrackerChoice {
 // "lastcall-<instance>" next to lastcall's, created exclusively (mkdir fails on an existing name:
 // an instance never adopts another's cgroup), with a leaf "main" for the main command.
 Result<TrackerChoice> make_tracker(TrackerKind kind, const std::string& instance);
+
+// Removes the instance cgroups ("lastcall-*" in `base`, other than `own`) that a lastcall killed
+// with SIGKILL (the OOM killer, kill -9) left behind: nobody else removes them, and every
+// killed instance left one more. One is stale when no live lastcall holds its lock (the flock a
+// lastcall takes on its cgroup.events for its life; the kernel drops it at death), it is older
+// than `min_age` (its lastcall may be between its mkdir and the lock) and nothing runs in it
+// any more (a process the killed lastcall left behind keeps it). Returns how many it removed.
+int remove_stale_instance_cgroups(const std::string& base, const std::string& own,
+                                  std::chrono::seconds min_age = std::chrono::seconds(10));
 
 // Finds the cgroup2 mount in /proc/self/mountinfo and lastcall's own cgroup directory in it.
 Result<std::string> own_cgroup_dir();
