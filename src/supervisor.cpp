@@ -713,7 +713,13 @@ bool Supervisor::take_stop(const ProcInfo& p) {
         std::optional<StopHelpers::Parent> parent;
         if (const ProcessRecord* rec = book_.find_live(p.ppid))
             parent = StopHelpers::Parent{rec->stop_signal, rec->last_pid_at_stop};
-        if (stop_helpers_.is_helper(p, parent, stop_signal_pending)) return false;
+        static const StopHelpers::Probes probes{stop_signal_pending,
+                                                [](pid_t pid) -> std::optional<unsigned long long> {
+                                                    if (auto info = read_proc_stat(pid))
+                                                        return info->start;
+                                                    return std::nullopt;
+                                                }};
+        if (stop_helpers_.is_helper(p, parent, probes)) return false;
     }
     // lastcall's own helpers (the pre-stop hook, a job's verify) are not part of what is being
     // stopped: a commit step cut by the tree's SIGTERM would throw away finished work.

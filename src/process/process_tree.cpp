@@ -321,35 +321,51 @@ class ProcTracker final : public Tracker {
     }
 };
 
-// mkdir that never adopts: an existing directory is an error, not a cgroup to share.
 }  // namespace
 
-int remove_stale_instance_cgroups(const std::string& base, const std::string& own,
-                                  std::chrono::seconds min_age) {
-    int removed = 0;
+StaleSweep remove_stale_instance_cgroups(const std::string& base, const std::string& own,
+                                         std::chrono::seconds min_age) {
+    StaleSweep sweep;
+    auto failed = [&](std::string message) {
+        if (sweep.failed++ == 0) sweep.first_error = std::move(message);
+    };
     for_each_entry(base, [&](const dirent& e) {
         std::string_view name = e.d_name;
         if (e.d_type != DT_DIR || name.substr(0, 9) != "lastcall-" || name == own) return;
         std::string dir = base + "/" + e.d_name;
-        UniqueFd events(::open((dir + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
-        // Locked: its lastcall lives. Not lockable at all: leave it too.
-        if (!events || ::flock(events.get(), LOCK_EX | LOCK_NB) != 0) return;
-        // Created a moment ago: its lastcall may be between the mkdir and the lock.
+        // Created a moment ago: its lastcall may be between its mkdir and its lock. Looked at
+        // before the lock: a sweep that held the lock of so young a cgroup would make its
+        // lastcall's own lock fail.
         struct stat st {};
-        if (::stat(dir.c_str(), &st) != 0 ||
-            std::chrono::system_clock::now() - std::chrono::system_clock::from_time_t(st.st_mtime) <
-                min_age)
+        if (::stat(dir.c_str(), &st) != 0) return;  // gone meanwhile
+        auto age =
+            std::chrono::system_clock::now() - std::chrono::system_clock::from_time_t(st.st_mtime);
+        if (age < min_age) return;
+        UniqueFd events(::open((dir + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
+        if (!events) {
+            if (errno != ENOENT) failed(sys_error("open " + dir + "/cgroup.events", errno).message);
             return;
-        // Processes the killed lastcall left may still run in it: rmdir fails (EBUSY) and the
-        // cgroup stays, for a later sweep.
-        events.reset();
-        if (remove_cgroup_tree(dir)) ++removed;
+        }
+        if (::flock(events.get(), LOCK_EX | LOCK_NB) != 0) return;  // its lastcall lives
+        // Nothing may run in the whole instance: a process the killed lastcall left keeps it for
+        // a later sweep. (remove_cgroup_tree alone would take its empty cgroups leaf by leaf.)
+        char text[256];
+        ssize_t n = ::pread(events.get(), text, sizeof text - 1, 0);
+        if (n <= 0 || std::string_view(text, static_cast<std::size_t>(n)).find("populated 0") ==
+                          std::string_view::npos)
+            return;
+        // Removed with the lock held: another sweep leaves it alone meanwhile.
+        if (auto removed = remove_cgroup_tree(dir); removed)
+            ++sweep.removed;
+        else
+            failed(removed.error().message);
     });
-    return removed;
+    return sweep;
 }
 
 namespace {
 
+// mkdir that never adopts: an existing directory is an error, not a cgroup to share.
 Result<UniqueFd> make_cgroup(const std::string& dir) {
     if (::mkdir(dir.c_str(), 0755) != 0) return sys_error("mkdir " + dir, errno);
     UniqueFd procs(::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
@@ -439,10 +455,14 @@ class CgroupTracker final : public Tracker {
         // short run (`lastcall -- /bin/true` in a loop pays for its exit too).
         if (std::chrono::steady_clock::now() - created_ >= kStaleSweepAfter) {
             auto slash = dir_.rfind('/');
-            if (int n =
-                    remove_stale_instance_cgroups(dir_.substr(0, slash), dir_.substr(slash + 1)))
-                spdlog::debug(
-                    "removed {} empty cgroup(s) left by lastcall instances that were killed", n);
+            auto sweep =
+                remove_stale_instance_cgroups(dir_.substr(0, slash), dir_.substr(slash + 1));
+            if (sweep.removed)
+                spdlog::debug("removed {} cgroup(s) left by lastcall instances that were killed",
+                              sweep.removed);
+            if (sweep.failed)
+                spdlog::debug("{} cgroup(s) left by killed lastcall instances not removed: {}",
+                              sweep.failed, sweep.first_error);
         }
         return Ok{};
     }
@@ -498,9 +518,15 @@ Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance
     }
     // The instance's lock, held for its life on the open cgroup.events (flock locks the open
     // file, and the kernel drops the lock when lastcall dies, however it dies): a locked
-    // instance cgroup belongs to a live lastcall (remove_stale_instance_cgroups). It cannot
-    // block: nobody else knows the name yet, and a sweep leaves a cgroup this young alone.
-    (void)::flock(events.get(), LOCK_EX | LOCK_NB);
+    // instance cgroup belongs to a live lastcall (remove_stale_instance_cgroups). Nobody else
+    // holds it: a sweep does not lock a cgroup this young.
+    if (::flock(events.get(), LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        events.reset();
+        main.reset();
+        ::rmdir(dir.c_str());
+        return sys_error("flock " + dir + "/cgroup.events", err);
+    }
     return std::unique_ptr<Tracker>(new CgroupTracker(dir, std::move(main), std::move(events)));
 }
 

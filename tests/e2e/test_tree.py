@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Issue 3: the whole tree (escapees included) with both trackers, the drain sequence, the report."""
+import glob
 import json
 import os
 import signal
@@ -125,6 +126,20 @@ class StaleInstanceCgroups(LastcallTestCase):
         run = self.start(["--tracker", "cgroup", "--", "sleep", "1.1"])
         self.assertEqual(run.wait(), 0, run.output())
 
+    def live_instance_without_processes(self):
+        """A running lastcall with a yearly job and no command: its instance cgroup is empty, so
+        only its lock tells that it is alive."""
+        cfg = self.write_file("jobs.toml", '[jobs.yearly]\nschedule = "@yearly"\ncommand = "true"\n')
+        live = self.start(["--tracker", "cgroup", "--config", cfg])
+        pattern = os.path.join(cgroup2_root(), "**", f"lastcall-{live.proc.pid}-*")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # bounded wait for its mkdir
+            found = glob.glob(pattern, recursive=True)
+            if found:
+                return live, found[0]
+            time.sleep(0.01)
+        self.fail(f"no instance cgroup appeared for lastcall {live.proc.pid}: {live.output()}")
+
     def test_a_killed_instances_cgroup_is_removed_by_the_next_lastcall_once_empty(self):
         root = cgroup2_root()
         if not root:
@@ -135,26 +150,26 @@ class StaleInstanceCgroups(LastcallTestCase):
         os.kill(killed.proc.pid, signal.SIGKILL)
         killed.wait()
         self.backdate(stale)
-        live = self.start(["--tracker", "cgroup", "--", helper("termlog"), "0"])
-        self.fifo.expect("started")
-        alive, _ = self.instance_of(live)
-        self.backdate(alive)  # only its lock protects it
+        live, alive = self.live_instance_without_processes()
+        self.backdate(alive)  # old and empty: only its lock protects it
+        # The killed lastcall's child still runs in its cgroup: the cgroup stays.
+        self.sweep()
+        self.assertTrue(os.path.isdir(stale))
+        self.assertTrue(os.path.isdir(alive), "a live lastcall's cgroup was removed")
+        os.kill(orphan, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # bounded wait for the kernel's "populated 0"
+            with open(os.path.join(stale, "cgroup.events")) as f:
+                if "populated 0" in f.read():
+                    break
+            time.sleep(0.01)
         young = os.path.join(os.path.dirname(stale), "lastcall-0-" + self.marker[-12:])
         os.mkdir(young)
         try:
-            # The killed lastcall's child still runs in its cgroup: the cgroup stays.
-            self.sweep()
-            self.assertTrue(os.path.isdir(stale))
-            os.kill(orphan, signal.SIGKILL)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:  # bounded wait for the kernel's "populated 0"
-                with open(os.path.join(stale, "cgroup.events")) as f:
-                    if "populated 0" in f.read():
-                        break
-                time.sleep(0.01)
             self.sweep()
             self.assertFalse(os.path.exists(stale), "the killed lastcall's cgroup is still there")
             self.assertTrue(os.path.isdir(alive), "a live lastcall's cgroup was removed")
+            self.assertTrue(os.path.isdir(os.path.join(alive, "main")), "a live lastcall's leaf")
             self.assertTrue(os.path.isdir(young), "a cgroup created a moment ago was removed")
         finally:
             os.rmdir(young)

@@ -564,25 +564,39 @@ ProcInfo born(pid_t pid, pid_t ppid, unsigned long long start = 2000) {
     p.ppid = ppid;
     return p;
 }
+
+// The /proc reads of StopHelpers: whether a parent still has its signal pending (`pending`),
+// and the start times of the processes alive now (`starts`; any other pid: born at 2000).
+struct FakeProbes {
+    bool pending = false;
+    int pending_reads = 0;
+    std::map<pid_t, unsigned long long> starts;
+    StopHelpers::Probes probes() {
+        return {[this](pid_t, int) {
+                    ++pending_reads;
+                    return pending;
+                },
+                [this](pid_t pid) -> std::optional<unsigned long long> {
+                    auto it = starts.find(pid);
+                    return it == starts.end() ? 2000 : it->second;
+                }};
+    }
+};
 }  // namespace
 
 TEST_CASE("a cleanup helper stays a helper after its parent exits, and its parent is read once") {
     // A TERM trap's `flush & exit`: the flush (pid 600) is born after its parent's (500) signal
     // went out (last pid 550 then), the parent exits, and flush is reparented to lastcall.
     StopHelpers helpers;
-    int reads = 0;
-    auto taken = [&](pid_t, int) {
-        ++reads;
-        return false;  // the parent has taken its signal
-    };
+    FakeProbes taken;  // the parent has taken its signal
     StopHelpers::Parent parent{SIGTERM, 550};
-    CHECK(helpers.is_helper(born(600, 500), parent, taken));
-    CHECK(helpers.is_helper(born(600, 500), parent, taken));      // the next pass, parent alive
-    CHECK(helpers.is_helper(born(600, 1), std::nullopt, taken));  // orphaned: still a helper
-    CHECK(reads == 1);
+    CHECK(helpers.is_helper(born(600, 500), parent, taken.probes()));
+    CHECK(helpers.is_helper(born(600, 500), parent, taken.probes()));      // the next pass
+    CHECK(helpers.is_helper(born(600, 1), std::nullopt, taken.probes()));  // orphaned
+    CHECK(taken.pending_reads == 1);
     // Its own children are helpers too, and so are theirs after it exits.
-    CHECK(helpers.is_helper(born(601, 600), std::nullopt, taken));
-    CHECK(helpers.is_helper(born(601, 1), std::nullopt, taken));
+    CHECK(helpers.is_helper(born(601, 600), std::nullopt, taken.probes()));
+    CHECK(helpers.is_helper(born(601, 1), std::nullopt, taken.probes()));
 }
 
 TEST_CASE(
@@ -590,20 +604,22 @@ TEST_CASE(
     "member") {
     StopHelpers helpers;
     StopHelpers::Parent parent{SIGTERM, 550};
-    auto pending = [](pid_t, int) { return true; };
-    auto taken = [](pid_t, int) { return false; };
-    CHECK_FALSE(helpers.is_helper(born(600, 500), parent, pending));  // its fork was under way
-    CHECK_FALSE(helpers.is_helper(born(540, 500), parent, taken));    // forked before the signal
-    CHECK_FALSE(helpers.is_helper(born(600, 500), StopHelpers::Parent{}, taken));  // unsignalled
+    FakeProbes pending, taken;
+    pending.pending = true;
+    CHECK_FALSE(helpers.is_helper(born(600, 500), parent, pending.probes()));  // fork under way
+    CHECK_FALSE(helpers.is_helper(born(540, 500), parent, taken.probes()));    // forked before
+    CHECK_FALSE(helpers.is_helper(born(600, 500), StopHelpers::Parent{}, taken.probes()));
     // A process of unknown origin (its parent gone before any pass saw it) is a member.
-    CHECK_FALSE(helpers.is_helper(born(700, 1), std::nullopt, taken));
+    CHECK_FALSE(helpers.is_helper(born(700, 1), std::nullopt, taken.probes()));
 }
 
-TEST_CASE("a process that reuses a helper's pid is judged afresh") {
+TEST_CASE("a process that reuses a helper's pid is judged afresh, and so are its children") {
     StopHelpers helpers;
-    auto taken = [](pid_t, int) { return false; };
-    REQUIRE(helpers.is_helper(born(600, 500, 2000), StopHelpers::Parent{SIGTERM, 550}, taken));
-    // The helper exited and the pids wrapped around: pid 600 is a new process, orphaned.
-    CHECK_FALSE(helpers.is_helper(born(600, 1, 2500), std::nullopt, taken));
-    CHECK_FALSE(helpers.is_helper(born(601, 600, 2500), std::nullopt, taken));
+    FakeProbes taken;
+    REQUIRE(helpers.is_helper(born(600, 500), StopHelpers::Parent{SIGTERM, 550}, taken.probes()));
+    // The helper exited and the pids wrapped around: pid 600 is a new process, an orphan born
+    // at 2500. Its child is looked at first (the walk's order), then itself.
+    taken.starts[600] = 2500;
+    CHECK_FALSE(helpers.is_helper(born(601, 600, 2500), std::nullopt, taken.probes()));
+    CHECK_FALSE(helpers.is_helper(born(600, 1, 2500), std::nullopt, taken.probes()));
 }

@@ -205,9 +205,14 @@ Result<TrackerChoice> make_tracker(TrackerKind kind, const std::string& instance
 // killed instance left one more. One is stale when no live lastcall holds its lock (the flock a
 // lastcall takes on its cgroup.events for its life; the kernel drops it at death), it is older
 // than `min_age` (its lastcall may be between its mkdir and the lock) and nothing runs in it
-// any more (a process the killed lastcall left behind keeps it). Returns how many it removed.
-int remove_stale_instance_cgroups(const std::string& base, const std::string& own,
-                                  std::chrono::seconds min_age = std::chrono::seconds(10));
+// any more (a process the killed lastcall left behind keeps it).
+struct StaleSweep {
+    int removed = 0;
+    int failed = 0;           // stale ones that could not be removed
+    std::string first_error;  // why the first of those could not
+};
+StaleSweep remove_stale_instance_cgroups(const std::string& base, const std::string& own,
+                                         std::chrono::seconds min_age = std::chrono::seconds(10));
 
 // Finds the cgroup2 mount in /proc/self/mountinfo and lastcall's own cgroup directory in it.
 Result<std::string> own_cgroup_dir();

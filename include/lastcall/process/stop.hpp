@@ -161,11 +161,12 @@ bool stop_signal_pending(pid_t pid, int sig);
 // is itself a helper. A process whose parent is gone and unknown is a member. Once the parent
 // has taken its signal, a child whose fork was under way when the signal came looks exactly
 // like a helper and is taken for one (the known limit in docs/design.md).
-// Decided once per process (pid and start time): a helper whose parent exits afterwards (a TERM
+// A helper stays one (pid and start time): a helper whose parent exits afterwards (a TERM
 // trap's `flush &` followed by `exit`) is reparented to lastcall, and judged again it would have
 // looked like an orphan of unknown origin and got the stop signal that its cleanup is not meant
 // to get, or not, depending on whether a later pass happened to run after the parent's exit.
-// Judged once, the parent's /proc status is also read once per helper, not once per pass.
+// Kept, the parent's /proc status is also read once per helper, not once per pass (one that
+// cannot be read counts as a signal taken: a helper, for good).
 class StopHelpers {
   public:
     // What the book knows of a member parent: its stop signal (0: none yet) and the last pid
@@ -174,25 +175,37 @@ class StopHelpers {
         int stop_signal = 0;
         pid_t last_pid_at_stop = 0;
     };
-    using SignalPending = std::function<bool(pid_t pid, int sig)>;  // stop_signal_pending
+    // What is read from /proc, and only when the answer depends on it.
+    struct Probes {
+        std::function<bool(pid_t pid, int sig)> signal_pending;  // stop_signal_pending
+        // The start time of the process that has this pid now (read_proc_stat); none if gone.
+        std::function<std::optional<unsigned long long>(pid_t pid)> start_of;
+    };
 
     // p was born after the birth line; `parent` is its parent's record if the parent is a
     // member (none: the parent is gone, is lastcall, or is a helper).
-    bool is_helper(const ProcInfo& p, std::optional<Parent> parent,
-                   const SignalPending& signal_pending) {
-        if (auto known = helpers_.find(p.pid); known != helpers_.end()) {
-            if (known->second == p.start) return true;
-            helpers_.erase(known);  // the pid was handed out again: a new process
-        }
+    bool is_helper(const ProcInfo& p, std::optional<Parent> parent, const Probes& probes) {
+        if (is_known(p.pid, p.start)) return true;
         bool helper = parent ? parent->stop_signal && parent->last_pid_at_stop > 0 &&
                                    p.pid > parent->last_pid_at_stop &&
-                                   !signal_pending(p.ppid, parent->stop_signal)
-                             : helpers_.count(p.ppid) > 0;
+                                   !probes.signal_pending(p.ppid, parent->stop_signal)
+                             : helpers_.count(p.ppid) && is_known(p.ppid, probes.start_of(p.ppid));
         if (helper) helpers_[p.pid] = p.start;
         return helper;
     }
 
   private:
+    // A helper this process is (the same pid and start time). A known pid with another start
+    // was handed out again, to a new process: forgotten, so that the new one is judged afresh
+    // and so are its children.
+    bool is_known(pid_t pid, std::optional<unsigned long long> start) {
+        auto known = helpers_.find(pid);
+        if (known == helpers_.end()) return false;
+        if (start && known->second == *start) return true;
+        helpers_.erase(known);
+        return false;
+    }
+
     std::map<pid_t, unsigned long long> helpers_;  // pid -> start time
 };
 
