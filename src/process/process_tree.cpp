@@ -72,13 +72,13 @@ std::string read_kernel_file(const std::string& path) {
 
 template <typename F>
 void for_each_entry(const std::string& dir, F&& f) {
-    DIR* d = ::opendir(dir.c_str());
+    // Closed however the walk ends: a callback may throw (out of memory, read_kernel_file).
+    std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
     if (!d) {
         throw_if_out_of_memory(errno);
         return;
     }
-    while (dirent* e = ::readdir(d)) f(*e);
-    ::closedir(d);
+    while (dirent* e = ::readdir(d.get())) f(*e);
 }
 
 std::vector<pid_t> numeric_entries(const std::string& dir) {
