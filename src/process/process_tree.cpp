@@ -321,6 +321,14 @@ class ProcTracker final : public Tracker {
     }
 };
 
+// Whether anything runs in the cgroup or below it (cgroup.events); none where it cannot be read.
+std::optional<bool> cgroup_populated(const std::string& dir) {
+    std::string events = read_kernel_file(dir + "/cgroup.events");
+    if (events.find("populated 1") != std::string::npos) return true;
+    if (events.find("populated 0") != std::string::npos) return false;
+    return std::nullopt;
+}
+
 }  // namespace
 
 StaleSweep remove_stale_instance_cgroups(const std::string& base, const std::string& own,
@@ -349,11 +357,7 @@ StaleSweep remove_stale_instance_cgroups(const std::string& base, const std::str
         if (::flock(events.get(), LOCK_EX | LOCK_NB) != 0) return;  // its lastcall lives
         // Nothing may run in the whole instance: a process the killed lastcall left keeps it for
         // a later sweep. (remove_cgroup_tree alone would take its empty cgroups leaf by leaf.)
-        char text[256];
-        ssize_t n = ::pread(events.get(), text, sizeof text - 1, 0);
-        if (n <= 0 || std::string_view(text, static_cast<std::size_t>(n)).find("populated 0") ==
-                          std::string_view::npos)
-            return;
+        if (auto busy = cgroup_populated(dir); !busy || *busy) return;
         // Removed with the lock held: another sweep leaves it alone meanwhile.
         if (auto removed = remove_cgroup_tree(dir); removed)
             ++sweep.removed;
@@ -439,10 +443,7 @@ class CgroupTracker final : public Tracker {
         [[maybe_unused]] auto n = ::pread(events_.get(), buf, sizeof buf, 0);
     }
 
-    bool populated() override {
-        std::string events = read_kernel_file(dir_ + "/cgroup.events");
-        return events.find("populated 1") != std::string::npos;
-    }
+    bool populated() override { return cgroup_populated(dir_).value_or(false); }
 
     Status remove() override {
         if (removed_) return Ok{};
