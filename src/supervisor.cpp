@@ -175,7 +175,7 @@ std::optional<int> Supervisor::start_child() {
     hand_over_terminal(spec);
     if (opts_.restore_inherited_signals && opts_.inherited_signals)
         spec.inherited_signals = &*opts_.inherited_signals;
-    spec.cgroup_procs_fd = tracker_->spawn_cgroup_fd();
+    spec.cgroup_fd = tracker_->spawn_cgroup_fd();
     spec.pdeathsig = opts_.pdeathsig;
     spec.no_new_privs = opts_.no_new_privs;
     spec.credentials = opts_.credentials;  // resolved (and checked) by parse_command_line
@@ -847,7 +847,7 @@ void Supervisor::start_pre_stop() {
     spec.env = Environment::inherited(UnitKind::Helper).entries();
     // Its own session: the tree's stop signal does not reach a helper of lastcall's.
     spec.session = SpawnSpec::Session::NewSession;
-    spec.cgroup_procs_fd = tracker_->spawn_cgroup_fd();
+    spec.cgroup_fd = tracker_->spawn_cgroup_fd();
     spec.stdout_fd = write_end.get();
     // The hook runs as --user like the command it stops: never as root with every capability.
     spec.credentials = opts_.credentials;

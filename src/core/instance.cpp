@@ -4,9 +4,10 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
+#include <string>
 
 namespace lastcall {
 
@@ -20,10 +21,14 @@ const std::string& instance_id() {
             r = static_cast<std::uint64_t>(
                     std::chrono::steady_clock::now().time_since_epoch().count()) ^
                 (static_cast<std::uint64_t>(::getpid()) << 32);
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%d-%016llx", static_cast<int>(::getpid()),
-                      static_cast<unsigned long long>(r));
-        return std::string(buf);
+        // "<pid>-<16 hex digits>", without printf: the only printf of a plain start would map
+        // glibc's vfprintf and its digit tables (two page faults) for this one line.
+        char buf[32];
+        char* end = std::to_chars(buf, buf + 12, static_cast<int>(::getpid())).ptr;
+        *end++ = '-';
+        for (int shift = 60; shift >= 0; shift -= 4)
+            *end++ = "0123456789abcdef"[(r >> shift) & 0xf];
+        return std::string(buf, end);
     }();
     return id;
 }

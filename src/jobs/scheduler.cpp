@@ -570,7 +570,7 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
     sp.argv = spec.command;
     sp.env = environment(run, run.staging);
     sp.session = SpawnSpec::Session::NewSession;
-    sp.cgroup_procs_fd = run.scope->spawn_cgroup_fd();
+    sp.cgroup_fd = run.scope->spawn_cgroup_fd();
     sp.pdeathsig = SIGKILL;      // a job must not outlive a lastcall that was killed
     sp.credentials = spec.user;  // its `user`/`group`, else --user (main.cpp)
     sp.no_new_privs = host_->settings().no_new_privs;
@@ -699,7 +699,7 @@ void JobScheduler::start_verify(Run& run) {
     // Its own session, which the tree's stop signal does not reach: verify is lastcall's commit
     // step, not the work being stopped (it runs under the run's scope, timeout and the final kill).
     sp.session = SpawnSpec::Session::NewSession;
-    sp.cgroup_procs_fd = run.scope->spawn_cgroup_fd();
+    sp.cgroup_fd = run.scope->spawn_cgroup_fd();
     sp.pdeathsig = SIGKILL;
     sp.credentials = spec.user;  // verify judges the job's output as the job's own user
     sp.no_new_privs = host_->settings().no_new_privs;

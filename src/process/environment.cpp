@@ -22,6 +22,9 @@ bool inherits(UnitKind kind, std::string_view key) {
 
 Environment Environment::inherited(UnitKind kind) {
     Environment env;
+    std::size_t count = 0;
+    while (environ[count]) ++count;
+    env.vars_.reserve(count);
     for (char** e = environ; *e; ++e) {
         std::string_view kv(*e);
         auto eq = kv.find('=');

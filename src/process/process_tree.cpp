@@ -262,11 +262,12 @@ class ProcScope final : public UnitScope {
 
 class CgroupScope final : public UnitScope {
   public:
-    CgroupScope(std::string dir, UniqueFd procs) : dir_(std::move(dir)), procs_(std::move(procs)) {}
+    CgroupScope(std::string dir, UniqueFd dir_fd)
+        : dir_(std::move(dir)), dir_fd_(std::move(dir_fd)) {}
     ~CgroupScope() override { (void)remove(); }
 
     std::string_view kind() const override { return "cgroup"; }
-    int spawn_cgroup_fd() const override { return procs_.get(); }
+    int spawn_cgroup_fd() const override { return dir_fd_.get(); }
     FreezeHold freeze() override { return freeze_cgroup(dir_); }
 
     std::vector<ProcInfo> members() override {
@@ -292,7 +293,7 @@ class CgroupScope final : public UnitScope {
 
     Status remove() override {
         if (removed_) return Ok{};
-        procs_.reset();
+        dir_fd_.reset();
         // EBUSY: a member is still there (or its exit is not accounted yet); the instance's
         // removal at exit, after every process is reaped, takes it with the rest.
         if (auto st = remove_cgroup_tree(dir_); !st) return st;
@@ -302,7 +303,7 @@ class CgroupScope final : public UnitScope {
 
   private:
     std::string dir_;
-    UniqueFd procs_;
+    UniqueFd dir_fd_;  // for the spawn: CLONE_INTO_CGROUP, or openat of its cgroup.procs
     bool removed_ = false;
 };
 
@@ -369,16 +370,17 @@ StaleSweep remove_stale_instance_cgroups(const std::string& base, const std::str
 
 namespace {
 
-// mkdir that never adopts: an existing directory is an error, not a cgroup to share.
+// mkdir that never adopts: an existing directory is an error, not a cgroup to share. Returns
+// the new cgroup's directory, opened for the spawns into it.
 Result<UniqueFd> make_cgroup(const std::string& dir) {
     if (::mkdir(dir.c_str(), 0755) != 0) return sys_error("mkdir " + dir, errno);
-    UniqueFd procs(::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
-    if (!procs) {
+    UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) {
         int err = errno;
         ::rmdir(dir.c_str());
-        return sys_error("open " + dir + "/cgroup.procs", err);
+        return sys_error("open " + dir, err);
     }
-    return procs;
+    return fd;
 }
 
 // The instance's cgroup: <lastcall's cgroup>/lastcall-<instance>/, the main command in its leaf
@@ -431,9 +433,9 @@ class CgroupTracker final : public Tracker {
 
     Result<std::unique_ptr<UnitScope>> make_scope(const std::string& unit) override {
         std::string dir = dir_ + "/" + unit;
-        auto procs = make_cgroup(dir);
-        if (!procs) return procs.error();
-        return std::unique_ptr<UnitScope>(new CgroupScope(dir, std::move(*procs)));
+        auto fd = make_cgroup(dir);
+        if (!fd) return fd.error();
+        return std::unique_ptr<UnitScope>(new CgroupScope(dir, std::move(*fd)));
     }
 
     int watch_fd() const override { return events_.get(); }
@@ -493,20 +495,19 @@ Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance
     std::string dir = *base + "/lastcall-" + instance;
     // Exclusive: an existing group of that name belongs to another instance (or a crashed one
     // whose processes may still run); sharing it would let one instance kill the other's tree.
-    auto procs_unused = make_cgroup(dir);
-    if (!procs_unused) return procs_unused.error();
-    procs_unused->reset();  // the instance's own group holds no process: only its leaves do
+    // The instance's own group holds no process (only its leaves do): a plain mkdir.
+    if (::mkdir(dir.c_str(), 0755) != 0) return sys_error("mkdir " + dir, errno);
     if (::access((dir + "/cgroup.kill").c_str(), W_OK) != 0) {
         int err = errno;
         ::rmdir(dir.c_str());
         return sys_error("cgroup.kill in " + dir + " (kernel older than 5.14?)", err);
     }
-    auto main_procs = make_cgroup(dir + "/main");
-    if (!main_procs) {
+    auto main_dir = make_cgroup(dir + "/main");
+    if (!main_dir) {
         ::rmdir(dir.c_str());
-        return main_procs.error();
+        return main_dir.error();
     }
-    auto main = std::make_unique<CgroupScope>(dir + "/main", std::move(*main_procs));
+    auto main = std::make_unique<CgroupScope>(dir + "/main", std::move(*main_dir));
     // cgroup.events signals a change of "populated" (of the whole subtree) to pollers with
     // EPOLLPRI (kernfs_notify): no polling. A plain fd, not inotify: closing an inotify instance
     // waits for an SRCU grace period, which cost ~10 ms on every exit.

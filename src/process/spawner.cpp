@@ -181,9 +181,11 @@ void write_decimal(char* out, long v) {
         if (::setpgid(0, 0) < 0) fail(report_fd, SpawnStage::Setpgid);
         if (foreground) ::tcsetpgrp(STDIN_FILENO, ::getpid());
     }
-    if (spec.cgroup_procs_fd >= 0 && !born_in_cgroup) {
+    if (spec.cgroup_fd >= 0 && !born_in_cgroup) {
         // "0" moves the writing process: the command is in the cgroup before its first instruction.
-        if (::write(spec.cgroup_procs_fd, "0", 1) != 1) fail(report_fd, SpawnStage::Cgroup);
+        int procs = ::openat(spec.cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+        if (procs < 0 || ::write(procs, "0", 1) != 1) fail(report_fd, SpawnStage::Cgroup);
+        ::close(procs);
     }
     // The one privilege-drop path (credentials.cpp), for every unit and helper alike.
     SpawnStage failed{};
@@ -237,20 +239,6 @@ void write_decimal(char* out, long v) {
     exec_first(candidates, candidate_count, argv, shell_argv, envp, report_fd);
 }
 
-// The directory of the cgroup whose cgroup.procs is open as procs_fd (for CLONE_INTO_CGROUP).
-UniqueFd cgroup_dir_of(int procs_fd) {
-    char link[64];
-    std::snprintf(link, sizeof link, "/proc/self/fd/%d", procs_fd);
-    char target[4096];
-    ssize_t n = ::readlink(link, target, sizeof target - 1);
-    if (n <= 0) return UniqueFd();
-    std::string path(target, static_cast<size_t>(n));
-    auto slash = path.rfind('/');
-    if (slash == std::string::npos || slash == 0) return UniqueFd();
-    path.resize(slash);
-    return UniqueFd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-}
-
 // struct clone_args of <linux/sched.h>, spelled out: that header collides with glibc's <sched.h>.
 struct CloneArgs {
     std::uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
@@ -297,8 +285,8 @@ int child_main(void* p) {
 // every private page, so that each page lastcall writes afterwards costs it one more fault.
 // Safe because lastcall is suspended until the child's exec or _exit (so the child's writes,
 // errno and the LISTEN_PID slot, race nothing), lastcall is single-threaded (no lock can be held
-// by another thread), and the child runs on a stack of its own inside spawn()'s frame: on
-// lastcall's stack it would overwrite the frames lastcall returns through. Not under
+// by another thread), and the child runs on a stack of its own (g_child_stack): on lastcall's
+// stack it would overwrite the frames lastcall returns through. Not under
 // AddressSanitizer: its shadow memory would be shared too, and left poisoned by the child's
 // frames.
 #if defined(__SANITIZE_ADDRESS__)
@@ -315,6 +303,12 @@ int child_main(void* p) {
 // The child's stack: run_child makes only system calls, a few frames deep (glibc's posix_spawn
 // gives its child 32 KiB too).
 constexpr std::size_t kChildStack = 32 * 1024;
+// Static, not in spawn()'s frame: one buffer serves every spawn (lastcall has one thread, and
+// CLONE_VFORK holds it until the child has left the buffer by its exec or _exit). In the frame
+// it pushed everything spawn() calls 32 KiB further down lastcall's stack, two fresh pages
+// (two page faults, ~15 us each on a paravirtualised VM) on every start; here the child touches
+// only the buffer's top page.
+alignas(16) char g_child_stack[kChildStack];
 
 #if LASTCALL_SHARED_MEMORY_SPAWN && defined(__x86_64__)
 // clone3 with a stack of the child's own, on x86-64: the child cannot return from the system
@@ -420,16 +414,21 @@ SpawnResult spawn(const SpawnSpec& spec) {
     static char kShell[] = "/bin/sh";
     std::vector<char*> shell_argv{kShell, nullptr};  // [1]: the script, set by the child
     shell_argv.insert(shell_argv.end(), argv.begin() + 1, argv.end());
-    std::vector<std::string> env_storage;
-    env_storage.reserve(spec.env.size() + 1);
+    // The environment as given (execve does not write to it), except for LISTEN_PID, whose
+    // slot the child fills in with its own pid.
+    std::vector<char*> envp;
+    envp.reserve(spec.env.size() + 2);
+    std::string listen_pid;
     char* listen_pid_slot = nullptr;
     for (const auto& kv : spec.env)
-        if (!(spec.set_listen_pid && kv.rfind("LISTEN_PID=", 0) == 0)) env_storage.push_back(kv);
-    if (spec.set_listen_pid) env_storage.push_back("LISTEN_PID=" + std::string(22, '\0'));
-    std::vector<char*> envp;
-    for (auto& kv : env_storage) envp.push_back(kv.data());
+        if (!(spec.set_listen_pid && kv.rfind("LISTEN_PID=", 0) == 0))
+            envp.push_back(const_cast<char*>(kv.c_str()));
+    if (spec.set_listen_pid) {
+        listen_pid = "LISTEN_PID=" + std::string(22, '\0');
+        envp.push_back(listen_pid.data());
+        listen_pid_slot = listen_pid.data() + 11;
+    }
     envp.push_back(nullptr);
-    if (spec.set_listen_pid) listen_pid_slot = env_storage.back().data() + 11;
 
     int pipefd[2];
     if (::pipe2(pipefd, O_CLOEXEC) != 0) {
@@ -443,25 +442,21 @@ SpawnResult spawn(const SpawnSpec& spec) {
         &spec,       candidate_ptrs.data(), candidate_ptrs.size(), argv.data(), shell_argv.data(),
         envp.data(), listen_pid_slot,       report_write.get(),    parent,      false,
         &ignored};
-    alignas(16) char child_stack[kChildStack];
     bool born_in_cgroup = false;
     pid_t pid = -1;
-    if (spec.cgroup_procs_fd >= 0) {
+    if (spec.cgroup_fd >= 0) {
         // clone3(CLONE_INTO_CGROUP): the child is created inside the cgroup. Migrating it
         // afterwards (a write to cgroup.procs) waits for an RCU grace period: milliseconds on
         // every start. Kernels or sandboxes without it fall back to fork() + the write.
-        UniqueFd dir = cgroup_dir_of(spec.cgroup_procs_fd);
-        if (dir) {
-            in_child.born_in_cgroup = true;
-            pid = spawn_into_cgroup_sharing_memory(dir.get(), child_stack, in_child);
-            if (pid < 0) pid = clone_into_cgroup(dir.get());
-            if (pid == 0) child_main(&in_child);  // in a copy of lastcall's memory
-            born_in_cgroup = pid >= 0;
-            in_child.born_in_cgroup = born_in_cgroup;
-        }
+        in_child.born_in_cgroup = true;
+        pid = spawn_into_cgroup_sharing_memory(spec.cgroup_fd, g_child_stack, in_child);
+        if (pid < 0) pid = clone_into_cgroup(spec.cgroup_fd);
+        if (pid == 0) child_main(&in_child);  // in a copy of lastcall's memory
+        born_in_cgroup = pid >= 0;
+        in_child.born_in_cgroup = born_in_cgroup;
     }
     if (!born_in_cgroup) {
-        pid = spawn_sharing_memory(child_stack, in_child);
+        pid = spawn_sharing_memory(g_child_stack, in_child);
         if (pid < 0) pid = ::fork();
         if (pid == 0) child_main(&in_child);  // in a copy of lastcall's memory
     }

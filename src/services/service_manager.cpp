@@ -189,7 +189,7 @@ void ServiceManager::start(Service& s) {
     spec.argv = s.spec.argv;
     spec.env = service_environment(opts_.extra_env, s.spec.env);
     spec.session = SpawnSpec::Session::NewSession;
-    spec.cgroup_procs_fd = s.scope->spawn_cgroup_fd();
+    spec.cgroup_fd = s.scope->spawn_cgroup_fd();
     spec.workdir = s.spec.workdir;
     spec.credentials = s.spec.user;  // its `user`/`group`, else --user (main.cpp)
     spec.no_new_privs = host_->settings().no_new_privs;
@@ -541,8 +541,8 @@ void ServiceManager::probe(Service& s) {
             spec.argv = r.exec;
             spec.env = service_environment(opts_.extra_env, s.spec.env);
             spec.session = SpawnSpec::Session::NewGroup;
-            spec.cgroup_procs_fd = s.probe_scope->spawn_cgroup_fd();
-            if (spec.cgroup_procs_fd < 0) spec.cgroup_procs_fd = host_->helper_cgroup_fd();
+            spec.cgroup_fd = s.probe_scope->spawn_cgroup_fd();
+            if (spec.cgroup_fd < 0) spec.cgroup_fd = host_->helper_cgroup_fd();
             spec.workdir = s.spec.workdir;
             spec.credentials = s.spec.user;
             spec.no_new_privs = host_->settings().no_new_privs;

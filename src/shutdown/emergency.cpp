@@ -108,6 +108,24 @@ void terminate_handler() {
 
 }  // namespace
 
+namespace {
+
+// dst = a + b, or empty (false) if that does not fit: a cut path would name another file. Not
+// snprintf: it is the only printf of a plain start, and would map glibc's vfprintf for it.
+template <std::size_t N>
+bool copy_joined(char (&dst)[N], std::string_view a, std::string_view b = {}) {
+    if (a.size() + b.size() >= N) {
+        dst[0] = '\0';
+        return false;
+    }
+    std::memcpy(dst, a.data(), a.size());
+    std::memcpy(dst + a.size(), b.data(), b.size());
+    dst[a.size() + b.size()] = '\0';
+    return true;
+}
+
+}  // namespace
+
 void emergency_prepare(const char* report_path, const char* cgroup_dir) {
     if (report_path && *report_path) {
         std::string path(report_path);
@@ -122,18 +140,18 @@ void emergency_prepare(const char* report_path, const char* cgroup_dir) {
         if (fd && name.size() <= NAME_MAX) {
             if (g_plan.report_dir_fd >= 0) ::close(g_plan.report_dir_fd);
             g_plan.report_dir_fd = fd->release();
-            std::snprintf(g_plan.report_name, sizeof g_plan.report_name, "%s", name.c_str());
-            std::snprintf(g_plan.report_tmp, sizeof g_plan.report_tmp, "%s%s", name.c_str(),
-                          kSuffix);
+            copy_joined(g_plan.report_name, name);
+            copy_joined(g_plan.report_tmp, name, kSuffix);
         }
     }
     // The instance's cgroup (all its units below it): cgroup.kill there ends every one of them.
     if (cgroup_dir && *cgroup_dir) {
-        std::snprintf(g_plan.cgroup_dir, sizeof g_plan.cgroup_dir, "%s", cgroup_dir);
-        char kill_path[PATH_MAX + 16];  // cgroup dir + "/cgroup.kill"
-        std::snprintf(kill_path, sizeof kill_path, "%s/cgroup.kill", cgroup_dir);
+        copy_joined(g_plan.cgroup_dir, cgroup_dir);
+        char kill_path[PATH_MAX + 16];
         if (g_plan.cgroup_kill_fd >= 0) ::close(g_plan.cgroup_kill_fd);
-        g_plan.cgroup_kill_fd = ::open(kill_path, O_WRONLY | O_CLOEXEC);
+        g_plan.cgroup_kill_fd = copy_joined(kill_path, cgroup_dir, "/cgroup.kill")
+                                    ? ::open(kill_path, O_WRONLY | O_CLOEXEC)
+                                    : -1;
     }
 }
 

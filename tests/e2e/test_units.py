@@ -574,3 +574,35 @@ class Jobs(LastcallTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Clone3Refused(LastcallTestCase):
+    """Docker's default seccomp profile answers clone3 with ENOSYS: the spawner falls back to a
+    fork whose child moves itself into its unit's cgroup (through the cgroup's directory fd)."""
+
+    @unittest.skipUnless(cgroup_usable(), "needs a writable cgroup2 hierarchy (root)")
+    def test_without_clone3_the_main_command_and_a_service_start_in_their_own_cgroups(self):
+        cfg = os.path.join(self.dir, "svc.toml")
+        with open(cfg, "w") as f:
+            f.write("[services.web]\n"
+                    "command = 'sed -n s/^0:://p /proc/self/cgroup > \"$OUT.web\"; "
+                    "echo ready web > \"$EVENTS\"; exec sleep 1000'\n")
+        out = os.path.join(self.dir, "cgroup")
+        env = dict(self.env, OUT=out)
+        script = 'sed -n "s/^0:://p" /proc/self/cgroup > "$OUT.main"; echo ready main > "$EVENTS"; exec sleep 1000'
+        run = self.start(["--tracker", "cgroup", "--config", cfg, "--", "sh", "-c", script],
+                         env=env, prefix=[helper("no_clone3")])
+        self.assertEqual({self.fifo.readline(), self.fifo.readline()}, {"ready main", "ready web"})
+        with open(out + ".main") as f:
+            main = f.read().strip()
+        with open(out + ".web") as f:
+            web = f.read().strip()
+        instance = os.path.dirname(main)
+        self.assertTrue(os.path.basename(instance).startswith("lastcall-"), main)
+        self.assertEqual(os.path.basename(main), "main")
+        self.assertEqual(os.path.dirname(web), instance, web)
+        self.assertTrue(os.path.basename(web).startswith("svc-web"), web)
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 128 + signal.SIGTERM, run.output())
+        self.assertNoLeftovers()
+        self.assertFalse(os.path.exists(cgroup2_root() + instance), "the instance cgroup stayed")

@@ -186,7 +186,7 @@ class FakeHost final : public UnitHost {
         p.pid = next_pid_++;
         p.argv = spec.argv;
         for (const auto& [name, fd] : scope_fds_)
-            if (fd == spec.cgroup_procs_fd) p.scope = name;
+            if (fd == spec.cgroup_fd) p.scope = name;
         procs_[p.pid] = p;
         r.child.emplace();
         r.child->pid = p.pid;

@@ -110,7 +110,8 @@ class UnitScope {
     virtual std::string_view kind() const = 0;
     // Live members (zombies excluded, but a zombie leader whose threads still run is a member).
     virtual std::vector<ProcInfo> members() = 0;
-    // An fd of cgroup.procs for the spawn (CLONE_INTO_CGROUP / write "0"), or -1.
+    // The cgroup's directory for the spawn (CLONE_INTO_CGROUP, or openat of its cgroup.procs), or
+    // -1.
     virtual int spawn_cgroup_fd() const { return -1; }
     // Freezes the unit for step 1 of the stop primitive (see FreezeHold); empty without cgroups.
     virtual FreezeHold freeze() { return {}; }
@@ -157,7 +158,7 @@ class Tracker {
     virtual int kill_all(const MemberFilter& filter, int max_passes = 3) {
         return signal_all(SIGKILL_, filter, max_passes);
     }
-    // An fd for the main command's spawn (its leaf cgroup's cgroup.procs), or -1.
+    // The main command's leaf cgroup directory for its spawn, or -1.
     virtual int spawn_cgroup_fd() const { return -1; }
     // Freezes every unit of the tree for the stop signal (see FreezeHold); empty without cgroups.
     virtual FreezeHold freeze() { return {}; }

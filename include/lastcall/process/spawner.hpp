@@ -45,9 +45,11 @@ struct SpawnSpec {
     std::vector<std::string> argv;
     std::vector<std::string> env;  // "K=V"; the complete environment of the child
     enum class Session { NewSession, NewGroup, Inherit } session = Session::NewSession;
-    bool take_tty = false;     // stdin is a terminal: make it the child's controlling tty
-    int cgroup_procs_fd = -1;  // write "0" here so the child is in the cgroup before exec
-    int pdeathsig = 0;         // PR_SET_PDEATHSIG, with the getppid() recheck
+    bool take_tty = false;  // stdin is a terminal: make it the child's controlling tty
+    // The cgroup's directory (O_DIRECTORY): the child is born there (clone3 CLONE_INTO_CGROUP)
+    // or moves itself there by a write to its cgroup.procs, before its exec either way.
+    int cgroup_fd = -1;
+    int pdeathsig = 0;                       // PR_SET_PDEATHSIG, with the getppid() recheck
     std::optional<Credentials> credentials;  // drop_privileges() in the child when set
     bool no_new_privs = false;
     std::string workdir;
