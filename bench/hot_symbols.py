@@ -122,9 +122,9 @@ SCENARIOS = [
 # the default tracker), then what an exit code adds, then what only the /proc tracker or a
 # failed start runs: a plain run reads a prefix of the hot code, and fewer of its 64 KiB
 # fault-around windows, instead of every window of a list in alphabetical order. Within the
-# first group the order is the order in which a SIGTERM stop (start-up, loop, stop, teardown)
-# first runs each function (lackey, static binary), then what only the exit runs: `lastcall --
-# sleep` reads the start of it only.
+# first group (after the stop signal's path and what every start runs natively, see main()):
+# a plain exit's functions in the order it first runs them (lackey, static binary), then what
+# a SIGTERM stop adds, in the order the stop first runs it.
 EVERY_RUN = {"exit", "SIGTERM stop"}
 
 
@@ -230,7 +230,7 @@ def execution_order(binary, scenario, tmp):
     what, args, sig = scenario
     out = os.path.join(tmp, "superblocks")
     run_scenario(binary, args, sig, out, tool="superblocks")
-    rank, seen = {}, set()
+    rank, seen, next_rank = {}, set(), 0
     with open(out, errors="replace") as f:
         for line in f:
             if not line.startswith("SB "):
@@ -243,9 +243,12 @@ def execution_order(binary, scenario, tmp):
             if k >= 0 and addr < starts[k] + max(functions[k][1], 1):
                 # Every alias of the address (C1/C2 constructors, glibc's __x/x): the list
                 # names whichever one callgrind reported, and each must have the rank.
-                r = rank.get(functions[k][2], len(rank))
-                for f in functions[bisect.bisect_left(starts, starts[k]):k + 1]:
-                    rank.setdefault(f[2], r)
+                # One rank per address, without gaps: path_to_stop_signal reads rank - 1 as
+                # the function that ran just before.
+                if functions[k][2] not in rank:
+                    for f in functions[bisect.bisect_left(starts, starts[k]):k + 1]:
+                        rank.setdefault(f[2], next_rank)
+                    next_rank += 1
     print(f"{binary}, {what}: the order in which {len(rank)} functions first ran",
           file=sys.stderr)
     return rank

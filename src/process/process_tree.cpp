@@ -380,6 +380,14 @@ Result<UniqueFd> make_cgroup(const std::string& dir) {
         ::rmdir(dir.c_str());
         return sys_error("open " + dir, err);
     }
+    // A cgroup nobody may move a process into (an LSM, a read-only delegation) fails here, at
+    // set-up, where --tracker auto still falls back to /proc, not at the first spawn.
+    if (::faccessat(fd.get(), "cgroup.procs", W_OK, 0) != 0) {
+        int err = errno;
+        fd.reset();
+        ::rmdir(dir.c_str());
+        return sys_error("cgroup.procs in " + dir, err);
+    }
     return fd;
 }
 

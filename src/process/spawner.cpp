@@ -447,7 +447,9 @@ SpawnResult spawn(const SpawnSpec& spec) {
     if (spec.cgroup_fd >= 0) {
         // clone3(CLONE_INTO_CGROUP): the child is created inside the cgroup. Migrating it
         // afterwards (a write to cgroup.procs) waits for an RCU grace period: milliseconds on
-        // every start. Kernels or sandboxes without it fall back to fork() + the write.
+        // every start. Kernels or sandboxes without it (Docker's seccomp profile answers
+        // ENOSYS) fall back below to clone(CLONE_VM|CLONE_VFORK) or fork, and the child moves
+        // itself with an openat of cgroup.procs and a write.
         in_child.born_in_cgroup = true;
         pid = spawn_into_cgroup_sharing_memory(spec.cgroup_fd, g_child_stack, in_child);
         if (pid < 0) pid = clone_into_cgroup(spec.cgroup_fd);

@@ -16,8 +16,9 @@ namespace lastcall {
 
 inline constexpr int kEmergencyExit = 70;
 
-// At set-up: where the report goes (empty: none) and the cgroup of the tree (its cgroup.procs
-// fd, or -1). Copies into fixed storage; may allocate (it runs before anything can go wrong).
+// At set-up: where the report goes (empty: none) and the instance's cgroup directory (empty:
+// none; its cgroup.kill is opened here). Copies into fixed storage; may allocate (it runs before
+// anything can go wrong).
 void emergency_prepare(const char* report_path, const char* cgroup_dir);
 void emergency_main_started(pid_t pid);
 void emergency_main_reaped(int wait_status);

@@ -36,6 +36,12 @@ int main(int argc, char** argv) {
         perror("no_clone3: seccomp");
         return 1;
     }
+    // The filter must be what answers: the kernel itself refuses these arguments with EINVAL.
+    errno = 0;
+    if (syscall(__NR_clone3, NULL, 0) != -1 || errno != ENOSYS) {
+        fprintf(stderr, "no_clone3: clone3 is not refused with ENOSYS (errno %d)\n", errno);
+        return 1;
+    }
     execvp(argv[1], argv + 1);
     perror("no_clone3: exec");
     return 127;
