@@ -322,12 +322,24 @@ class ProcTracker final : public Tracker {
     }
 };
 
-// Whether anything runs in the cgroup or below it (cgroup.events); none where it cannot be read.
-std::optional<bool> cgroup_populated(const std::string& dir) {
-    std::string events = read_kernel_file(dir + "/cgroup.events");
-    if (events.find("populated 1") != std::string::npos) return true;
-    if (events.find("populated 0") != std::string::npos) return false;
+// Whether anything runs in the cgroup or below it, from its open cgroup.events; none where it
+// cannot be read.
+std::optional<bool> populated_in(int events_fd) {
+    char buf[256];
+    ssize_t n = ::pread(events_fd, buf, sizeof buf, 0);
+    if (n <= 0) return std::nullopt;
+    std::string_view events(buf, static_cast<std::size_t>(n));
+    if (events.find("populated 1") != std::string_view::npos) return true;
+    if (events.find("populated 0") != std::string_view::npos) return false;
     return std::nullopt;
+}
+
+// The same through a file of its own: reading the tracker's watched fd would consume the
+// notification its poller waits for (kernfs re-arms it per open file, on each read).
+std::optional<bool> cgroup_populated(const std::string& dir) {
+    UniqueFd events(::open((dir + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!events) return std::nullopt;
+    return populated_in(events.get());
 }
 
 }  // namespace
@@ -358,7 +370,7 @@ StaleSweep remove_stale_instance_cgroups(const std::string& base, const std::str
         if (::flock(events.get(), LOCK_EX | LOCK_NB) != 0) return;  // its lastcall lives
         // Nothing may run in the whole instance: a process the killed lastcall left keeps it for
         // a later sweep. (remove_cgroup_tree alone would take its empty cgroups leaf by leaf.)
-        if (auto busy = cgroup_populated(dir); !busy || *busy) return;
+        if (auto busy = populated_in(events.get()); !busy || *busy) return;
         // Removed with the lock held: another sweep leaves it alone meanwhile.
         if (auto removed = remove_cgroup_tree(dir); removed)
             ++sweep.removed;
