@@ -38,11 +38,13 @@ deps:
 # The developer and CI builds treat warnings as errors; a packager's build (plain cmake) does not.
 WERROR     ?= ON
 
-# Both binaries: $(BUILD)/lastcall (the .deb's) and $(BUILD)/static/lastcall (`make static`), the
-# second from the same objects (two small files compiled for it, and a link).
+# Both binaries: $(BUILD)/static/lastcall (the .deb's /usr/bin/lastcall and `make static`'s) and
+# $(BUILD)/lastcall, the dynamic twin it hands runs to that need libpq, libmicrohttpd or NSS
+# (found at $(BUILD)/libexec/lastcall/lastcall), from the same objects (three small files
+# compiled twice, and a link each).
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLASTCALL_WERROR=$(WERROR)
-	cmake --build $(BUILD) -j $(JOBS) --target all lastcall-static
+	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
 	./scripts/demo.sh $(BUILD)/lastcall
@@ -100,7 +102,8 @@ bench-ledger: build
 	cmake --build $(BUILD) --target ledger_bench
 	/usr/bin/python3 bench/ledger.py --tool $(BUILD)/tools/ledger_bench
 
-# The Debian package, in $(BUILD)/packages: /usr/bin/lastcall, lastcall(1), docs and examples.
+# The Debian package, in $(BUILD)/packages: /usr/bin/lastcall (static), its dynamic twin in
+# /usr/libexec/lastcall, lastcall(1), docs and examples.
 package: build
 	$(call apt_install,$(PKG_PKGS))
 	cpack --config $(BUILD)/CPackConfig.cmake -B $(BUILD)/packages
@@ -108,7 +111,7 @@ package: build
 
 # One fully static binary, $(BUILD)/static/lastcall (stripped, its debug info in lastcall.debug
 # beside it), for scratch/distroless/alpine images (no libsystemd: sd_notify is spoken directly;
-# --user reads /etc/passwd itself). `make build` makes it with the default one.
+# --user reads /etc/passwd itself; no twin beside it there). `make build` makes it.
 static: build
 	@ls -l $(BUILD)/static/lastcall
 

@@ -26,6 +26,7 @@
 #include "lastcall/core/log.hpp"
 #include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/signals.hpp"
+#include "lastcall/core/twin.hpp"
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/scheduler.hpp"
 #include "lastcall/services/service_manager.hpp"
@@ -171,6 +172,13 @@ int main(int argc, char** argv) {
     sigset_t handled = handled_signals();
     sigset_t inherited_mask;  // what lastcall's parent handed it, for tini mode's child
     ::sigprocmask(SIG_BLOCK, &handled, &inherited_mask);
+    // Exec'd by the static binary (core/twin.hpp): its parent's mask is the one to pass on, not
+    // the one the static binary had just blocked.
+    auto handed_over = twin::take_handed_over();
+    if (handed_over) inherited_mask = handed_over->inherited_mask;
+    // Until the point of no return, a run that needs what only the dynamic build can do (libpq,
+    // libmicrohttpd, NSS) is handed over to it where the need shows: in a --user lookup, here.
+    twin::open_startup_window(argv, inherited_mask);
 
     std::vector<std::string> args(argv, argv + argc);
     if (auto code = run_subcommand(args, handled)) return *code;
@@ -198,6 +206,10 @@ int main(int argc, char** argv) {
             return 2;
         }
 
+    // The shared ledger opens after the point of no return, too late to hand over.
+    if (!config->jobs.jobs.empty() && !config->jobs.ledger_url.empty())
+        twin::hand_over("a postgresql:// ledger needs libpq");
+
     // Bound before anything starts: a port in use or a missing libmicrohttpd is a start-up
     // error, not a run without the metrics it was asked for.
     std::unique_ptr<MetricsServer> metrics_server;
@@ -210,7 +222,9 @@ int main(int argc, char** argv) {
         metrics_server = std::move(*server);
     }
 
+    twin::close_startup_window();
     setup_logging(options);
+    if (handed_over) spdlog::debug("handed over by the static binary: {}", handed_over->why);
 
     // Signals were blocked at the top of main(), so none is lost between the child's spawn and
     // the signalfd. From here on lastcall must not die: as PID 1 its death kills the container,

@@ -11,4 +11,12 @@ bool can_load_shared_libraries() {
 #endif
 }
 
+const char* twin_relative_path() {
+#if defined(LASTCALL_STATIC_BUILD) && defined(LASTCALL_TWIN_RELPATH)
+    return LASTCALL_TWIN_RELPATH;
+#else
+    return nullptr;
+#endif
+}
+
 }  // namespace lastcall

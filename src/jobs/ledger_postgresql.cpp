@@ -22,6 +22,7 @@
 
 #include "lastcall/core/linkage.hpp"
 #include "lastcall/core/shared_library.hpp"
+#include "lastcall/core/twin.hpp"
 #include "lastcall/jobs/ledger.hpp"
 
 namespace lastcall {
@@ -53,10 +54,12 @@ struct LibPq {
 };
 
 Result<const LibPq*> load_libpq() {
-    if (!can_load_shared_libraries())
+    if (!can_load_shared_libraries()) {
+        twin::hand_over("a postgresql:// ledger needs libpq");
         return Error{
-            "a postgresql:// ledger needs libpq, which the static build cannot load (use the "
-            ".deb's binary)"};
+            "a postgresql:// ledger needs libpq, which the static build cannot load (install "
+            "the .deb, whose /usr/bin/lastcall hands such runs to its dynamic twin)"};
+    }
     static LibPq lib;
     static SharedLibraryOnce library(
         kLibrary, "a postgresql:// ledger needs libpq5 (apt-get install libpq5)");

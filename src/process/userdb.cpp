@@ -2,6 +2,7 @@
 #include "lastcall/process/userdb.hpp"
 
 #include "lastcall/core/read_file.hpp"
+#include "lastcall/core/twin.hpp"
 
 #include <grp.h>
 #include <pwd.h>
@@ -108,19 +109,38 @@ std::vector<gid_t> groups_of_in(const std::string& group_path, const std::string
 
 #ifdef LASTCALL_NO_NSS
 
+namespace {
+
+// Where this host's NSS could answer otherwise than the files (LDAP, sssd, systemd's users, or
+// a supplementary group from one of them), the run goes to the dynamic twin, which asks NSS, if
+// it is installed (core/twin.hpp); a scratch image has no twin and its files are the answer.
+void hand_over_if_nss_knows_more() {
+    static const bool beyond = [] {
+        auto conf = read_file("/etc/nsswitch.conf");
+        return conf && twin::nss_beyond_files(*conf);
+    }();
+    if (beyond) twin::hand_over("NSS names more user databases than /etc/passwd and /etc/group");
+}
+
+}  // namespace
+
 std::optional<User> find_user(const std::string& name) {
+    hand_over_if_nss_knows_more();
     return find_user_in("/etc/passwd", name);
 }
 
 std::optional<User> find_uid(uid_t uid) {
+    hand_over_if_nss_knows_more();
     return find_uid_in("/etc/passwd", uid);
 }
 
 std::optional<gid_t> find_group(const std::string& name) {
+    hand_over_if_nss_knows_more();
     return find_group_in("/etc/group", name);
 }
 
 std::vector<gid_t> groups_of(const std::string& user, gid_t primary) {
+    hand_over_if_nss_knows_more();
     return groups_of_in("/etc/group", user, primary);
 }
 

@@ -3,6 +3,7 @@
 #include "lastcall/core/instance.hpp"
 #include "lastcall/core/read_file.hpp"
 #include "lastcall/core/safe_path.hpp"
+#include "lastcall/core/twin.hpp"
 
 #include <unistd.h>
 
@@ -83,6 +84,7 @@ int run_up(const std::vector<std::string>& args) {
     mo.color = ::isatty(STDOUT_FILENO) == 1 && !(no_color && *no_color);
     mo.state_path = status_path_for(instance_id());
 
+    twin::close_startup_window();  // the point of no return (main.cpp)
     setup_logging(up.options);
     if (auto st = block_handled_signals(); !st) {
         spdlog::critical("{}", st.error().message);

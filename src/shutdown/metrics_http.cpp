@@ -15,6 +15,7 @@
 
 #include "lastcall/core/linkage.hpp"
 #include "lastcall/core/shared_library.hpp"
+#include "lastcall/core/twin.hpp"
 #include "lastcall/shutdown/metrics.hpp"
 
 namespace lastcall {
@@ -42,10 +43,13 @@ namespace {
 constexpr const char* kLibrary = "libmicrohttpd.so.12";
 
 Result<std::shared_ptr<const MetricsServer::Library>> load_library() {
-    if (!can_load_shared_libraries())
+    if (!can_load_shared_libraries()) {
+        twin::hand_over("--metrics-listen needs libmicrohttpd");
         return Error{
             "--metrics-listen needs libmicrohttpd, which the static build cannot load "
-            "(use --metrics-file, or the .deb's binary)"};
+            "(use --metrics-file, or install the .deb, whose /usr/bin/lastcall hands such runs "
+            "to its dynamic twin)"};
+    }
     auto lib = std::make_shared<MetricsServer::Library>();
     lib->handle = ::dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
     if (!lib->handle)

@@ -7,9 +7,11 @@ static/lastcall (the same objects linked statically), or the one LASTCALL_STATIC
 """
 import gzip
 import os
+import pwd
 import re
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -136,6 +138,28 @@ class DebianPackageTest(unittest.TestCase):
             if name.endswith((".service", ".socket")):
                 self.assertIn(f"/usr/share/doc/lastcall/examples/systemd/{name}", paths, listing)
         self.assertRegex(listing, r"-rwxr-xr-x root/root .* \./usr/bin/lastcall\n")
+        if not cache_option("LASTCALL_SHARED_DEPS"):
+            self.assertRegex(listing, r"-rwxr-xr-x root/root .* \./usr/libexec/lastcall/lastcall\n")
+
+    def test_usr_bin_lastcall_is_the_static_binary_and_hands_over_to_the_packaged_twin(self):
+        # Issue 18: the binary a user installs starts as catatonit does, with no loader and no
+        # libc.so to map and relocate; what only a dynamic binary can do goes to the twin.
+        if cache_option("LASTCALL_SHARED_DEPS"):
+            self.skipTest("a LASTCALL_SHARED_DEPS build has no static binary")
+        require_tools("file")
+        root = tempfile.mkdtemp(prefix="lctest-root-")
+        try:
+            self.assertEqual(run(["dpkg", "-x", self.deb, root]).returncode, 0)
+            static = os.path.join(root, "usr/bin/lastcall")
+            twin = os.path.join(root, "usr/libexec/lastcall/lastcall")
+            self.assertIn("statically linked", run(["file", "-L", static]).stdout)
+            self.assertIn("dynamically linked", run(["file", "-L", twin]).stdout)
+            for argv, runner in (([], static), (["--metrics-listen", "127.0.0.1:0"], twin)):
+                out = run([static] + argv + ["--"] + WHO_RUNS, timeout=60)
+                self.assertEqual(out.returncode, 0, out.stderr)
+                self.assertEqual(out.stdout.strip(), runner, argv)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
 
     def test_license_and_copyright_are_installed(self):
         root = tempfile.mkdtemp(prefix="lctest-root-")
@@ -187,15 +211,20 @@ class DebianPackageTest(unittest.TestCase):
         try:
             self.assertEqual(run(["dpkg", "-x", self.deb, root]).returncode, 0)
             self.assertEqual(run(["dpkg", "-x", os.path.join(self.tmp, ddebs[0]), root]).returncode, 0)
-            binary = os.path.join(root, "usr/bin/lastcall")
-            sections = run(["readelf", "-S", "-W", binary]).stdout
-            self.assertNotIn(".debug_info", sections)
-            self.assertIn(".gnu_debuglink", sections)
-            build_id = re.search(r"Build ID: (\w\w)(\w+)", run(["readelf", "-n", binary]).stdout)
-            self.assertIsNotNone(build_id)
-            debug = os.path.join(root, "usr/lib/debug/.build-id", build_id.group(1),
-                                 build_id.group(2) + ".debug")
-            self.assertIn(".debug_info", run(["readelf", "-S", "-W", debug]).stdout)
+            binaries = ["usr/bin/lastcall"]
+            if not cache_option("LASTCALL_SHARED_DEPS"):
+                binaries.append("usr/libexec/lastcall/lastcall")  # the twin
+            for name in binaries:
+                binary = os.path.join(root, name)
+                sections = run(["readelf", "-S", "-W", binary]).stdout
+                self.assertNotIn(".debug_info", sections, name)
+                self.assertIn(".gnu_debuglink", sections, name)
+                build_id = re.search(r"Build ID: (\w\w)(\w+)",
+                                     run(["readelf", "-n", binary]).stdout)
+                self.assertIsNotNone(build_id, name)
+                debug = os.path.join(root, "usr/lib/debug/.build-id", build_id.group(1),
+                                     build_id.group(2) + ".debug")
+                self.assertIn(".debug_info", run(["readelf", "-S", "-W", debug]).stdout, name)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -293,10 +322,14 @@ class StaticBinaryTest(unittest.TestCase):
         self.assertNotIn("INTERP", headers)
         self.assertNotIn("(NEEDED)", headers)
 
-    def test_refuses_what_needs_a_shared_library_with_a_one_line_error(self):
-        # core/linkage: the static binary cannot dlopen libmicrohttpd or libpq; it says so
-        # before starting anything, instead of trying.
-        out = run([self.binary, "--metrics-listen", "127.0.0.1:0", "--", "/bin/true"], timeout=30)
+    def test_without_its_twin_refuses_what_needs_a_shared_library_with_a_one_line_error(self):
+        # core/linkage: the static binary cannot dlopen libmicrohttpd or libpq. Alone (as in a
+        # scratch image: no dynamic twin beside it to hand the run to), it says so before
+        # starting anything, instead of trying.
+        lone = os.path.join(self.tmp, "lone", "lastcall")
+        os.makedirs(os.path.dirname(lone))
+        shutil.copy(self.binary, lone)
+        out = run([lone, "--metrics-listen", "127.0.0.1:0", "--", "/bin/true"], timeout=30)
         self.assertEqual(out.returncode, 2, out.stderr)
         self.assertEqual(out.stderr.strip().count("\n"), 0, out.stderr)
         self.assertIn("needs libmicrohttpd, which the static build cannot load", out.stderr)
@@ -372,6 +405,119 @@ class StaticBinaryTest(unittest.TestCase):
                    root, "nosuchuser"], timeout=30)
         self.assertNotEqual(out.returncode, 0)
         self.assertIn("no such user 'nosuchuser'", out.stderr)
+
+
+def twin_of(binary):
+    """Where a static lastcall looks for its dynamic twin (core/twin.hpp): beside it as the .deb
+    installs them, ../libexec/lastcall/lastcall from its own directory."""
+    return os.path.normpath(os.path.join(os.path.dirname(os.path.realpath(binary)), "..",
+                                         "libexec", "lastcall", "lastcall"))
+
+
+# The child's parent is lastcall itself: /proc/PPID/exe names the binary that is running it, the
+# static one or the twin it handed over to (the same PID: execve keeps it).
+WHO_RUNS = ["sh", "-c", 'readlink "/proc/$PPID/exe"']
+
+
+class StaticTwinTest(unittest.TestCase):
+    """The static binary hands what it cannot do (libpq, libmicrohttpd, NSS) to its dynamic
+    twin, before starting anything, and everything else stays its own."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.binary = static_binary()
+        cls.twin = twin_of(cls.binary)
+        if not os.access(cls.twin, os.X_OK):
+            raise unittest.SkipTest(f"no dynamic twin at {cls.twin}")
+        cls.twin_real = os.path.realpath(cls.twin)
+        cls.tmp = tempfile.mkdtemp(prefix="lctest-twin-")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def runner_of(self, argv, **kw):
+        out = run([self.binary] + argv + ["--"] + WHO_RUNS, timeout=60, **kw)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout.strip()
+
+    def test_a_plain_run_stays_in_the_static_binary(self):
+        self.assertEqual(self.runner_of([]), os.path.realpath(self.binary))
+
+    def test_metrics_listen_is_handed_to_the_twin_which_serves_it(self):
+        out = run([self.binary, "-v", "--metrics-listen", "127.0.0.1:0", "--"] + WHO_RUNS,
+                  timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), self.twin_real)
+        self.assertIn("handed over by the static binary: --metrics-listen needs libmicrohttpd",
+                      out.stderr)
+        self.assertIn("metrics: serving /metrics on 127.0.0.1:", out.stderr)
+
+    def test_the_child_gets_the_mask_the_first_binarys_parent_set_and_no_hand_over_variable(self):
+        # tini mode hands its caller's signal mask to the child. The static binary has blocked
+        # every signal it handles by the time it hands over; the twin must pass on the caller's.
+        def caller_state():
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2})
+
+        # grep reads its own mask: a shell in between would clear it (dash does).
+        out = run([self.binary, "--metrics-listen", "127.0.0.1:0", "--compat", "tini", "-s", "--",
+                   "grep", "SigBlk", "/proc/self/status"], timeout=60,
+                  preexec_fn=caller_state, restore_signals=False)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertRegex(out.stdout, r"SigBlk:\s*0*a00\n")
+        env = run([self.binary, "--metrics-listen", "127.0.0.1:0", "--", "env"], timeout=60)
+        self.assertEqual(env.returncode, 0, env.stderr)
+        self.assertNotIn("LASTCALL_HANDED_OVER", env.stdout)
+
+    def test_a_twin_that_is_the_static_binary_again_is_not_run_twice(self):
+        # A broken install whose "twin" is the static binary: one exec, then the static
+        # binary's own one-line error, never an exec loop.
+        root = os.path.join(self.tmp, "loop")
+        os.makedirs(os.path.join(root, "bin"))
+        os.makedirs(os.path.join(root, "libexec", "lastcall"))
+        shutil.copy(self.binary, os.path.join(root, "bin", "lastcall"))
+        os.symlink("../../bin/lastcall", os.path.join(root, "libexec", "lastcall", "lastcall"))
+        out = run([os.path.join(root, "bin", "lastcall"), "--metrics-listen", "127.0.0.1:0",
+                   "--", "/bin/true"], timeout=30)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn("needs libmicrohttpd, which the static build cannot load", out.stderr)
+
+    def test_a_postgresql_ledger_is_handed_to_the_twin(self):
+        # Port 1 refuses: the twin's libpq reports the connection, where the static binary
+        # alone would have said it cannot load libpq.
+        crontab = os.path.join(self.tmp, "crontab")
+        with open(crontab, "w") as f:
+            f.write("@hourly /bin/true\n")
+        out = run([self.binary, "--crontab", crontab, "--state-dir", self.tmp, "--ledger",
+                   "postgresql://127.0.0.1:1/none?connect_timeout=5", "--", "/bin/true"],
+                  timeout=60)
+        self.assertNotIn("cannot load", out.stderr)
+        self.assertIn("127.0.0.1", out.stderr)
+
+    def nss_run(self, nsswitch):
+        """Who ran `lastcall --user nobody -- id -u` (static binary or twin) with this
+        nsswitch.conf, bound over the host's in a private mount namespace. The child runs as
+        nobody and cannot read lastcall's /proc/PID/exe: the twin's debug line says it."""
+        if os.geteuid() != 0:
+            self.skipTest("a private /etc/nsswitch.conf needs a mount namespace (root)")
+        conf = os.path.join(self.tmp, "nsswitch.conf")
+        with open(conf, "w") as f:
+            f.write(nsswitch)
+        script = 'mount --bind "$1" /etc/nsswitch.conf && shift && exec "$@"'
+        out = run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                   conf, self.binary, "-v", "--user", "nobody", "--", "id", "-u"], timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), str(pwd.getpwnam("nobody").pw_uid))
+        handed = "handed over by the static binary: NSS names more user databases" in out.stderr
+        return "twin" if handed else "static"
+
+    def test_user_lookups_go_to_the_twin_where_nss_names_more_than_files(self):
+        self.assertEqual(self.nss_run("passwd: files systemd\ngroup: files systemd\n"), "twin")
+        self.assertEqual(self.nss_run("passwd: files\ngroup: files\ninitgroups: files sss\n"),
+                         "twin")
+
+    def test_user_lookups_stay_in_the_static_binary_where_nss_is_files_only(self):
+        self.assertEqual(self.nss_run("passwd: files\ngroup: files\n"), "static")
 
 
 class DeploymentExamplesTest(unittest.TestCase):

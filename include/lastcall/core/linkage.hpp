@@ -11,4 +11,9 @@ namespace lastcall {
 // glibc it was linked with, which an image built FROM scratch does not have.
 bool can_load_shared_libraries();
 
+// Where the static binary finds its dynamically linked twin (core/twin.hpp), relative to the
+// directory it runs from: "../libexec/lastcall/lastcall" for the .deb's /usr/bin/lastcall.
+// nullptr in the dynamic build, which is the twin.
+const char* twin_relative_path();
+
 }  // namespace lastcall

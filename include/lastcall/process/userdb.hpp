@@ -6,7 +6,9 @@
 // and /etc/group itself: glibc's NSS in a static binary dlopen()s the host's shared libnss_*
 // modules at runtime, which in a scratch, distroless or alpine image are absent or belong to
 // another libc, so the answer would depend on the image in ways nobody can see. Files only is
-// predictable, and it is what a container has. Numeric ids work in both builds.
+// predictable, and it is what a container has. Where the host's nsswitch.conf names another
+// source and the .deb's dynamic twin is installed, the static binary hands the run over to it
+// at the first lookup (core/twin.hpp), so the answer is NSS's. Numeric ids work in both builds.
 #pragma once
 
 #include <sys/types.h>
@@ -34,7 +36,7 @@ std::vector<gid_t> groups_of_in(const std::string& group_path, const std::string
                                 gid_t primary);
 
 // What lookup_credentials uses: NSS in the dynamic build, /etc/passwd and /etc/group in the
-// static one.
+// static one (or, during start-up, a hand-over to the twin that asks NSS).
 std::optional<User> find_user(const std::string& name);
 std::optional<User> find_uid(uid_t uid);
 std::optional<gid_t> find_group(const std::string& name);
