@@ -67,7 +67,6 @@ std::optional<int> run_subcommand(const std::vector<std::string>& args, const si
     return std::nullopt;
 }
 
-// What the config file (and --crontab) asks for beside the command. A bad [services.*] or
 // Who this lastcall is in the run ledger: the replica's name (--replica-id, else the host
 // name: a pod's name in Kubernetes), and for its leases this process's own instance id.
 LedgerIdentity ledger_identity(const Options& options, const JobsSetup& jobs) {
@@ -82,6 +81,7 @@ LedgerIdentity ledger_identity(const Options& options, const JobsSetup& jobs) {
     return id;
 }
 
+// What the config file (and --crontab) asks for beside the command. A bad [services.*] or
 // [jobs.*] table ends the run before anything starts, like a usage error.
 struct Configuration {
     std::vector<ServiceSpec> services;
@@ -101,6 +101,17 @@ Result<Configuration> load_configuration(const Options& options) {
         return Error{(options.config_path.empty() ? options.crontab_path : options.config_path) +
                      ": defines no service and no job, and no command was given"};
     return Configuration{std::move(*services), std::move(*jobs)};
+}
+
+// What the static binary cannot do goes to its dynamic twin (core/twin.hpp) as soon as the
+// command line shows it, before the config and the crontab are read: the twin reads them again,
+// and one that cannot be read twice goes to it unread. (A config's own `ledger` or `user` can
+// only hand over once read.)
+void hand_over_what_needs_the_twin(const Options& options) {
+    if (!options.metrics_listen.empty()) twin::hand_over("--metrics-listen needs libmicrohttpd");
+    if (!options.ledger_url.empty()) twin::hand_over("a postgresql:// ledger needs libpq");
+    twin::hand_over_before_reading(options.config_path);
+    twin::hand_over_before_reading(options.crontab_path);
 }
 
 // The parts that live beside the main child for the whole run.
@@ -194,6 +205,7 @@ int main(int argc, char** argv) {
     if (options.restore_inherited_signals)
         options.inherited_signals = inherited_signals(inherited_mask);
 
+    hand_over_what_needs_the_twin(options);
     auto config = load_configuration(options);
     if (!config) {
         std::fprintf(stderr, "lastcall: %s\n", config.error().message.c_str());
@@ -206,7 +218,7 @@ int main(int argc, char** argv) {
             return 2;
         }
 
-    // The shared ledger opens after the point of no return, too late to hand over.
+    // A config's `ledger`: the ledger opens after the point of no return, too late to hand over.
     if (!config->jobs.jobs.empty() && !config->jobs.ledger_url.empty())
         twin::hand_over("a postgresql:// ledger needs libpq");
 
@@ -224,7 +236,14 @@ int main(int argc, char** argv) {
 
     twin::close_startup_window();
     setup_logging(options);
-    if (handed_over) spdlog::debug("handed over by the static binary: {}", handed_over->why);
+    if (handed_over) {
+        spdlog::debug("handed over by the static binary: {}", handed_over->why);
+        if (handed_over->version != LASTCALL_VERSION)
+            spdlog::warn(
+                "handed over by a static lastcall {} to this dynamic one, {}: install "
+                "both from one package",
+                handed_over->version, LASTCALL_VERSION);
+    }
 
     // Signals were blocked at the top of main(), so none is lost between the child's spawn and
     // the signalfd. From here on lastcall must not die: as PID 1 its death kills the container,

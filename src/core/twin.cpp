@@ -2,6 +2,9 @@
 #include "lastcall/core/twin.hpp"
 
 #include <limits.h>
+#include <sys/auxv.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -40,16 +43,49 @@ sigset_t mask_from_bits(std::uint64_t bits) {
     return set;
 }
 
+std::string hex(std::uint64_t v) {
+    char buf[16];
+    return std::string(buf, std::to_chars(buf, buf + sizeof buf, v, 16).ptr);
+}
+
+std::string decimal(long v) {
+    char buf[24];
+    return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+}
+
+// This executable's real path: /proc/self/exe, else (no /proc yet, early in a container) the
+// path it was executed by, resolved (realpath walks the symlinks itself: a `tini` symlink leads
+// to the real file, whose directory is the package's).
+std::string own_path() {
+    char self[PATH_MAX];
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) return std::string(self, static_cast<std::size_t>(n));
+    auto execfn = reinterpret_cast<const char*>(::getauxval(AT_EXECFN));
+    if (execfn && ::realpath(execfn, self)) return self;
+    return {};
+}
+
 // <directory of this executable>/<relative>: the twin sits where the package put it beside
 // this binary, wherever the package's prefix is (the build tree mirrors it).
 std::string twin_path(const char* relative) {
-    char self[PATH_MAX];
-    ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return {};  // no /proc yet: no twin can be found, none is used
-    std::string_view exe(self, static_cast<std::size_t>(n));
+    std::string exe = own_path();
     auto slash = exe.rfind('/');
-    if (slash == std::string_view::npos) return {};
-    return std::string(exe.substr(0, slash + 1)) + relative;
+    if (slash == std::string::npos) return {};
+    return exe.substr(0, slash + 1) + relative;
+}
+
+// The next '\n'-separated field of `rest`, consumed.
+std::string_view next_field(std::string_view& rest) {
+    auto nl = rest.find('\n');
+    std::string_view field = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    return field;
+}
+
+template <typename T>
+bool parse_number(std::string_view text, T& out, int base) {
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out, base);
+    return !text.empty() && ec == std::errc{} && end == text.data() + text.size();
 }
 
 }  // namespace
@@ -69,9 +105,12 @@ void hand_over(std::string_view why) {
     if (!relative || !g_window_open || g_was_handed_over) return;
     std::string path = twin_path(relative);
     if (path.empty() || ::access(path.c_str(), X_OK) != 0) return;
-    char bits[17];
-    auto end = std::to_chars(bits, bits + 16, mask_bits(g_inherited_mask), 16).ptr;
-    std::string value = std::string(bits, end) + " " + std::string(why);
+    // The twin's comm would be its file name; the static binary's is what ps and pgrep knew.
+    char comm[17] = {};
+    ::prctl(PR_GET_NAME, comm, 0, 0, 0);
+    // PID, mask, version, comm, reason: one field a line (the reason may hold spaces, a comm too).
+    std::string value = decimal(::getpid()) + "\n" + hex(mask_bits(g_inherited_mask)) + "\n" +
+                        LASTCALL_VERSION + "\n" + comm + "\n" + std::string(why);
     if (::setenv(kVariable, value.c_str(), 1) != 0) return;
     // Signals stay blocked across execve: one that arrives now is pending in the twin, which
     // takes it from its signalfd like any other.
@@ -79,56 +118,68 @@ void hand_over(std::string_view why) {
     ::unsetenv(kVariable);  // the exec failed: this binary goes on and reports its own error
 }
 
+void hand_over_before_reading(const std::string& path) {
+    if (!twin_relative_path() || !g_window_open || path.empty()) return;
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+        hand_over(path + " is not a regular file: the twin could not read it again");
+}
+
 std::optional<HandedOver> take_handed_over() {
     const char* value = std::getenv(kVariable);
     if (!value) return std::nullopt;
-    std::string_view text(value);
+    std::string_view rest(value);
+    long pid = 0;
     std::uint64_t bits = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bits, 16);
+    bool ok = parse_number(next_field(rest), pid, 10) && pid == ::getpid() &&
+              parse_number(next_field(rest), bits, 16);
+    std::string_view version = next_field(rest);
+    std::string_view comm = next_field(rest);
     std::optional<HandedOver> result;
-    if (ec == std::errc{} && end != text.data() &&
-        (end == text.data() + text.size() || *end == ' ')) {
-        std::string why(end == text.data() + text.size() ? end : end + 1,
-                        text.data() + text.size());
-        result = HandedOver{mask_from_bits(bits), std::move(why)};
+    if (ok && !version.empty()) {
+        // For this very process (execve keeps the PID): not a copy some parent left behind.
+        result = HandedOver{mask_from_bits(bits), std::string(version), std::string(rest)};
         g_was_handed_over = true;
+        std::string name(comm.substr(0, 15));
+        if (!name.empty()) ::prctl(PR_SET_NAME, name.c_str(), 0, 0, 0);
     }
-    // Malformed or not, no child of lastcall sees it.
+    // Malformed, stale or not, no child of lastcall sees it.
     ::unsetenv(kVariable);
     return result;
 }
 
 bool nss_beyond_files(std::string_view conf) {
+    auto is_space = [](char c) {
+        return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+    };
     while (!conf.empty()) {
-        auto nl = conf.find('\n');
-        std::string_view line = conf.substr(0, nl);
-        conf = nl == std::string_view::npos ? std::string_view() : conf.substr(nl + 1);
-        if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-        auto colon = line.find(':');
-        if (colon == std::string_view::npos) continue;
-        std::string_view db = line.substr(0, colon);
-        while (!db.empty() && (db.front() == ' ' || db.front() == '\t')) db.remove_prefix(1);
-        while (!db.empty() && (db.back() == ' ' || db.back() == '\t')) db.remove_suffix(1);
-        if (db != "passwd" && db != "group" && db != "initgroups") continue;
-        std::string_view rest = line.substr(colon + 1);
+        std::string_view line = next_field(conf);
+        // glibc's nss_database.c: leading blanks skipped; only a line starting with '#' is a
+        // comment; the name ends at a blank or a colon, and blanks and colons follow it.
         std::size_t i = 0;
-        while (i < rest.size()) {
-            char c = rest[i];
-            if (c == ' ' || c == '\t') {
+        while (i < line.size() && is_space(line[i])) ++i;
+        if (i == line.size() || line[i] == '#') continue;
+        std::size_t name_start = i;
+        while (i < line.size() && !is_space(line[i]) && line[i] != ':') ++i;
+        std::string_view db = line.substr(name_start, i - name_start);
+        if (db != "passwd" && db != "group" && db != "initgroups") continue;
+        while (i < line.size() && (is_space(line[i]) || line[i] == ':')) ++i;
+        while (i < line.size()) {
+            if (is_space(line[i])) {
                 ++i;
                 continue;
             }
-            if (c == '[') {  // [NOTFOUND=return] and the like are actions, not sources
-                auto close = rest.find(']', i);
+            if (line[i] == '[') {  // [NOTFOUND=return] and the like are actions, not sources
+                auto close = line.find(']', i);
                 if (close == std::string_view::npos) break;
                 i = close + 1;
                 continue;
             }
-            auto stop = rest.find_first_of(" \t[", i);
-            std::string_view source =
-                rest.substr(i, stop == std::string_view::npos ? stop : stop - i);
-            if (source != "files") return true;
-            i = stop == std::string_view::npos ? rest.size() : stop;
+            std::size_t start = i;
+            while (i < line.size() && !is_space(line[i]) && line[i] != '[') ++i;
+            // Anything but `files` is a source NSS would ask: a '#' here too (glibc would try
+            // to load libnss_#.so.2 and go on to the next).
+            if (line.substr(start, i - start) != "files") return true;
         }
     }
     return false;
