@@ -87,7 +87,8 @@ fuzz: deps
 # Benchmarks against tini, dumb-init and catatonit (issue 8): bench/results/<date>.md + PNGs.
 # QUICK=1 for a smoke run. What is measured is what a user installs (issue 18): /usr/bin/lastcall
 # of the .deb (`make package`, unpacked into $(BUILD)/bench-root) and the static binary of `make
-# static`. The report names both files, their sha256 and the commit.
+# static`, and the .deb's dynamic twin (/usr/libexec/lastcall/lastcall: the runs handed over to
+# it pay its start-up and memory). The report names the files, their sha256 and the commit.
 bench: package static
 	$(call apt_install,$(BENCH_PKGS) valgrind file)
 	rm -rf $(BUILD)/bench-root
@@ -95,6 +96,7 @@ bench: package static
 	/usr/bin/python3 bench/run.py --lastcall-static $(BUILD)/static/lastcall \
 	  --lastcall $(BUILD)/bench-root/usr/bin/lastcall \
 	  --lastcall-origin "$$(ls -t $(BUILD)/packages/lastcall_*.deb | head -1)" \
+	  $(if $(wildcard $(BUILD)/bench-root/usr/libexec/lastcall/lastcall),--extra lastcall-twin=$(BUILD)/bench-root/usr/libexec/lastcall/lastcall,) \
 	  $(if $(QUICK),--quick,) $(if $(PROFILE),--profile,) $(BENCH_ARGS)
 
 # The run ledger: claim latency and runs/s, SQLite and PostgreSQL (issue 20): <date>-ledger.md.
