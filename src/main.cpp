@@ -24,6 +24,7 @@
 #include "lastcall/core/clock.hpp"
 #include "lastcall/core/instance.hpp"
 #include "lastcall/core/log.hpp"
+#include "lastcall/core/read_file.hpp"
 #include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/signals.hpp"
 #include "lastcall/core/twin.hpp"
@@ -89,9 +90,16 @@ struct Configuration {
 };
 
 Result<Configuration> load_configuration(const Options& options) {
-    auto services = load_config_services(options.config_path);
+    // Read once for both: a config from a pipe (`--config <(...)`) has one reader.
+    std::string text;
+    if (!options.config_path.empty()) {
+        auto read = read_file(options.config_path);
+        if (!read) return read.error();
+        text = std::move(*read);
+    }
+    auto services = load_config_services(options.config_path, text);
     if (!services) return services.error();
-    auto jobs = load_jobs(options);
+    auto jobs = load_jobs(options, &text);
     if (!jobs) return jobs.error();
     // Every unit runs as its own `user`/`group`, else as --user: never as root by omission.
     for (auto& s : *services) s.user = unit_credentials(s.user, s.group, options.credentials);

@@ -522,11 +522,12 @@ std::string state_dir_name(const std::string& unit_file) {
     return stem + "-" + std::string(hex, 8);
 }
 
-Result<JobsSetup> load_jobs(const Options& options) {
+Result<JobsSetup> load_jobs(const Options& options, const std::string* config_text) {
     JobsSetup setup;
     std::string config_dir;
     if (!options.config_path.empty()) {
-        auto config = load_jobs_config(options.config_path);
+        auto config = config_text ? parse_jobs_toml(*config_text, options.config_path)
+                                  : load_jobs_config(options.config_path);
         if (!config) return config.error();
         setup.jobs = std::move(config->jobs);
         config_dir = config->state_dir;

@@ -13,7 +13,6 @@
 #include <sstream>
 #include "lastcall/core/toml_parse.hpp"
 
-#include "lastcall/core/read_file.hpp"
 #include "lastcall/core/signals.hpp"
 #include "lastcall/services/services.hpp"
 
@@ -492,12 +491,6 @@ Result<std::vector<ServiceSpec>> parse_services_toml(std::string_view text,
     });
     if (auto st = order_by_dependencies(out); !st) return st.error();
     return out;
-}
-
-Result<std::vector<ServiceSpec>> load_services_file(const std::string& path) {
-    auto text = read_file(path);
-    if (!text) return text.error();
-    return parse_services_toml(*text, path);
 }
 
 Status order_by_dependencies(std::vector<ServiceSpec>& services) {

@@ -977,9 +977,10 @@ void ServiceManager::finished(int /*exit_code*/) {
     if (!opts_.state_path.empty()) remove_status_file(opts_.state_path);
 }
 
-Result<std::vector<ServiceSpec>> load_config_services(const std::string& config_path) {
+Result<std::vector<ServiceSpec>> load_config_services(const std::string& config_path,
+                                                      const std::string& config_text) {
     if (config_path.empty()) return std::vector<ServiceSpec>{};
-    return load_services_file(config_path);
+    return parse_services_toml(config_text, config_path);
 }
 
 }  // namespace lastcall

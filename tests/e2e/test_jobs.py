@@ -627,6 +627,18 @@ class ConfigErrorTest(JobsTestCase):
                                  'retries = 3\n', "b.toml")
         self.assert_usage_error(["--config", path], f"{path}:4: jobs.x.retries: unknown key")
 
+    def test_a_config_from_a_pipe_gives_its_services_and_its_jobs(self):
+        # One read for both: the services' loader emptied the pipe and the jobs' loader found
+        # nothing ("defines no service and no job"), or ran the services without the jobs.
+        config = ('[services.svc]\ncommand = "sleep 30"\n\n'
+                  '[jobs.nightly]\nschedule = "17 3 * * *"\ncommand = "true"\n')
+        script = 'c=$1; shift; exec "$@" --config <(printf "%s" "$c") -- true'
+        r = subprocess.run(["bash", "-c", script, "bash", config, LASTCALL, "-v", "--state-dir",
+                            self.state], capture_output=True, text=True, env=self.env, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("job nightly: schedule '17 3 * * *'", r.stderr)
+        self.assertRegex(r.stderr, r"service svc\b")
+
     def test_a_cron_d_directory_is_read_in_the_system_format_with_stable_names(self):
         crond = os.path.join(self.dir, "cron.d")
         os.mkdir(crond)

@@ -97,7 +97,9 @@ struct JobsSetup {
     std::string ledger_url;  // --ledger, else the config's `ledger`; empty: SQLite in state_dir
     Millis lease = kDefaultLease;
 };
-Result<JobsSetup> load_jobs(const Options& options);
+// config_text: the text of --config when the caller has read it already (main reads it once
+// for the services and the jobs: a config from a pipe has one reader); else the file is read.
+Result<JobsSetup> load_jobs(const Options& options, const std::string* config_text = nullptr);
 // The run ledger's directory: --state-dir, else the config's state_dir, else $STATE_DIRECTORY
 // (systemd's StateDirectory=), else one directory per config (or crontab) file under
 // default_state_dir(), named by state_dir_name(): two instances with different configs on one

@@ -128,7 +128,9 @@ class ServiceManager final : public SupervisorComponent {
     bool status_failing_ = false;
 };
 
-// The services of `--config FILE` ([services.*]; other tables are ignored). No file: none.
-Result<std::vector<ServiceSpec>> load_config_services(const std::string& config_path);
+// The services of `--config FILE` ([services.*]; other tables are ignored), from its text as
+// main() read it once (a config from a pipe has one reader). No file: none.
+Result<std::vector<ServiceSpec>> load_config_services(const std::string& config_path,
+                                                      const std::string& config_text);
 
 }  // namespace lastcall

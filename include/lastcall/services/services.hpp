@@ -94,8 +94,7 @@ bool valid_service_name(std::string_view name);
 
 // Reads `[services.NAME]` tables; every other top-level table (`[jobs.*]`, ...) belongs to other
 // loaders and is ignored. Errors: one line, "FILE:LINE: services.NAME.KEY: what is wrong".
-// The result is in start order (see order_by_dependencies).
-Result<std::vector<ServiceSpec>> load_services_file(const std::string& path);
+// The result is in start order (see order_by_dependencies). `path` names the file in errors.
 Result<std::vector<ServiceSpec>> parse_services_toml(std::string_view text,
                                                      const std::string& path);
 
