@@ -566,7 +566,14 @@ class StaticTwinTest(unittest.TestCase):
                       out.stderr)
         self.assertNotIn("cannot load", out.stderr)
 
-    def nss_run(self, nsswitch):
+    def test_the_runs_subcommand_hands_a_postgresql_ledger_to_the_twin(self):
+        out = run([self.binary, "runs", "--ledger",
+                   "postgresql://127.0.0.1:1/none?connect_timeout=5"], timeout=60)
+        self.assertEqual(out.returncode, 1, out.stderr)
+        self.assertNotIn("cannot load", out.stderr)
+        self.assertIn("connect:", out.stderr)  # libpq's answer: the twin loaded it
+
+    def nss_run(self, nsswitch, args=None):
         """Who ran `lastcall --user nobody -- id -u` (static binary or twin) with this
         nsswitch.conf, bound over the host's in a private mount namespace. The child runs as
         nobody and cannot read lastcall's /proc/PID/exe: the twin's debug line says it."""
@@ -580,12 +587,21 @@ class StaticTwinTest(unittest.TestCase):
         with open(conf, "w") as f:
             f.write(nsswitch)
         script = 'mount --bind "$1" /etc/nsswitch.conf && shift && exec "$@"'
+        argv = args or ["--user", "nobody", "--", "id", "-u"]
         out = run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
-                   conf, self.binary, "-v", "--user", "nobody", "--", "id", "-u"], timeout=60)
+                   conf, self.binary, "-v"] + argv, timeout=60)
         self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertEqual(out.stdout.strip(), str(pwd.getpwnam("nobody").pw_uid))
+        if not args:
+            self.assertEqual(out.stdout.strip(), str(pwd.getpwnam("nobody").pw_uid))
         handed = "handed over by the static binary: NSS names more user databases" in out.stderr
         return "twin" if handed else "static"
+
+    def test_a_services_user_in_the_config_is_looked_up_by_the_twin_too(self):
+        config = os.path.join(self.tmp, "services.toml")
+        with open(config, "w") as f:
+            f.write('[services.s]\ncommand = "true"\nuser = "nobody"\n')
+        self.assertEqual(self.nss_run("passwd: files ldap\ngroup: files\n",
+                                      ["--config", config, "--", "true"]), "twin")
 
     def test_user_lookups_go_to_the_twin_where_nss_names_more_than_files(self):
         self.assertEqual(self.nss_run("passwd: files systemd\ngroup: files systemd\n"), "twin")
