@@ -566,6 +566,17 @@ class StaticTwinTest(unittest.TestCase):
                       out.stderr)
         self.assertNotIn("cannot load", out.stderr)
 
+    def test_as_pid_1_the_twin_is_pid_1(self):
+        # A container's ENTRYPOINT: execve keeps PID 1, so the twin reaps and forwards as init.
+        if run(["unshare", "--pid", "--fork", "--mount-proc", "true"]).returncode != 0:
+            self.skipTest("unshare --pid is not allowed here")
+        out = run(["unshare", "--pid", "--fork", "--mount-proc", self.binary, "--metrics-listen",
+                   "127.0.0.1:0", "--", "sh", "-c",
+                   'echo "$PPID"; readlink /proc/1/exe; sh -c "exit 3" & wait; exit 5'],
+                  timeout=60)
+        self.assertEqual(out.returncode, 5, out.stderr)
+        self.assertEqual(out.stdout.split(), ["1", self.twin_real])
+
     def test_the_runs_subcommand_hands_a_postgresql_ledger_to_the_twin(self):
         out = run([self.binary, "runs", "--ledger",
                    "postgresql://127.0.0.1:1/none?connect_timeout=5"], timeout=60)
