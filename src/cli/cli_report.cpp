@@ -402,10 +402,14 @@ class Renderer {
         for (const auto& s : svcs) {
             auto last = num(s, "last_exit_code");
             bool forced = sub(s, "forced").is_boolean() && sub(s, "forced").get<bool>();
-            rows.push_back(
-                {str(s, "name"), str(s, "state"), std::to_string(num(s, "starts").value_or(0)),
-                 std::to_string(num(s, "restarts").value_or(0)), last ? std::to_string(*last) : "-",
-                 forced ? "forced: SIGKILL" : "by itself"});
+            std::string ended = forced ? "forced: SIGKILL" : "by itself";
+            // Kills of an exited instance's leftovers while running: not the shutdown's.
+            if (auto n = num(s, "leftovers_killed"); n && *n > 0)
+                ended += " (leftovers killed " + std::to_string(*n) + "x while running)";
+            rows.push_back({str(s, "name"), str(s, "state"),
+                            std::to_string(num(s, "starts").value_or(0)),
+                            std::to_string(num(s, "restarts").value_or(0)),
+                            last ? std::to_string(*last) : "-", ended});
         }
         table(rows);
     }

@@ -110,7 +110,11 @@ struct ServiceManager::Service {
     std::set<pid_t> last_members;
     StopRounds stop_rounds;  // its stop passes, when the budget cuts them
     std::optional<MonoTime> stop_deadline;
+    // The stop under way, or the service's last one, needed SIGKILL: the report's `forced`.
     bool killed = false;
+    // While running, what an exited instance left behind was killed at the end of its grace:
+    // a fact of the run, not of the shutdown (the report's `leftovers_killed`).
+    int leftovers_killed = 0;
 
     int restarts() const { return starts > 1 ? starts - 1 : 0; }
 };
@@ -759,6 +763,8 @@ void ServiceManager::check_stop(Service& s) {
     if (cleaning && (members.empty() || stuck)) {
         s.wake.reset();
         s.stop_rounds.end();
+        // Counted in leftovers_killed: `forced` is left to the service's own stop, if any.
+        if (!shutting_down_) s.killed = false;
         retire_scopes(s);
         conclude_instance(s);
         return;
@@ -774,6 +780,7 @@ void ServiceManager::check_stop(Service& s) {
     }
     if (!s.killed && s.stop_deadline && now >= *s.stop_deadline) {
         s.killed = true;
+        if (cleaning && !shutting_down_) ++s.leftovers_killed;
         s.stop_rounds.end();  // the kill works on frozen processes; nothing more is owed
         int n = kill_members(s);
         host_->record_force(ForceKind::Sigkill, "service " + s.spec.name + ": grace", n);
@@ -963,6 +970,7 @@ void ServiceManager::contribute_report(JsonWriter& j) {
         else
             j.null();
         j.field("forced", s.killed);
+        j.field("leftovers_killed", s.leftovers_killed);
         j.end_object();
     }
     j.end_array();

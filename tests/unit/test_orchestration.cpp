@@ -165,6 +165,15 @@ struct CrashedWithDaemon : Services {
     pid_t daemon = 0;
 };
 
+// The services' part of the shutdown report.
+std::string services_report(Services& s) {
+    JsonWriter w;
+    w.begin_object();
+    s.manager.contribute_report(w);
+    w.end_object();
+    return w.str();
+}
+
 TEST_CASE(
     "what a crashed instance left behind is stopped, and killed at its grace, before "
     "the next instance starts",
@@ -225,6 +234,32 @@ TEST_CASE("a shutdown while a crashed instance's leftovers are being stopped sto
     s.host.advance(100ms);
     CHECK(s.state("web") == ServiceState::Stopped);
     CHECK(s.host.drain_releases == 1);
+    // A kill during the shutdown is the shutdown's: forced.
+    CHECK_THAT(services_report(s), Catch::Contains(R"("forced":true,"leftovers_killed":0)"));
+}
+
+TEST_CASE(
+    "a kill of what an exited instance left behind, while running, is not a forced stop of "
+    "the service",
+    "[orchestration][services]") {
+    Services s(R"(
+[services.web]
+command = ["web"]
+restart = "no"
+grace = "3s"
+)");
+    pid_t leader = s.pid("web");
+    pid_t daemon = s.host.fork_child(leader);
+    s.host.exit(leader, kExit0);
+    s.host.advance(3s);  // the grace since the exit: the leftover is killed, while running
+    REQUIRE(s.host.proc(daemon).killed);
+    s.host.reap_killed();
+    s.host.advance(100ms);
+    CHECK(s.state("web") == ServiceState::Exited);
+    s.begin_shutdown();
+    s.host.advance(100ms);
+    auto report = services_report(s);
+    CHECK_THAT(report, Catch::Contains(R"("forced":false,"leftovers_killed":1)"));
 }
 
 TEST_CASE("a restart due after the shutdown began is refused", "[orchestration][services]") {
