@@ -10,6 +10,7 @@
 #include "lastcall/core/signals.hpp"
 #include "lastcall/core/text_table.hpp"
 #include "lastcall/core/timefmt.hpp"
+#include "lastcall/core/twin.hpp"
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/ledger.hpp"
 
@@ -27,6 +28,9 @@ Result<LedgerLocation> ledger_of(const std::string& url, const std::string& flag
     }
     std::string from_config;
     if (!config_path.empty()) {
+        // Its `ledger` may be PostgreSQL, which the static binary hands to its twin: a config
+        // that cannot be read twice goes there unread (core/twin.hpp).
+        twin::hand_over_before_reading(config_path);
         auto config = load_jobs_config(config_path);
         if (!config) return config.error();
         if (flag.empty() && !config->ledger.empty()) return LedgerLocation{"", config->ledger};
@@ -203,6 +207,9 @@ int run_jobs(const std::vector<std::string>& args) {
         std::fprintf(stderr, "lastcall jobs: --config or --crontab is required\n");
         return 2;
     }
+    // A `user` in them may hand over to the twin (core/twin.hpp): unread, if read only once.
+    twin::hand_over_before_reading(o.config_path);
+    twin::hand_over_before_reading(o.crontab_path);
     auto setup = load_jobs(o);
     if (!setup) {
         std::fprintf(stderr, "lastcall: %s\n", setup.error().message.c_str());

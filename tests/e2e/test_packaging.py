@@ -571,6 +571,14 @@ class StaticTwinTest(unittest.TestCase):
         self.assertNotIn("cannot load", out.stderr)
         self.assertIn("connect:", out.stderr)  # libpq's answer: the twin loaded it
 
+    def test_runs_with_a_piped_config_naming_a_postgresql_ledger_reaches_the_twin_unread(self):
+        config = ('ledger = "postgresql://127.0.0.1:1/none?connect_timeout=5"\n'
+                  '[jobs.a]\nschedule = "@hourly"\ncommand = "true"\n')
+        out = run(["bash", "-c", 'exec "$1" runs --config <(printf "%s" "$2")', "bash",
+                   self.binary, config], timeout=60)
+        self.assertEqual(out.returncode, 1, out.stderr)
+        self.assertIn("connect:", out.stderr)  # the twin read the config and loaded libpq
+
     def nss_run(self, nsswitch, args=None):
         """Who ran `lastcall --user nobody -- id -u` (static binary or twin) with this
         nsswitch.conf, bound over the host's in a private mount namespace. The child runs as
