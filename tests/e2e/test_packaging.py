@@ -501,8 +501,8 @@ class StaticTwinTest(unittest.TestCase):
         # The twin reads its inputs again: a pipe read by the static binary first would reach
         # the twin empty, and its jobs would silently be gone.
         script = 'b=$1; shift; "$b" --crontab <(printf "17 3 * * * echo hi\\n") "$@"'
-        out = run(["bash", "-c", script, "bash", self.binary, "-v", "--metrics-listen",
-                   "127.0.0.1:0", "--", "/bin/true"], timeout=60)
+        out = run(["bash", "-c", script, "bash", self.binary, "-v", "--state-dir", self.tmp,
+                   "--metrics-listen", "127.0.0.1:0", "--", "/bin/true"], timeout=60)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn("handed over by the static binary", out.stderr)
         self.assertRegex(out.stderr, r"job echo-\S*: schedule '17 3 \* \* \*'")
