@@ -110,11 +110,13 @@ struct ServiceManager::Service {
     std::set<pid_t> last_members;
     StopRounds stop_rounds;  // its stop passes, when the budget cuts them
     std::optional<MonoTime> stop_deadline;
-    // The stop under way, or the service's last one, needed SIGKILL: the report's `forced`.
+    // This instance's stop or cleanup sent SIGKILL (no second kill, and stop_done()).
     bool killed = false;
-    // While running, what an exited instance left behind was killed at the end of its grace:
-    // a fact of the run, not of the shutdown (the report's `leftovers_killed`).
-    int leftovers_killed = 0;
+    // ... while lastcall was running: what an exited instance left behind, killed at the end of
+    // its grace, is a fact of the run, not a forced stop (the report's `forced` is `killed`
+    // without it) until the shutdown forces the service itself (before_force, a forced end).
+    bool killed_while_running = false;
+    int leftovers_killed = 0;  // the report's count of those kills
 
     int restarts() const { return starts > 1 ? starts - 1 : 0; }
 };
@@ -234,6 +236,7 @@ void ServiceManager::start(Service& s) {
     s.last_members.clear();
     s.stop_rounds.end();
     s.killed = false;
+    s.killed_while_running = false;
     apply(s, ServiceEvent::Spawned);
     if (!result.child) {
         ticket->rollback();
@@ -660,6 +663,14 @@ bool ServiceManager::stop_done(Service& s) {
 // Reverse dependency order, in parallel: every service that nothing running depends on gets its
 // stop signal now; one that something depends on, once all its dependents are done.
 void ServiceManager::stop_eligible() {
+    // A service whose stop is done as soon as it begins (no member left, or leftovers already
+    // killed while running) lets the services it depends on stop at once: those come earlier in
+    // the list and were passed over, so the pass repeats. Each repeat needs a state change.
+    for (bool again = true; again;) again = stop_eligible_pass();
+}
+
+bool ServiceManager::stop_eligible_pass() {
+    bool again = false;
     bool waiting = false;
     for (std::size_t i = 0; i < services_.size(); ++i) {
         Service& s = services_[i];
@@ -679,14 +690,18 @@ void ServiceManager::stop_eligible() {
             waiting = true;
             continue;
         }
+        ServiceState before = s.state;
         begin_stop(s);
+        if (s.state != before && stop_done(s)) again = true;
         waiting = waiting || s.state == ServiceState::Stopping;
     }
+    if (again) return true;
     if (!waiting && holding_drain_) {
         holding_drain_ = false;
         spdlog::info("all services stopped");
         host_->release_drain();
     }
+    return false;
 }
 
 void ServiceManager::begin_stop(Service& s) {
@@ -763,8 +778,6 @@ void ServiceManager::check_stop(Service& s) {
     if (cleaning && (members.empty() || stuck)) {
         s.wake.reset();
         s.stop_rounds.end();
-        // Counted in leftovers_killed: `forced` is left to the service's own stop, if any.
-        if (!shutting_down_) s.killed = false;
         retire_scopes(s);
         conclude_instance(s);
         return;
@@ -773,14 +786,18 @@ void ServiceManager::check_stop(Service& s) {
         s.wake.reset();
         s.stop_rounds.end();
         apply(s, ServiceEvent::TreeGone);
-        spdlog::info("service {}: stopped{}", s.spec.name, s.killed ? " (forced)" : "");
+        spdlog::info("service {}: stopped{}", s.spec.name,
+                     s.killed && !s.killed_while_running ? " (forced)" : "");
         retire_scopes(s);
         stop_eligible();
         return;
     }
     if (!s.killed && s.stop_deadline && now >= *s.stop_deadline) {
         s.killed = true;
-        if (cleaning && !shutting_down_) ++s.leftovers_killed;
+        if (cleaning && !shutting_down_) {
+            s.killed_while_running = true;
+            ++s.leftovers_killed;
+        }
         s.stop_rounds.end();  // the kill works on frozen processes; nothing more is owed
         int n = kill_members(s);
         host_->record_force(ForceKind::Sigkill, "service " + s.spec.name + ": grace", n);
@@ -813,7 +830,10 @@ void ServiceManager::end_ordered_stop(bool forced) {
         bool running = s.state == ServiceState::Starting || s.state == ServiceState::Ready;
         if (forced && ((running && s.pid > 0) || s.state == ServiceState::Cleaning))
             apply(s, ServiceEvent::StopRequested);
-        if (forced && s.state == ServiceState::Stopping) s.killed = true;
+        if (forced && s.state == ServiceState::Stopping) {
+            s.killed = true;
+            s.killed_while_running = false;
+        }
         s.stop_rounds.end();
         if (!forced) {
             // Every process of the tree is gone: so is every service's.
@@ -827,7 +847,10 @@ void ServiceManager::end_ordered_stop(bool forced) {
 
 void ServiceManager::before_force() {
     for (auto& s : services_) {
-        if (s.state == ServiceState::Stopping) s.killed = true;
+        if (s.state == ServiceState::Stopping) {
+            s.killed = true;
+            s.killed_while_running = false;
+        }
         s.stop_rounds.end();  // the tree's kill needs no hold
     }
 }
@@ -969,7 +992,7 @@ void ServiceManager::contribute_report(JsonWriter& j) {
             j.value(exit_code_of(*s.last_status));
         else
             j.null();
-        j.field("forced", s.killed);
+        j.field("forced", s.killed && !s.killed_while_running);
         j.field("leftovers_killed", s.leftovers_killed);
         j.end_object();
     }

@@ -262,6 +262,54 @@ grace = "3s"
     CHECK_THAT(report, Catch::Contains(R"("forced":false,"leftovers_killed":1)"));
 }
 
+TEST_CASE(
+    "a shutdown that begins while leftovers killed during the run are still dying does not "
+    "make the service's stop forced",
+    "[orchestration][services]") {
+    Services s(R"(
+[services.web]
+command = ["web"]
+restart = "no"
+grace = "3s"
+)");
+    pid_t leader = s.pid("web");
+    pid_t daemon = s.host.fork_child(leader);
+    s.host.exit(leader, kExit0);
+    s.host.advance(3s);  // killed while running
+    REQUIRE(s.host.proc(daemon).killed);
+    s.begin_shutdown();  // before the kernel has finished the kill
+    s.host.reap_killed();
+    s.host.advance(100ms);
+    CHECK(s.host.count(daemon, SIGKILL) == 1);
+    CHECK_THAT(services_report(s), Catch::Contains(R"("forced":false,"leftovers_killed":1)"));
+}
+
+TEST_CASE(
+    "a dependency stops at once when its dependent's leftovers were already killed during the "
+    "run",
+    "[orchestration][services]") {
+    // web's crashed instance left a daemon in uninterruptible sleep, killed at web's grace
+    // while lastcall ran; it does not die. At the shutdown web has nothing more to do, and db
+    // must not wait for the order's hold limit.
+    Services s(R"(
+[services.db]
+command = ["db"]
+[services.web]
+command = ["web"]
+depends_on = ["db"]
+restart = "no"
+grace = "3s"
+)");
+    pid_t db = s.pid("db");
+    pid_t daemon = s.host.fork_child(s.pid("web"));
+    s.host.exit(s.pid("web"), kExit1);
+    s.host.advance(3s);  // web's grace: the daemon is killed, and stays
+    REQUIRE(s.host.proc(daemon).killed);
+    s.begin_shutdown();
+    s.host.advance(200ms);
+    CHECK(s.host.got(db, SIGTERM));
+}
+
 TEST_CASE("a restart due after the shutdown began is refused", "[orchestration][services]") {
     Services s(R"(
 [services.web]

@@ -98,6 +98,7 @@ class ServiceManager final : public SupervisorComponent {
     void expire_order();
     bool stop_done(Service& s);
     void stop_eligible();
+    bool stop_eligible_pass();  // true: a stop done at once, the pass must repeat
     void begin_stop(Service& s);
     int send_stop(Service& s);
     void check_stop(Service& s);
