@@ -96,7 +96,7 @@ bench: package static
 	/usr/bin/python3 bench/run.py --lastcall-static $(BUILD)/static/lastcall \
 	  --lastcall $(BUILD)/bench-root/usr/bin/lastcall \
 	  --lastcall-origin "$$(ls -t $(BUILD)/packages/lastcall_*.deb | head -1)" \
-	  $(if $(wildcard $(BUILD)/bench-root/usr/libexec/lastcall/lastcall),--extra lastcall-twin=$(BUILD)/bench-root/usr/libexec/lastcall/lastcall,) \
+	  $$(test -x $(BUILD)/bench-root/usr/libexec/lastcall/lastcall && echo --extra lastcall-twin=$(BUILD)/bench-root/usr/libexec/lastcall/lastcall) \
 	  $(if $(QUICK),--quick,) $(if $(PROFILE),--profile,) $(BENCH_ARGS)
 
 # The run ledger: claim latency and runs/s, SQLite and PostgreSQL (issue 20): <date>-ledger.md.

@@ -121,7 +121,8 @@ void hand_over(std::string_view why) {
 void hand_over_before_reading(const std::string& path) {
     if (!twin_relative_path() || !g_window_open || path.empty()) return;
     struct stat st;
-    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    // A directory (cron.d) is read again as well as a file.
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
         hand_over(path + " is not a regular file: the twin could not read it again");
 }
 

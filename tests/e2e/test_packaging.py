@@ -507,6 +507,19 @@ class StaticTwinTest(unittest.TestCase):
         self.assertIn("handed over by the static binary", out.stderr)
         self.assertRegex(out.stderr, r"job echo-\S*: schedule '17 3 \* \* \*'")
 
+    def test_a_cron_d_directory_stays_in_the_static_binary(self):
+        # Read again as well as a file: not a reason to pay the twin's start-up (its user may
+        # be, where NSS names more than files: that hand-over is another test's).
+        crond = os.path.join(self.tmp, "cron.d")
+        os.makedirs(crond, exist_ok=True)
+        with open(os.path.join(crond, "nightly"), "w") as f:
+            f.write("17 3 * * * root echo hi\n")
+        out = run([self.binary, "-v", "--crontab", crond, "--state-dir", self.tmp, "--", "true"],
+                  timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertNotIn("is not a regular file", out.stderr)
+        self.assertRegex(out.stderr, r"job \S+: schedule '17 3 \* \* \*'")
+
     def test_socket_activation_survives_the_hand_over(self):
         from test_systemd_notify import CHILD_REPORT
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -44,7 +44,8 @@ void close_startup_window();
 // hand-over; returns otherwise, for the caller's own error. Does nothing in the dynamic build.
 void hand_over(std::string_view why);
 
-// An input the twin could not read again (not a regular file: a pipe, /dev/stdin, a FIFO) goes
+// An input the twin could not read again (neither a regular file nor a directory: a pipe,
+// /dev/stdin, a FIFO) goes
 // to the twin unread, since a hand-over may still come once it is read (a `user` in it, a
 // postgresql:// ledger). Does nothing for a regular file, a missing one, or outside the window.
 void hand_over_before_reading(const std::string& path);
