@@ -238,49 +238,48 @@ TEST_CASE("a shutdown while a crashed instance's leftovers are being stopped sto
     CHECK_THAT(services_report(s), Catch::Contains(R"("forced":true,"leftovers_killed":0)"));
 }
 
-TEST_CASE(
-    "a kill of what an exited instance left behind, while running, is not a forced stop of "
-    "the service",
-    "[orchestration][services]") {
-    Services s(R"(
+// A service that does not restart, with a grace of 3 s: its instance forked a daemon and
+// exited, and at the grace, while lastcall ran, the daemon was killed.
+struct LeftoverKilledWhileRunning : Services {
+    LeftoverKilledWhileRunning()
+        : Services(R"(
 [services.web]
 command = ["web"]
 restart = "no"
 grace = "3s"
-)");
-    pid_t leader = s.pid("web");
-    pid_t daemon = s.host.fork_child(leader);
-    s.host.exit(leader, kExit0);
-    s.host.advance(3s);  // the grace since the exit: the leftover is killed, while running
-    REQUIRE(s.host.proc(daemon).killed);
+)") {
+        pid_t leader = pid("web");
+        daemon = host.fork_child(leader);
+        host.exit(leader, kExit0);
+        host.advance(3s);
+    }
+    pid_t daemon = 0;
+};
+
+TEST_CASE(
+    "a kill of what an exited instance left behind, while running, is not a forced stop of "
+    "the service",
+    "[orchestration][services]") {
+    LeftoverKilledWhileRunning s;
+    REQUIRE(s.host.proc(s.daemon).killed);
     s.host.reap_killed();
     s.host.advance(100ms);
     CHECK(s.state("web") == ServiceState::Exited);
     s.begin_shutdown();
     s.host.advance(100ms);
-    auto report = services_report(s);
-    CHECK_THAT(report, Catch::Contains(R"("forced":false,"leftovers_killed":1)"));
+    CHECK_THAT(services_report(s), Catch::Contains(R"("forced":false,"leftovers_killed":1)"));
 }
 
 TEST_CASE(
     "a shutdown that begins while leftovers killed during the run are still dying does not "
     "make the service's stop forced",
     "[orchestration][services]") {
-    Services s(R"(
-[services.web]
-command = ["web"]
-restart = "no"
-grace = "3s"
-)");
-    pid_t leader = s.pid("web");
-    pid_t daemon = s.host.fork_child(leader);
-    s.host.exit(leader, kExit0);
-    s.host.advance(3s);  // killed while running
-    REQUIRE(s.host.proc(daemon).killed);
+    LeftoverKilledWhileRunning s;
+    REQUIRE(s.host.proc(s.daemon).killed);
     s.begin_shutdown();  // before the kernel has finished the kill
     s.host.reap_killed();
     s.host.advance(100ms);
-    CHECK(s.host.count(daemon, SIGKILL) == 1);
+    CHECK(s.host.count(s.daemon, SIGKILL) == 1);
     CHECK_THAT(services_report(s), Catch::Contains(R"("forced":false,"leftovers_killed":1)"));
 }
 
