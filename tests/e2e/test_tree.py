@@ -130,7 +130,9 @@ class StaleInstanceCgroups(LastcallTestCase):
         """A running lastcall with a yearly job and no command: its instance cgroup is empty, so
         only its lock tells that it is alive."""
         cfg = self.write_file("jobs.toml", '[jobs.yearly]\nschedule = "@yearly"\ncommand = "true"\n')
-        live = self.start(["--tracker", "cgroup", "--config", cfg])
+        # Its ledger in the test's own directory, not in /var/lib/lastcall.
+        live = self.start(["--tracker", "cgroup", "--config", cfg, "--state-dir",
+                           os.path.join(self.dir, "state")])
         pattern = os.path.join(cgroup2_root(), "**", f"lastcall-{live.proc.pid}-*")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # bounded wait for its mkdir
