@@ -119,6 +119,13 @@ struct ServiceManager::Service {
     int leftovers_killed = 0;  // the report's count of those kills
 
     int restarts() const { return starts > 1 ? starts - 1 : 0; }
+    // The report's `forced`, and the "(forced)" of the stop's log line.
+    bool forced() const { return killed && !killed_while_running; }
+    // The shutdown killed the service itself (the tree's kill, a forced end).
+    void killed_by_shutdown() {
+        killed = true;
+        killed_while_running = false;
+    }
 };
 
 ServiceManager::ServiceManager(std::vector<ServiceSpec> specs, ServiceManagerOptions options)
@@ -786,8 +793,7 @@ void ServiceManager::check_stop(Service& s) {
         s.wake.reset();
         s.stop_rounds.end();
         apply(s, ServiceEvent::TreeGone);
-        spdlog::info("service {}: stopped{}", s.spec.name,
-                     s.killed && !s.killed_while_running ? " (forced)" : "");
+        spdlog::info("service {}: stopped{}", s.spec.name, s.forced() ? " (forced)" : "");
         retire_scopes(s);
         stop_eligible();
         return;
@@ -830,10 +836,7 @@ void ServiceManager::end_ordered_stop(bool forced) {
         bool running = s.state == ServiceState::Starting || s.state == ServiceState::Ready;
         if (forced && ((running && s.pid > 0) || s.state == ServiceState::Cleaning))
             apply(s, ServiceEvent::StopRequested);
-        if (forced && s.state == ServiceState::Stopping) {
-            s.killed = true;
-            s.killed_while_running = false;
-        }
+        if (forced && s.state == ServiceState::Stopping) s.killed_by_shutdown();
         s.stop_rounds.end();
         if (!forced) {
             // Every process of the tree is gone: so is every service's.
@@ -847,10 +850,7 @@ void ServiceManager::end_ordered_stop(bool forced) {
 
 void ServiceManager::before_force() {
     for (auto& s : services_) {
-        if (s.state == ServiceState::Stopping) {
-            s.killed = true;
-            s.killed_while_running = false;
-        }
+        if (s.state == ServiceState::Stopping) s.killed_by_shutdown();
         s.stop_rounds.end();  // the tree's kill needs no hold
     }
 }
@@ -992,7 +992,7 @@ void ServiceManager::contribute_report(JsonWriter& j) {
             j.value(exit_code_of(*s.last_status));
         else
             j.null();
-        j.field("forced", s.killed && !s.killed_while_running);
+        j.field("forced", s.forced());
         j.field("leftovers_killed", s.leftovers_killed);
         j.end_object();
     }

@@ -45,9 +45,9 @@ void close_startup_window();
 void hand_over(std::string_view why);
 
 // An input the twin could not read again (neither a regular file nor a directory: a pipe,
-// /dev/stdin, a FIFO) goes
-// to the twin unread, since a hand-over may still come once it is read (a `user` in it, a
-// postgresql:// ledger). Does nothing for a regular file, a missing one, or outside the window.
+// /dev/stdin, a FIFO) goes to the twin unread, since a hand-over may still come once it is read
+// (a `user` in it, a postgresql:// ledger). Does nothing for a regular file, a directory, a
+// missing one, or outside the window.
 void hand_over_before_reading(const std::string& path);
 
 // In a process that was handed over: what the static binary passed on, read once from
