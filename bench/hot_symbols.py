@@ -107,6 +107,9 @@ CRT_SIDE = [
     "__sigsetjmp",
 ]
 
+# A scenario whose first word is AS_PEER + NAME runs the binary through a symlink called NAME.
+AS_PEER = "as-peer:"
+
 SCENARIOS = [
     ("exit", ["--", "/bin/true"], None),
     ("exit, /proc tracker", ["--tracker", "proc", "--", "/bin/true"], None),
@@ -114,6 +117,13 @@ SCENARIOS = [
     ("missing command", ["--", "/nonexistent/command"], None),
     ("SIGTERM stop", ["--", "/bin/sleep", "30"], signal.SIGTERM),
     ("SIGINT stop, /proc tracker", ["--tracker", "proc", "--", "/bin/sleep", "30"], signal.SIGINT),
+    # The two other ways a container starts it: with options (lastcall's option parser, which a
+    # bare `lastcall -- CMD` never builds), and as the drop-in (`docker run --init` runs
+    # /sbin/docker-init, tini's flags), where the peer's parse and SIGTERM forward run instead.
+    ("options", ["--grace", "5s", "--kill-scope", "tree", "--", "/bin/true"], None),
+    ("as tini", [AS_PEER + "tini", "-s", "--", "/bin/true"], None),
+    ("as tini, SIGTERM forward", [AS_PEER + "tini", "-s", "--", "/bin/sleep", "30"],
+     signal.SIGTERM),
 ]
 
 
@@ -126,36 +136,52 @@ SCENARIOS = [
 # a plain exit's functions in the order it first runs them (lackey, static binary), then what
 # a SIGTERM stop adds, in the order the stop first runs it.
 EVERY_RUN = {"exit", "SIGTERM stop"}
+# Next, what the drop-in runs, then what options add: a tini-named run reads the peer's code
+# without the option parser's, a run with options the parser's without the peer's.
+AS_TINI = {"as tini", "as tini, SIGTERM forward"}
 
 
 def tier(scenarios):
     if scenarios & EVERY_RUN:
         return 0
-    if "exit code" in scenarios:
+    if scenarios & AS_TINI:
         return 1
-    return 2
+    if "options" in scenarios:
+        return 2
+    if "exit code" in scenarios:
+        return 3
+    return 4
 
 
-# The data objects: what a run that only starts, runs a child and stops touches (lackey is slow;
-# the other scenarios add code paths, not data a plain run keeps resident).
-DATA_SCENARIOS = [SCENARIOS[0], SCENARIOS[4]]
+# The data objects: what a run that only starts, runs a child and stops touches, with options
+# or as the drop-in (lackey is slow; the other scenarios add code paths, not data a common run
+# keeps resident).
+SCENARIO_OPTIONS, SCENARIO_AS_TINI_FORWARD = SCENARIOS[6], SCENARIOS[8]
+DATA_SCENARIOS = [SCENARIOS[0], SCENARIOS[4], SCENARIO_OPTIONS, SCENARIO_AS_TINI_FORWARD]
 
 
 def functions_of(callgrind_out, binary_name):
-    """Mangled names of the functions executed in the object whose path ends in binary_name."""
+    """Mangled names of the functions executed in the object whose path ends in binary_name
+    (or in the name of a peer it ran as)."""
+    suffixes = tuple("/" + n for n in [binary_name] + [peer_name(s) for s in SCENARIOS] if n)
     names, current = set(), None
     with open(callgrind_out) as f:
         for line in f:
             line = line.rstrip("\n")
             if line.startswith("ob="):
                 current = line[3:]
-            elif line.startswith("fn=") and current and current.endswith("/" + binary_name):
+            elif line.startswith("fn=") and current and current.endswith(suffixes):
                 name = line[3:]
                 # callgrind marks recursion ("f'2") and unnamed code ("0x...", "(below main)").
                 name = name.split("'")[0]
                 if name and not name.startswith("0x") and not name.startswith("("):
                     names.add(name)
     return names
+
+
+def peer_name(scenario):
+    args = scenario[1]
+    return args[0][len(AS_PEER):] if args and args[0].startswith(AS_PEER) else None
 
 
 def run_scenario(binary, args, sig, out, tool="callgrind"):
@@ -166,6 +192,8 @@ def run_scenario(binary, args, sig, out, tool="callgrind"):
         opts = ["--tool=lackey", "--trace-superblocks=yes", f"--log-file={out}"]
     else:  # lackey: every load and store of lastcall itself (not of the child it execs)
         opts = ["--tool=lackey", "--trace-mem=yes", f"--log-file={out}"]
+    if args and args[0].startswith(AS_PEER):
+        binary, args = peer_link(binary, args[0][len(AS_PEER):]), args[1:]
     cmd = ["valgrind"] + opts + [binary] + args
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if sig is not None:
@@ -176,6 +204,21 @@ def run_scenario(binary, args, sig, out, tool="callgrind"):
             time.sleep(0.05)
         proc.send_signal(sig)
     proc.wait(timeout=120)
+
+
+def peer_link(binary, name):
+    """A symlink called name to binary, in a directory of its own (removed at exit)."""
+    global _peer_dir
+    if _peer_dir is None:
+        _peer_dir = tempfile.TemporaryDirectory()
+    link = os.path.join(_peer_dir.name, name)
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(binary, link)
+    return link
+
+
+_peer_dir = None
 
 
 def child_running(pid, comm):
@@ -259,7 +302,12 @@ STOP_PATH_END = ("_ZN8lastcall8Shutdown9on_signalEiSt8optionalINSt6chrono10time_
                  "steady_clockENS2_8durationIlSt5ratioILl1ELl1000000000EEEEEEE")
 
 
-def path_to_stop_signal(first_run):
+# The same for the drop-in's forward (tini forwards SIGTERM instead of stopping): from the
+# loop's dispatch up to the call that sends it on, which is listed too.
+FORWARD_PATH_END = "_ZN8lastcall10Supervisor7forwardEiNS_5ScopeE"
+
+
+def path_to_stop_signal(first_run, end_name=STOP_PATH_END):
     """What runs between the SIGTERM's wake-up and the main child's stop signal, for the front
     of the list: first run at the stop, in the first-run order it sits after the start-up code,
     in windows `lastcall -- sleep` never mapped, and each fault there came before the signal
@@ -267,7 +315,7 @@ def path_to_stop_signal(first_run):
     dispatch to Supervisor::on_signals (first run just before it) up to the state machine's
     Shutdown::on_signal, which comes after the main child's signal; plus the pidfd side, which
     valgrind cannot run, and syscall(), through which the yield that follows the send goes."""
-    start, end = first_run.get(STOP_PATH_START), first_run.get(STOP_PATH_END)
+    start, end = first_run.get(STOP_PATH_START), first_run.get(end_name)
     path = set(PIDFD_SIDE) | {"syscall"}
     if start is None or end is None:
         return path
@@ -422,7 +470,7 @@ def main():
     names, data = set(), set()
     # Where a function appears, for the order: what every run executes first (RUN_TIERS).
     seen_in = {}
-    first_run, exit_run = {}, {}
+    first_run, exit_run, tini_run, options_run = {}, {}, {}, {}
     # What every start runs natively that the valgrind runs do not show (or show elsewhere):
     # IFUNC resolvers and this CPU's variants, the C runtime, the vDSO set-up, the spawner's and
     # its child's calls: every run's code.
@@ -448,11 +496,14 @@ def main():
             if not first_run:
                 first_run = execution_order(binary, SCENARIOS[4], tmp)
                 exit_run = execution_order(binary, SCENARIOS[0], tmp)
+                tini_run = execution_order(binary, SCENARIO_AS_TINI_FORWARD, tmp)
+                options_run = execution_order(binary, SCENARIO_OPTIONS, tmp)
     names |= set(CHILD_SIDE) | set(PIDFD_SIDE) | set(VDSO_SIDE) | set(CRT_SIDE)
     run_natively |= set(CHILD_SIDE) | set(VDSO_SIDE) | set(CRT_SIDE)
     for name in run_natively | set(PIDFD_SIDE):
         seen_in.setdefault(name, set()).update(EVERY_RUN)
-    stop_path = path_to_stop_signal(first_run)
+    stop_path = path_to_stop_signal(first_run) | path_to_stop_signal(tini_run, FORWARD_PATH_END)
+    stop_path.add(FORWARD_PATH_END)
     names |= stop_path
     if len(names) < 50:
         sys.exit(f"only {len(names)} functions found: is valgrind installed, and lastcall built?")
@@ -467,7 +518,8 @@ def main():
             # The stop signal's path first of all (below); then what every start runs natively
             # (IFUNC resolvers and variants, the C runtime: before main); then a plain run's
             # code in the order it first runs, from start to exit; then what a SIGTERM stop
-            # adds, in its order; the rest by name. A plain run's code together: ordered by the
+            # adds, in its order; then the drop-in's, in the order a tini-named SIGTERM forward
+            # first runs it; then the option parser's, in its order; the rest by name. A plain run's code together: ordered by the
             # SIGTERM stop alone, the stop's code lay between the start's and the exit's, and a
             # plain start touched eight 64 KiB windows of text for 225 KB of code.
             if n in stop_path:
@@ -477,7 +529,8 @@ def main():
             if n in exit_run:
                 return (-1, 1 + exit_run[n], n)
             t = tier(seen_in.get(n, set()))
-            return (t, first_run.get(n, len(first_run)) if t == 0 else 0, n)
+            order = {0: first_run, 1: tini_run, 2: options_run}.get(t, {})
+            return (t, order.get(n, len(order)), n)
 
         for n in sorted(names, key=key) + sorted(data):
             f.write(n + "\n")

@@ -84,14 +84,22 @@ class Init:
     """One contender. spec(): argv prefix as a subreaper (not PID 1), forwarding to the child;
     group(): forwarding to the child's process group (for the drain case); pid1(): as PID 1."""
 
-    def __init__(self, name, plain, group=None, pid1=None, lastcall=False, binary=None):
+    def __init__(self, name, plain, group=None, pid1=None, lastcall=False, binary=None,
+                 hot_path_only=False):
         self.name, self.plain = name, plain
         self.group_spec = group or plain
         self.pid1_spec = pid1 or plain
         self.lastcall, self.binary = lastcall, binary or shutil.which(plain[0])
+        # Measured in start-up, forward latency and memory only (another way of invoking a
+        # binary already measured: its reaping, drain and escalation are that binary's).
+        self.hot_path_only = hot_path_only
 
 
-def contenders(lc, lc_static, extras=()):
+def contenders(lc, lc_static, extras=(), link_dir=None):
+    """The peers and lastcall. With link_dir, also the two other ways a container invokes
+    lastcall: as the drop-in (a symlink named tini, as `docker run --init` and `COPY lastcall
+    /sbin/tini` run it, with tini's own flags) and with options (lastcall's option parser, which
+    a bare `lastcall -- CMD` never builds)."""
     inits = [
         Init("tini", ["tini", "-s", "--"], ["tini", "-s", "-g", "--"], ["tini", "--"]),
         Init("dumb-init", ["dumb-init", "--"]),
@@ -107,6 +115,15 @@ def contenders(lc, lc_static, extras=()):
         ]
     for name, path in extras:
         inits.append(Init(name, [path, "--"], lastcall=True, binary=path))
+    if link_dir:
+        tini = os.path.join(link_dir, "tini")
+        os.symlink(lc, tini)
+        inits += [
+            Init("lastcall-as-tini", [tini, "-s", "--"], [tini, "-s", "-g", "--"], [tini, "--"],
+                 lastcall=True, binary=lc, hot_path_only=True),
+            Init("lastcall-options", [lc, "--grace", "10s", "--kill-scope", "tree", "--"],
+                 lastcall=True, binary=lc, hot_path_only=True),
+        ]
     return inits
 
 
@@ -597,7 +614,12 @@ def main():
     tmp = tempfile.mkdtemp(prefix="lastcall-bench-")
     bins = build_helpers(os.path.join(tmp, "bin"))
     extras = [tuple(e.split("=", 1)) for e in a.extra]
-    inits = contenders(lc, lc_static, [(n, os.path.abspath(p)) for n, p in extras])
+    link_dir = os.path.join(tmp, "links")
+    os.mkdir(link_dir)
+    inits = contenders(lc, lc_static, [(n, os.path.abspath(p)) for n, p in extras], link_dir)
+    # The binaries themselves: every way of invoking lastcall measures reaping, drain and
+    # escalation once (the static twin of the .deb's binary is the same file).
+    whole = [i for i in inits if "static" not in i.name and not i.hot_path_only]
     results = {"params": P, "limits": limits}
     t_start = time.time()
     if "startup" in only:
@@ -608,15 +630,15 @@ def main():
         results["sigfwd"] = case_sigfwd(bins, inits, P["sigfwd_runs"], tmp)
     if "reap" in only:
         log("reaping as PID 1:", P["reap_sizes"])
-        results["reap"] = case_reap(bins, [i for i in inits if "static" not in i.name],
+        results["reap"] = case_reap(bins, whole,
                                     P["reap_sizes"], P["reap_reps"])
     if "drain" in only:
         log("drain:", P["drain_n"], "processes x", P["drain_iters"])
-        results["drain"] = case_drain(bins, [i for i in inits if "static" not in i.name],
+        results["drain"] = case_drain(bins, whole,
                                       P["drain_n"], P["drain_iters"], tmp)
     if "escalate" in only:
         log("escalation:", P["esc_n"], "processes x", P["esc_iters"])
-        results["escalate"] = case_escalate(bins, [i for i in inits if "static" not in i.name],
+        results["escalate"] = case_escalate(bins, whole,
                                             P["esc_n"], P["esc_iters"], tmp)
     if "idle" in only:
         log("idle:", P["idle_s"], "s")
@@ -657,6 +679,10 @@ def write_report(a, R, inits, notes, lc, lc_static):
             f"{describe_binary(lc_static)}" if lc_static else "- `lastcall-static`: none"),
            ] + [f"- `{i.name}`: `{i.binary}`, {os.path.getsize(i.binary):,} bytes, {describe_binary(i.binary)}"
                 for i in inits if i.lastcall and i.binary not in (lc, lc_static)] + [
+           f"- `{i.name}`: `lastcall` invoked as `" + " ".join(
+               [os.path.basename(i.plain[0])] + i.plain[1:]) + " CMD`" +
+           (" (a symlink named tini)" if os.path.islink(i.plain[0]) else "")
+           for i in inits if i.hot_path_only] + [
            f"- peers (Debian): {M['peers']}",
            f"- limits: pid_max {R['limits']['pid_max']}, threads-max {R['limits']['threads_max']}, "
            f"ulimit -u {R['limits']['ulimit_u']}",

@@ -74,6 +74,14 @@ std::size_t find_compat_flag(const CLI::App& app, const std::vector<std::string>
     return 0;
 }
 
+// Whether a `--compat`/`--compat=NAME` word comes before the first "--": find_compat_flag can
+// find one only then.
+bool mentions_compat_flag(const std::vector<std::string>& args) {
+    for (std::size_t i = 1; i < args.size() && args[i] != "--"; ++i)
+        if (args[i] == "--compat" || args[i].starts_with("--compat=")) return true;
+    return false;
+}
+
 ParsedCommandLine parse_native(const std::vector<std::string>& args, std::set<std::string>* prefix);
 ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::size_t at);
 
@@ -95,11 +103,18 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
     // (bench/results/2026-12-03.md). Options' defaults are the documented ones.
     // Not under a peer's name (`tini -- app` is tini's command line, not lastcall's).
     bool dashdash = args.size() >= 3 && args[1] == "--";
-    if (!prefix && !compat_mode_for_program(args[0]) &&
+    bool as_peer = !args.empty() && compat_mode_for_program(args[0]).has_value();
+    if (!prefix && !as_peer &&
         (dashdash || (args.size() >= 2 && !args[1].empty() && args[1][0] != '-'))) {
         o.command.assign(args.begin() + (dashdash ? 2 : 1), args.end());
         return {std::move(o), 0};
     }
+    // The drop-in, `docker-init -- app` (docker run --init) or `tini -s -- app`: the peer's
+    // getopt parse alone. lastcall's parser is only needed to find a --compat after lastcall's
+    // own options, and with none of those words on the line there is none to find; building it
+    // cost a tini-named start ~0.8 ms and 1 MiB of peak RSS (bench/results/2026-12-06-dropin.md).
+    if (!prefix && as_peer && !mentions_compat_flag(args))
+        if (auto compat = parse_compat_command_line(args)) return std::move(*compat);
     CLI::App app{
         "lastcall: an init and process supervisor that shuts a whole process tree down within a "
         "budget and records how it ended.",
@@ -116,65 +131,94 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
     bool version = false;
     std::string compat;
 
-    app.add_option("--grace", grace, "Budget from the first stop request to SIGKILL (default 8s)");
-    app.add_option("--drain-delay", drain_delay,
-                   "Wait this long after readiness goes off before signalling (default 0)");
-    app.add_option("--coalesce", coalesce,
-                   "Termination signals closer than this are one burst (default 100ms)");
-    app.add_option(
-        "--stop-signal", stop_signal,
-        "Signal the tree receives at shutdown (default: the one received, TERM on exit)");
-    app.add_option("--ready-file", o.ready_file,
-                   "Created when the child started, removed first thing at shutdown");
-    app.add_option("--ready-on", ready_on,
-                   "When systemd hears READY=1: spawn (the child started) or notify (the child "
-                   "sent its own READY=1 to the socket in its NOTIFY_SOCKET)")
-        ->check(CLI::IsMember({"spawn", "notify"}));
-    app.add_option("--pre-stop", o.pre_stop, "Shell command run once at the start of shutdown");
-    app.add_option("--config", o.config_path,
-                   "TOML file with [services.*] (and [jobs.*]); the command becomes optional");
-    app.add_option("--crontab", o.crontab_path,
-                   "Crontab file whose lines run as scheduled jobs; the command becomes optional");
-    app.add_option("--state-dir", o.state_dir,
-                   "Directory of the run ledger (default: the config's state_dir, else "
-                   "$STATE_DIRECTORY, else one per config file under /var/lib/lastcall, or "
-                   "$XDG_STATE_HOME/lastcall when not root)");
-    app.add_option("--ledger", o.ledger_url,
-                   "A postgresql:// URL: the run ledger shared by every replica of a deployment, "
-                   "each fire time run once across them (default: SQLite in the state dir)");
-    app.add_option("--replica-id", o.replica_id,
-                   "This replica's name in a shared ledger (default: the host name, a pod's name)");
-    app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
-    app.add_option("--metrics-file", o.metrics_path,
-                   "Write metrics here in the Prometheus text format (atomically; at start, "
-                   "every 15s, and at exit), for node_exporter's textfile collector");
-    app.add_option("--metrics-listen", o.metrics_listen,
-                   "Serve the same metrics at http://ADDR/metrics (HOST:PORT, :PORT for every "
-                   "interface, [IPV6]:PORT); needs libmicrohttpd12");
-    app.add_option("--kill-scope", kill_scope, "Who receives the stop signal")
-        ->check(CLI::IsMember({"tree", "group", "child"}));
-    app.add_option("--forward-to", forward_to, "Who receives forwarded signals (default group)")
-        ->check(CLI::IsMember({"tree", "group", "child"}));
-    app.add_option("--tracker", tracker, "How the tree is tracked (default auto)")
-        ->check(CLI::IsMember({"auto", "cgroup", "proc"}));
-    app.add_option("--rewrite", rewrites, "Rewrite a received signal, SIG:SIG (to 0 drops it)");
-    app.add_option("--success-exit", success_exits, "Report this child exit code as 0")
-        ->check(CLI::Range(0, 255));
-    app.add_option("--pdeathsig", pdeathsig, "Signal the child gets if lastcall dies");
-    app.add_option("--user", o.user, "Run the child as USER[:GROUP]");
-    app.add_flag("--no-new-privs", o.no_new_privs, "Set PR_SET_NO_NEW_PRIVS for the child");
+    // Only the options the line names are built (OptionsOnLine says why); --help builds them all.
+    OptionsOnLine on_line(args);
+    if (on_line("--grace"))
+        app.add_option("--grace", grace,
+                       "Budget from the first stop request to SIGKILL (default 8s)");
+    if (on_line("--drain-delay"))
+        app.add_option("--drain-delay", drain_delay,
+                       "Wait this long after readiness goes off before signalling (default 0)");
+    if (on_line("--coalesce"))
+        app.add_option("--coalesce", coalesce,
+                       "Termination signals closer than this are one burst (default 100ms)");
+    if (on_line("--stop-signal"))
+        app.add_option(
+            "--stop-signal", stop_signal,
+            "Signal the tree receives at shutdown (default: the one received, TERM on exit)");
+    if (on_line("--ready-file"))
+        app.add_option("--ready-file", o.ready_file,
+                       "Created when the child started, removed first thing at shutdown");
+    if (on_line("--ready-on"))
+        app.add_option("--ready-on", ready_on,
+                       "When systemd hears READY=1: spawn (the child started) or notify (the child "
+                       "sent its own READY=1 to the socket in its NOTIFY_SOCKET)")
+            ->check(CLI::IsMember({"spawn", "notify"}));
+    if (on_line("--pre-stop"))
+        app.add_option("--pre-stop", o.pre_stop, "Shell command run once at the start of shutdown");
+    if (on_line("--config"))
+        app.add_option("--config", o.config_path,
+                       "TOML file with [services.*] (and [jobs.*]); the command becomes optional");
+    if (on_line("--crontab"))
+        app.add_option(
+            "--crontab", o.crontab_path,
+            "Crontab file whose lines run as scheduled jobs; the command becomes optional");
+    if (on_line("--state-dir"))
+        app.add_option("--state-dir", o.state_dir,
+                       "Directory of the run ledger (default: the config's state_dir, else "
+                       "$STATE_DIRECTORY, else one per config file under /var/lib/lastcall, or "
+                       "$XDG_STATE_HOME/lastcall when not root)");
+    if (on_line("--ledger"))
+        app.add_option(
+            "--ledger", o.ledger_url,
+            "A postgresql:// URL: the run ledger shared by every replica of a deployment, "
+            "each fire time run once across them (default: SQLite in the state dir)");
+    if (on_line("--replica-id"))
+        app.add_option(
+            "--replica-id", o.replica_id,
+            "This replica's name in a shared ledger (default: the host name, a pod's name)");
+    if (on_line("--report"))
+        app.add_option("--report", o.report_path,
+                       "Write the JSON shutdown report here (atomically)");
+    if (on_line("--metrics-file"))
+        app.add_option("--metrics-file", o.metrics_path,
+                       "Write metrics here in the Prometheus text format (atomically; at start, "
+                       "every 15s, and at exit), for node_exporter's textfile collector");
+    if (on_line("--metrics-listen"))
+        app.add_option("--metrics-listen", o.metrics_listen,
+                       "Serve the same metrics at http://ADDR/metrics (HOST:PORT, :PORT for every "
+                       "interface, [IPV6]:PORT); needs libmicrohttpd12");
+    if (on_line("--kill-scope"))
+        app.add_option("--kill-scope", kill_scope, "Who receives the stop signal")
+            ->check(CLI::IsMember({"tree", "group", "child"}));
+    if (on_line("--forward-to"))
+        app.add_option("--forward-to", forward_to, "Who receives forwarded signals (default group)")
+            ->check(CLI::IsMember({"tree", "group", "child"}));
+    if (on_line("--tracker"))
+        app.add_option("--tracker", tracker, "How the tree is tracked (default auto)")
+            ->check(CLI::IsMember({"auto", "cgroup", "proc"}));
+    if (on_line("--rewrite"))
+        app.add_option("--rewrite", rewrites, "Rewrite a received signal, SIG:SIG (to 0 drops it)");
+    if (on_line("--success-exit"))
+        app.add_option("--success-exit", success_exits, "Report this child exit code as 0")
+            ->check(CLI::Range(0, 255));
+    if (on_line("--pdeathsig"))
+        app.add_option("--pdeathsig", pdeathsig, "Signal the child gets if lastcall dies");
+    if (on_line("--user")) app.add_option("--user", o.user, "Run the child as USER[:GROUP]");
+    if (on_line("--no-new-privs"))
+        app.add_flag("--no-new-privs", o.no_new_privs, "Set PR_SET_NO_NEW_PRIVS for the child");
     GlobalOptions global;
-    add_global_options(app, global);
-    app.add_flag("--version", version, "Print the version and exit");
-    app.add_option("--compat", compat,
-                   "tini, docker-init or dumb-init: parse the rest of the line as that program "
-                   "does; lastcall's own options may come before it (a symlink named tini, "
-                   "docker-init or dumb-init does the same)");
+    add_global_options(app, global, on_line);
+    if (on_line("--version")) app.add_flag("--version", version, "Print the version and exit");
+    if (on_line("--compat"))
+        app.add_option("--compat", compat,
+                       "tini, docker-init or dumb-init: parse the rest of the line as that program "
+                       "does; lastcall's own options may come before it (a symlink named tini, "
+                       "docker-init or dumb-init does the same)");
 
     if (!prefix) {
         // Invoked as tini, docker-init or dumb-init, or with --compat: the peer's flag set, after
         // lastcall's own options if any precede --compat.
-        bool as_peer = !args.empty() && compat_mode_for_program(args[0]).has_value();
         if (std::size_t at = find_compat_flag(app, args, as_peer); at > 1)
             return with_native_prefix(args, at);
         if (auto compat = parse_compat_command_line(args)) return std::move(*compat);
@@ -260,7 +304,7 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
     }
     // Resolved here, before anything starts: an id out of range, an empty or unknown name must
     // stop lastcall, never leave the command running as root.
-    if (app.count("--user") > 0) {
+    if (const CLI::Option* user = app.get_option_no_throw("--user"); user && user->count() > 0) {
         auto creds = lookup_credentials(o.user);
         if (!creds)
             return {std::nullopt, usage_error("--user '" + o.user + "': " + creds.error().message)};

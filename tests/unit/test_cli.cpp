@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "lastcall/cli/cli.hpp"
+#include "lastcall/cli/cli11_app.hpp"
 
 using namespace lastcall;
 
@@ -63,4 +66,34 @@ TEST_CASE("a bare -- without a command is still a usage error", "[cli]") {
     CHECK_FALSE(parsed.options);
     CHECK(parsed.exit_code == 2);
     CHECK(err.find("no command given") != std::string::npos);
+}
+
+TEST_CASE("each spelling of an option is parsed although only the options named are built",
+          "[cli]") {
+    Options o = parse({"lastcall", "--grace=5s", "-vv", "--kill-scope", "group", "--success-exit=3",
+                       "--rewrite", "TERM:INT", "--", "sleep", "1"});
+    CHECK(o.grace == std::chrono::seconds(5));
+    CHECK(o.log_level == "trace");
+    CHECK(o.kill_scope == Scope::Group);
+    CHECK(o.success_exits == std::set<int>{3});
+    CHECK(o.rewrite.at(SIGTERM) == SIGINT);
+    CHECK(o.command == std::vector<std::string>{"sleep", "1"});
+    // Options end at the first word that is not one: -v there is the command's.
+    Options c = parse({"lastcall", "--tracker", "proc", "sh", "-v", "-c", "true"});
+    CHECK(c.tracker == TrackerKind::Proc);
+    CHECK(c.log_level == Options{}.log_level);
+    CHECK(c.command == std::vector<std::string>{"sh", "-v", "-c", "true"});
+}
+
+TEST_CASE("the words a line names decide which options are built, and help builds them all",
+          "[cli]") {
+    OptionsOnLine line({"lastcall", "--grace=5s", "-vq", "--", "--tracker"});
+    CHECK(line("--grace"));
+    CHECK(line("-v,--verbose"));
+    CHECK(line("-q,--quiet"));
+    CHECK_FALSE(line("--tracker"));  // after "--": the command's
+    CHECK_FALSE(line("--drain-delay"));
+    CHECK(OptionsOnLine({"lastcall", "--help"})("--tracker"));
+    CHECK(OptionsOnLine({"lastcall", "-vh"})("--tracker"));
+    CHECK(OptionsOnLine()("--tracker"));
 }

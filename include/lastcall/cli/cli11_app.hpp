@@ -47,6 +47,50 @@ inline void set_usage(CLI::App& app, std::string usage) {
     app.formatter(std::make_shared<UsageFormatter>(std::move(usage)));
 }
 
+// The option names a command line can mean, for adding only those options to the parser.
+// CLI11 checks each option it adds against every one added before (quadratic in their number):
+// adding lastcall's 38 options was 60% of the instructions of `lastcall --grace 5s -- CMD`
+// (callgrind: 420,000 of 690,000; a bare `lastcall -- CMD`, which builds no parser, runs 170,000)
+// and spread its start over more pages (bench/results/2026-12-06-dropin.md). An option the line
+// does not name has nothing to parse, and CLI11 rejects an unknown word the same way whether
+// or not other options exist. Every word before "--" counts, also an option's value or a word
+// of the command: a name too many is only a little slower, never a different parse. A
+// request for help needs every option, and so does a word that CLI11 could read some other way.
+class OptionsOnLine {
+  public:
+    explicit OptionsOnLine(const std::vector<std::string>& args) {
+        for (std::size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+            const std::string& a = args[i];
+            if (a == "-h" || a.starts_with("--help")) all_ = true;
+            if (a.starts_with("--")) {
+                words_.push_back(a.substr(0, a.find('=')));
+            } else if (a.size() >= 2 && a[0] == '-') {
+                // -v, -vv, -v2: each letter may be a short flag (CLI11 stacks them).
+                for (std::size_t k = 1; k < a.size(); ++k) words_.push_back({'-', a[k]});
+                if (a.find('h') != std::string::npos) all_ = true;
+            }
+        }
+    }
+    OptionsOnLine() : all_(true) {}  // every option (a subcommand's parser)
+
+    // names as CLI11 takes them: "--grace" or "-v,--verbose".
+    bool operator()(std::string_view names) const {
+        if (all_) return true;
+        while (!names.empty()) {
+            std::size_t comma = names.find(',');
+            std::string_view name = names.substr(0, comma);
+            if (std::find(words_.begin(), words_.end(), name) != words_.end()) return true;
+            if (comma == std::string_view::npos) break;
+            names.remove_prefix(comma + 1);
+        }
+        return false;
+    }
+
+  private:
+    bool all_ = false;
+    std::vector<std::string> words_;
+};
+
 // The options that go before or after a subcommand's name, as in git and systemctl: the
 // logging of lastcall itself.
 struct GlobalOptions {
@@ -61,15 +105,19 @@ struct GlobalOptions {
     }
 };
 
-inline void add_global_options(CLI::App& app, GlobalOptions& g) {
-    app.add_flag("-v,--verbose", g.verbose,
-                 "Show the lifecycle (spawn, signals, states); -vv also traces. By default a "
-                 "command prints only warnings, errors and a shutdown's one summary line; "
-                 "services and jobs also say when each starts and ends");
-    app.add_option("--log-level", g.log_level, "trace, debug, info (default), warn, error, off")
-        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
-    app.add_option("--log-format", g.log_format, "text or json")
-        ->check(CLI::IsMember({"text", "json"}));
+inline void add_global_options(CLI::App& app, GlobalOptions& g,
+                               const OptionsOnLine& on_line = OptionsOnLine()) {
+    if (on_line("-v,--verbose"))
+        app.add_flag("-v,--verbose", g.verbose,
+                     "Show the lifecycle (spawn, signals, states); -vv also traces. By default a "
+                     "command prints only warnings, errors and a shutdown's one summary line; "
+                     "services and jobs also say when each starts and ends");
+    if (on_line("--log-level"))
+        app.add_option("--log-level", g.log_level, "trace, debug, info (default), warn, error, off")
+            ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+    if (on_line("--log-format"))
+        app.add_option("--log-format", g.log_format, "text or json")
+            ->check(CLI::IsMember({"text", "json"}));
 }
 
 // CLI11 messages are multi-word sentences; keep them on one line.
