@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
+#include <algorithm>
 #include <cerrno>
 #include <iterator>
 #include <map>
@@ -120,7 +121,9 @@ Status Supervisor::set_up() {
     // any other it receives (forwarded in tini mode).
     if (opts_.self_pdeathsig > 0 && ::prctl(PR_SET_PDEATHSIG, opts_.self_pdeathsig) != 0)
         return sys_error("prctl(PR_SET_PDEATHSIG)", errno);
-    auto choice = make_tracker(opts_.tracker, instance_id());
+    bool other_units = std::any_of(components_.begin(), components_.end(),
+                                   [](const SupervisorComponent* c) { return c->runs_units(); });
+    auto choice = make_tracker(opts_.tracker, instance_id(), /*main_leaf=*/other_units);
     if (!choice) return choice.error();
     tracker_ = std::move(choice->tracker);
     spdlog::debug("tracking the process tree with the {} tracker: {}{}", tracker_->name(),

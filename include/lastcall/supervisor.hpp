@@ -47,6 +47,10 @@ class SupervisorComponent {
     // any process of the tree gets its stop signal: the main child is then not signalled ahead
     // of the first state change (Supervisor::stop_main_child_first).
     virtual bool announces_shutdown() const { return false; }
+    // True when this component starts units of work of its own (service instances, job runs),
+    // each in a scope of its own: the main command then gets a scope beside theirs, not the
+    // instance's own cgroup (make_tracker). Asked once, before attach.
+    virtual bool runs_units() const { return false; }
     // Just before SIGKILL goes to the tree: the last moment to record in-flight work as
     // interrupted, so that nothing that happens after the kill can pass for a success. Called
     // again each time SIGKILL is repeated while forcing: must be idempotent.

@@ -384,34 +384,37 @@ namespace {
 
 // mkdir that never adopts: an existing directory is an error, not a cgroup to share. Returns
 // the new cgroup's directory, opened for the spawns into it.
-Result<UniqueFd> make_cgroup(const std::string& dir) {
-    if (::mkdir(dir.c_str(), 0755) != 0) return sys_error("mkdir " + dir, errno);
+// A cgroup's directory, opened as the target of clone3(CLONE_INTO_CGROUP).
+Result<UniqueFd> open_cgroup(const std::string& dir) {
     UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!fd) {
-        int err = errno;
-        ::rmdir(dir.c_str());
-        return sys_error("open " + dir, err);
-    }
+    if (!fd) return sys_error("open " + dir, errno);
     // A cgroup nobody may move a process into (an LSM, a read-only delegation) fails here, at
     // set-up, where --tracker auto still falls back to /proc, not at the first spawn.
-    if (::faccessat(fd.get(), "cgroup.procs", W_OK, 0) != 0) {
-        int err = errno;
-        fd.reset();
-        ::rmdir(dir.c_str());
-        return sys_error("cgroup.procs in " + dir, err);
-    }
+    if (::faccessat(fd.get(), "cgroup.procs", W_OK, 0) != 0)
+        return sys_error("cgroup.procs in " + dir, errno);
     return fd;
 }
 
-// The instance's cgroup: <lastcall's cgroup>/lastcall-<instance>/, the main command in its leaf
-// "main", each unit of work in its own child cgroup. Membership of the tree is the whole subtree
+Result<UniqueFd> make_cgroup(const std::string& dir) {
+    if (::mkdir(dir.c_str(), 0755) != 0) return sys_error("mkdir " + dir, errno);
+    auto fd = open_cgroup(dir);
+    if (!fd) ::rmdir(dir.c_str());
+    return fd;
+}
+
+// The instance's cgroup: <lastcall's cgroup>/lastcall-<instance>/, each unit of work in its own
+// child cgroup, the main command in the leaf "main" beside them, or in the instance's cgroup
+// itself when it is the only unit (see make_tracker). Membership of the tree is the whole subtree
 // plus every descendant of lastcall found by the /proc walk (a process that moved itself out of
 // lastcall's cgroup is still lastcall's to stop and reap).
 class CgroupTracker final : public Tracker {
   public:
-    CgroupTracker(std::string dir, std::unique_ptr<CgroupScope> main, UniqueFd events)
+    // main: the leaf's scope, or null with instance_fd the instance's own directory.
+    CgroupTracker(std::string dir, std::unique_ptr<CgroupScope> main, UniqueFd instance_fd,
+                  UniqueFd events)
         : dir_(std::move(dir)),
           main_(std::move(main)),
+          instance_fd_(std::move(instance_fd)),
           events_(std::move(events)),
           created_(std::chrono::steady_clock::now()) {}
     ~CgroupTracker() override { (void)remove(); }
@@ -447,7 +450,9 @@ class CgroupTracker final : public Tracker {
         return std::max(n, static_cast<int>(reached)) + kill_each(outside(seen), filter);
     }
 
-    int spawn_cgroup_fd() const override { return main_->spawn_cgroup_fd(); }
+    int spawn_cgroup_fd() const override {
+        return main_ ? main_->spawn_cgroup_fd() : instance_fd_.get();
+    }
     FreezeHold freeze() override { return freeze_cgroup(dir_); }
     bool freezes() const override { return ::access((dir_ + "/cgroup.freeze").c_str(), W_OK) == 0; }
 
@@ -470,6 +475,7 @@ class CgroupTracker final : public Tracker {
     Status remove() override {
         if (removed_) return Ok{};
         main_.reset();
+        instance_fd_.reset();
         events_.reset();  // and with it the instance's lock (make_cgroup_tracker)
         if (auto st = remove_cgroup_tree(dir_); !st) return st;
         removed_ = true;
@@ -504,12 +510,13 @@ class CgroupTracker final : public Tracker {
 
     std::string dir_;
     std::unique_ptr<CgroupScope> main_;
+    UniqueFd instance_fd_;
     UniqueFd events_;
     std::chrono::steady_clock::time_point created_;
     bool removed_ = false;
 };
 
-Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance) {
+Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance, bool main_leaf) {
     auto base = own_cgroup_dir();
     if (!base) return base.error();
     std::string dir = *base + "/lastcall-" + instance;
@@ -522,12 +529,21 @@ Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance
         ::rmdir(dir.c_str());
         return sys_error("cgroup.kill in " + dir + " (kernel older than 5.14?)", err);
     }
-    auto main_dir = make_cgroup(dir + "/main");
-    if (!main_dir) {
+    std::unique_ptr<CgroupScope> main;
+    UniqueFd instance_fd;
+    if (main_leaf) {
+        auto main_dir = make_cgroup(dir + "/main");
+        if (!main_dir) {
+            ::rmdir(dir.c_str());
+            return main_dir.error();
+        }
+        main = std::make_unique<CgroupScope>(dir + "/main", std::move(*main_dir));
+    } else if (auto fd = open_cgroup(dir); fd) {
+        instance_fd = std::move(*fd);
+    } else {
         ::rmdir(dir.c_str());
-        return main_dir.error();
+        return fd.error();
     }
-    auto main = std::make_unique<CgroupScope>(dir + "/main", std::move(*main_dir));
     // cgroup.events signals a change of "populated" (of the whole subtree) to pollers with
     // EPOLLPRI (kernfs_notify): no polling. A plain fd, not inotify: closing an inotify instance
     // waits for an SRCU grace period, which cost ~10 ms on every exit.
@@ -549,7 +565,8 @@ Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance
         ::rmdir(dir.c_str());
         return sys_error("flock " + dir + "/cgroup.events", err);
     }
-    return std::unique_ptr<Tracker>(new CgroupTracker(dir, std::move(main), std::move(events)));
+    return std::unique_ptr<Tracker>(
+        new CgroupTracker(dir, std::move(main), std::move(instance_fd), std::move(events)));
 }
 
 }  // namespace
@@ -811,9 +828,9 @@ Result<std::string> own_cgroup_dir() {
     return Error{"no cgroup2 filesystem in /proc/self/mountinfo"};
 }
 
-Result<TrackerChoice> make_tracker(TrackerKind kind, const std::string& instance) {
+Result<TrackerChoice> make_tracker(TrackerKind kind, const std::string& instance, bool main_leaf) {
     if (kind != TrackerKind::Proc) {
-        auto cg = make_cgroup_tracker(instance);
+        auto cg = make_cgroup_tracker(instance, main_leaf);
         if (cg) {
             auto reason = kind == TrackerKind::Cgroup ? std::string("requested")
                                                       : std::string("writable cgroup2 hierarchy");

@@ -112,8 +112,9 @@ class StaleInstanceCgroups(LastcallTestCase):
         child = children_of(run.proc.pid)[0]
         with open(f"/proc/{child}/cgroup") as f:
             path = next(line[3:] for line in f.read().splitlines() if line.startswith("0::"))
-        self.assertTrue(path.endswith("/main"), path)
-        return os.path.join(cgroup2_root(), path[1:-len("/main")]), child
+        # The main command alone runs in the instance's cgroup itself (no leaf "main").
+        self.assertTrue(os.path.basename(path).startswith("lastcall-"), path)
+        return os.path.join(cgroup2_root(), path[1:]), child
 
     def backdate(self, directory):
         # A sweep leaves a cgroup younger than 10 s alone (its lastcall may be between its mkdir

@@ -82,6 +82,36 @@ class Scopes(LastcallTestCase):
                 for pid in marked_pids(m):
                     os.kill(pid, signal.SIGKILL)
 
+    def main_command_cgroup(self, args):
+        """The cgroup (relative to the cgroup2 mount) the main command of `lastcall ARGS -- sh`
+        runs in, and whether it is gone once lastcall has exited."""
+        out = os.path.join(self.dir, "cgroup.main")
+        script = 'sed -n "s/^0:://p" /proc/self/cgroup > "$OUT"; echo ready > "$EVENTS"; exec sleep 1000'
+        run = self.start(["--tracker", "cgroup"] + args + ["--", "sh", "-c", script],
+                         env=dict(self.env, OUT=out))
+        self.fifo.expect("ready")
+        with open(out) as f:
+            cgroup = f.read().strip()
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 128 + signal.SIGTERM, run.output())
+        self.assertNoLeftovers()
+        return cgroup, not os.path.exists(cgroup2_root() + cgroup)
+
+    @unittest.skipUnless(cgroup_usable(), "needs a writable cgroup2 hierarchy (root)")
+    def test_the_main_command_alone_runs_in_the_instance_cgroup_and_beside_services_in_a_leaf(self):
+        # Alone, a leaf would separate it from nothing (and cost a mkdir and an rmdir a start).
+        cgroup, gone = self.main_command_cgroup([])
+        self.assertTrue(os.path.basename(cgroup).startswith("lastcall-"), cgroup)
+        self.assertTrue(gone, f"{cgroup} stayed after lastcall exited")
+        cfg = os.path.join(self.dir, "svc.toml")
+        with open(cfg, "w") as f:
+            f.write("[services.idle]\ncommand = 'exec sleep 1000'\n")
+        cgroup, gone = self.main_command_cgroup(["--config", cfg])
+        self.assertEqual(os.path.basename(cgroup), "main", cgroup)
+        self.assertTrue(os.path.basename(os.path.dirname(cgroup)).startswith("lastcall-"), cgroup)
+        self.assertTrue(gone and not os.path.exists(cgroup2_root() + os.path.dirname(cgroup)),
+                        f"{cgroup} or its instance stayed after lastcall exited")
+
     @unittest.skipUnless(cgroup_usable(), "needs a writable cgroup2 hierarchy (root)")
     def test_a_process_moved_into_a_sub_cgroup_gets_the_stop_signal(self):
         mount = cgroup2_root()

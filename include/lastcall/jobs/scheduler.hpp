@@ -54,6 +54,7 @@ class JobScheduler final : public SupervisorComponent {
     void state_changed(State from, State to) override;
     void before_force() override;
     void reaped(const Reaped& r) override;
+    bool runs_units() const override { return true; }
     bool sent_stop_signal(const ProcInfo& p) const override;
     void contribute_report(JsonWriter& j) override;
     void contribute_metrics(MetricsWriter& m) override;
