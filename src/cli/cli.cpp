@@ -112,7 +112,8 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
     // The drop-in, `docker-init -- app` (docker run --init) or `tini -s -- app`: the peer's
     // getopt parse alone. lastcall's parser is only needed to find a --compat after lastcall's
     // own options, and with none of those words on the line there is none to find; building it
-    // cost a tini-named start ~0.8 ms and 1 MiB of peak RSS (bench/results/2026-12-06-dropin.md).
+    // was most of what a tini-named start cost over a bare one, in time and in peak RSS
+    // (bench/results/2026-12-06-dropin.md).
     if (!prefix && as_peer && !mentions_compat_flag(args))
         if (auto compat = parse_compat_command_line(args)) return std::move(*compat);
     CLI::App app{
