@@ -117,7 +117,7 @@ Result<Configuration> load_configuration(const Options& options) {
 // only hand over once read.)
 void hand_over_what_needs_the_twin(const Options& options) {
     if (!options.metrics_listen.empty()) twin::hand_over("--metrics-listen needs libmicrohttpd");
-    if (!options.ledger_url.empty()) twin::hand_over("a postgresql:// ledger needs libpq");
+    if (!options.ledger_url.empty()) twin::hand_over(kPostgresLedgerNeedsLibpq);
     twin::hand_over_before_reading(options.config_path);
     twin::hand_over_before_reading(options.crontab_path);
 }
@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
 
     // A config's `ledger`: the ledger opens after the point of no return, too late to hand over.
     if (!config->jobs.jobs.empty() && !config->jobs.ledger_url.empty())
-        twin::hand_over("a postgresql:// ledger needs libpq");
+        twin::hand_over(kPostgresLedgerNeedsLibpq);
 
     // Bound before anything starts: a port in use or a missing libmicrohttpd is a start-up
     // error, not a run without the metrics it was asked for.

@@ -55,10 +55,11 @@ struct LibPq {
 
 Result<const LibPq*> load_libpq() {
     if (!can_load_shared_libraries()) {
-        twin::hand_over("a postgresql:// ledger needs libpq");
+        twin::hand_over(kPostgresLedgerNeedsLibpq);
         return Error{
-            "a postgresql:// ledger needs libpq, which the static build cannot load (install "
-            "the .deb, whose /usr/bin/lastcall hands such runs to its dynamic twin)"};
+            std::string(kPostgresLedgerNeedsLibpq) +
+            ", which the static build cannot load (install the .deb, whose /usr/bin/lastcall "
+            "hands such runs to its dynamic twin)"};
     }
     static LibPq lib;
     static SharedLibraryOnce library(

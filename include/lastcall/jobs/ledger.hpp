@@ -38,6 +38,10 @@
 
 namespace lastcall {
 
+// Why a run with a postgresql:// ledger goes to the dynamic twin (core/twin.hpp): the static
+// binary cannot load libpq. The reason the twin logs, wherever the hand-over is decided.
+inline constexpr const char* kPostgresLedgerNeedsLibpq = "a postgresql:// ledger needs libpq";
+
 enum class RunState { Scheduled, Started, Completed, Failed, Interrupted, Skipped };
 inline constexpr RunState kAllRunStates[] = {RunState::Scheduled,   RunState::Started,
                                              RunState::Completed,   RunState::Failed,
