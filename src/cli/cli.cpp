@@ -74,10 +74,10 @@ std::size_t find_compat_flag(const CLI::App& app, const std::vector<std::string>
     return 0;
 }
 
-// Whether a `--compat`/`--compat=NAME` word comes before the first "--": find_compat_flag can
-// find one only then.
+// Whether a `--compat`/`--compat=NAME` word comes before the "--" that ends the options:
+// find_compat_flag can find one only then.
 bool mentions_compat_flag(const std::vector<std::string>& args) {
-    for (std::size_t i = 1; i < args.size() && args[i] != "--"; ++i)
+    for (std::size_t i = 1; i < args.size() && !ends_options(args, i); ++i)
         if (args[i] == "--compat" || args[i].starts_with("--compat=")) return true;
     return false;
 }

@@ -522,7 +522,7 @@ Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance
     std::string dir = *base + "/lastcall-" + instance;
     // Exclusive: an existing group of that name belongs to another instance (or a crashed one
     // whose processes may still run); sharing it would let one instance kill the other's tree.
-    // The instance's own group holds no process (only its leaves do): a plain mkdir.
+    // A plain mkdir: the instance's group is new and empty (its processes come with the spawns).
     if (::mkdir(dir.c_str(), 0755) != 0) return sys_error("mkdir " + dir, errno);
     if (::access((dir + "/cgroup.kill").c_str(), W_OK) != 0) {
         int err = errno;

@@ -87,13 +87,26 @@ TEST_CASE("each spelling of an option is parsed although only the options named 
 
 TEST_CASE("the words a line names decide which options are built, and help builds them all",
           "[cli]") {
-    OptionsOnLine line({"lastcall", "--grace=5s", "-vq", "--", "--tracker"});
+    OptionsOnLine line({"lastcall", "-vq", "--grace=5s", "--drain-delay", "1s", "--", "--tracker"});
     CHECK(line("--grace"));
     CHECK(line("-v,--verbose"));
     CHECK(line("-q,--quiet"));
+    CHECK(line("--drain-delay"));
     CHECK_FALSE(line("--tracker"));  // after "--": the command's
-    CHECK_FALSE(line("--drain-delay"));
+    CHECK_FALSE(line("--coalesce"));
     CHECK(OptionsOnLine({"lastcall", "--help"})("--tracker"));
     CHECK(OptionsOnLine({"lastcall", "-vh"})("--tracker"));
     CHECK(OptionsOnLine()("--tracker"));
+    // A "--" right after an option may be its value: the options go on after it.
+    OptionsOnLine value({"lastcall", "--pre-stop", "--", "--grace", "5s", "--", "--tracker"});
+    CHECK(value("--grace"));
+    CHECK_FALSE(value("--tracker"));
+}
+
+TEST_CASE("an option whose value is -- is followed by more options", "[cli]") {
+    Options o = parse({"lastcall", "--pre-stop", "--", "--grace", "5s", "-v", "--", "true"});
+    CHECK(o.pre_stop == "--");
+    CHECK(o.grace == std::chrono::seconds(5));
+    CHECK(o.log_level == "debug");
+    CHECK(o.command == std::vector<std::string>{"true"});
 }

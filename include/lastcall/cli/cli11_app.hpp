@@ -47,19 +47,27 @@ inline void set_usage(CLI::App& app, std::string usage) {
     app.formatter(std::make_shared<UsageFormatter>(std::move(usage)));
 }
 
+// Whether args[i] is a "--" that ends the options: one right after an option may be that
+// option's value (`--pre-stop -- --grace 5s` sets the hook to "--" and the grace to 5s), and
+// one right after a word that is not an option cannot be.
+inline bool ends_options(const std::vector<std::string>& args, std::size_t i) {
+    return args[i] == "--" && !(i > 1 && args[i - 1].starts_with("-"));
+}
+
 // The option names a command line can mean, for adding only those options to the parser.
 // CLI11 checks each option it adds against every one added before (quadratic in their number):
 // adding lastcall's 38 options was 60% of the instructions of `lastcall --grace 5s -- CMD`
 // (callgrind: 420,000 of 690,000; a bare `lastcall -- CMD`, which builds no parser, runs 170,000)
 // and spread its start over more pages (bench/results/2026-12-06-dropin.md). An option the line
 // does not name has nothing to parse, and CLI11 rejects an unknown word the same way whether
-// or not other options exist. Every word before "--" counts, also an option's value or a word
-// of the command: a name too many is only a little slower, never a different parse. A
+// or not other options exist. Every word up to the "--" that ends the options counts, also an
+// option's value or a word of the command: a name too many is only a little slower, never a
+// different parse. A
 // request for help needs every option, and so does a word that CLI11 could read some other way.
 class OptionsOnLine {
   public:
     explicit OptionsOnLine(const std::vector<std::string>& args) {
-        for (std::size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+        for (std::size_t i = 1; i < args.size() && !ends_options(args, i); ++i) {
             const std::string& a = args[i];
             if (a == "-h" || a.starts_with("--help")) all_ = true;
             if (a.starts_with("--")) {
