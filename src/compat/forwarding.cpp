@@ -77,7 +77,11 @@ bool PeerVoice::signal(const SignalAction& a) const {
         case CompatMode::None:
             return false;
         case CompatMode::Tini:
-            if (a.kind == SignalAction::Kind::Forward)
+            // Asked first: the argument is evaluated before debug() checks the level, and
+            // strsignal() goes through gettext (its locale lookup was on every forward's path,
+            // ahead of the signal itself).
+            if (a.kind == SignalAction::Kind::Forward &&
+                peer_log().should_log(spdlog::level::debug))
                 peer_log().debug("Passing signal: '{}'", ::strsignal(a.sig));
             return true;
         case CompatMode::DumbInit:
