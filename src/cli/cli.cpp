@@ -87,25 +87,17 @@ ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::
 
 }  // namespace
 
+// The two lines that need no parser of lastcall's own are answered here, in a small frame:
+// parse_native's holds a CLI::App, and entering it cost a bare start a page of stack (a fault).
 ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
-    return parse_native(args, nullptr);
-}
-
-namespace {
-
-// The native command line, or (with prefix) only lastcall's own options in front of a --compat:
-// then no command is expected, and the names of the options given are collected in *prefix.
-ParsedCommandLine parse_native(const std::vector<std::string>& args,
-                               std::set<std::string>* prefix) {
-    Options o;
     // The common case, `lastcall -- CMD...` or `lastcall CMD...` without a single option, has
     // nothing to parse: building the CLI11 parser alone was most of lastcall's own start-up work
     // (bench/results/2026-12-03.md). Options' defaults are the documented ones.
     // Not under a peer's name (`tini -- app` is tini's command line, not lastcall's).
     bool dashdash = args.size() >= 3 && args[1] == "--";
     bool as_peer = !args.empty() && compat_mode_for_program(args[0]).has_value();
-    if (!prefix && !as_peer &&
-        (dashdash || (args.size() >= 2 && !args[1].empty() && args[1][0] != '-'))) {
+    if (!as_peer && (dashdash || (args.size() >= 2 && !args[1].empty() && args[1][0] != '-'))) {
+        Options o;
         o.command.assign(args.begin() + (dashdash ? 2 : 1), args.end());
         return {std::move(o), 0};
     }
@@ -114,8 +106,19 @@ ParsedCommandLine parse_native(const std::vector<std::string>& args,
     // own options, and with none of those words on the line there is none to find; building it
     // was most of what a tini-named start cost over a bare one, in time and in peak RSS
     // (bench/results/2026-12-06-dropin.md).
-    if (!prefix && as_peer && !mentions_compat_flag(args))
+    if (as_peer && !mentions_compat_flag(args))
         if (auto compat = parse_compat_command_line(args)) return std::move(*compat);
+    return parse_native(args, nullptr);
+}
+
+namespace {
+
+// The native command line, or (with prefix) only lastcall's own options in front of a --compat:
+// then no command is expected, and the names of the options given are collected in *prefix.
+[[gnu::noinline]] ParsedCommandLine parse_native(const std::vector<std::string>& args,
+                                                 std::set<std::string>* prefix) {
+    Options o;
+    bool as_peer = !args.empty() && compat_mode_for_program(args[0]).has_value();
     CLI::App app{
         "lastcall: an init and process supervisor that shuts a whole process tree down within a "
         "budget and records how it ended.",
