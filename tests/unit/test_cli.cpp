@@ -101,6 +101,17 @@ TEST_CASE("the words a line names decide which options are built, and help build
     OptionsOnLine value({"lastcall", "--pre-stop", "--", "--grace", "5s", "--", "--tracker"});
     CHECK(value("--grace"));
     CHECK_FALSE(value("--tracker"));
+    // After an option that carries its value the -- ends the options.
+    CHECK_FALSE(OptionsOnLine({"lastcall", "--grace=5s", "--", "--tracker"})("--tracker"));
+}
+
+TEST_CASE("under a peer's name a --compat after an option whose value is -- is still found",
+          "[cli]") {
+    // lastcall's own --ready-file, its value "--", then --compat: the rest is tini's line.
+    auto parsed = parse_command_line({"tini", "--ready-file", "--", "--compat", "tini", "app"});
+    REQUIRE(parsed.options);
+    CHECK(parsed.options->ready_file == "--");
+    CHECK(parsed.options->command == std::vector<std::string>{"app"});
 }
 
 TEST_CASE("an option whose value is -- is followed by more options", "[cli]") {

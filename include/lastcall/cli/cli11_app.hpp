@@ -48,10 +48,14 @@ inline void set_usage(CLI::App& app, std::string usage) {
 }
 
 // Whether args[i] is a "--" that ends the options: one right after an option may be that
-// option's value (`--pre-stop -- --grace 5s` sets the hook to "--" and the grace to 5s), and
-// one right after a word that is not an option cannot be.
+// option's value (`--pre-stop -- --grace 5s` sets the hook to "--" and the grace to 5s); one
+// right after a word that is not an option, or after an option that carries its value
+// (`--grace=5s`), cannot be.
 inline bool ends_options(const std::vector<std::string>& args, std::size_t i) {
-    return args[i] == "--" && !(i > 1 && args[i - 1].starts_with("-"));
+    if (args[i] != "--") return false;
+    if (i <= 1) return true;
+    const std::string& before = args[i - 1];
+    return !before.starts_with("-") || before.find('=') != std::string::npos;
 }
 
 // The option names a command line can mean, for adding only those options to the parser.
