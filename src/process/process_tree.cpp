@@ -382,8 +382,6 @@ StaleSweep remove_stale_instance_cgroups(const std::string& base, const std::str
 
 namespace {
 
-// mkdir that never adopts: an existing directory is an error, not a cgroup to share. Returns
-// the new cgroup's directory, opened for the spawns into it.
 // A cgroup's directory, opened as the target of clone3(CLONE_INTO_CGROUP).
 Result<UniqueFd> open_cgroup(const std::string& dir) {
     UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -395,6 +393,8 @@ Result<UniqueFd> open_cgroup(const std::string& dir) {
     return fd;
 }
 
+// mkdir that never adopts: an existing directory is an error, not a cgroup to share. Returns
+// the new cgroup's directory, opened for the spawns into it.
 Result<UniqueFd> make_cgroup(const std::string& dir) {
     if (::mkdir(dir.c_str(), 0755) != 0) return sys_error("mkdir " + dir, errno);
     auto fd = open_cgroup(dir);
@@ -409,7 +409,7 @@ Result<UniqueFd> make_cgroup(const std::string& dir) {
 // lastcall's cgroup is still lastcall's to stop and reap).
 class CgroupTracker final : public Tracker {
   public:
-    // main: the leaf's scope, or null with instance_fd the instance's own directory.
+    // main: the leaf's scope, or null (the main command spawns into instance_fd's cgroup).
     CgroupTracker(std::string dir, std::unique_ptr<CgroupScope> main, UniqueFd instance_fd,
                   UniqueFd events)
         : dir_(std::move(dir)),
@@ -522,15 +522,14 @@ Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance
     std::string dir = *base + "/lastcall-" + instance;
     // Exclusive: an existing group of that name belongs to another instance (or a crashed one
     // whose processes may still run); sharing it would let one instance kill the other's tree.
-    // A plain mkdir: the instance's group is new and empty (its processes come with the spawns).
-    if (::mkdir(dir.c_str(), 0755) != 0) return sys_error("mkdir " + dir, errno);
-    if (::access((dir + "/cgroup.kill").c_str(), W_OK) != 0) {
+    auto instance_fd = make_cgroup(dir);
+    if (!instance_fd) return instance_fd.error();
+    if (::faccessat(instance_fd->get(), "cgroup.kill", W_OK, 0) != 0) {
         int err = errno;
         ::rmdir(dir.c_str());
         return sys_error("cgroup.kill in " + dir + " (kernel older than 5.14?)", err);
     }
     std::unique_ptr<CgroupScope> main;
-    UniqueFd instance_fd;
     if (main_leaf) {
         auto main_dir = make_cgroup(dir + "/main");
         if (!main_dir) {
@@ -538,11 +537,6 @@ Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance
             return main_dir.error();
         }
         main = std::make_unique<CgroupScope>(dir + "/main", std::move(*main_dir));
-    } else if (auto fd = open_cgroup(dir); fd) {
-        instance_fd = std::move(*fd);
-    } else {
-        ::rmdir(dir.c_str());
-        return fd.error();
     }
     // cgroup.events signals a change of "populated" (of the whole subtree) to pollers with
     // EPOLLPRI (kernfs_notify): no polling. A plain fd, not inotify: closing an inotify instance
@@ -566,7 +560,7 @@ Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance
         return sys_error("flock " + dir + "/cgroup.events", err);
     }
     return std::unique_ptr<Tracker>(
-        new CgroupTracker(dir, std::move(main), std::move(instance_fd), std::move(events)));
+        new CgroupTracker(dir, std::move(main), std::move(*instance_fd), std::move(events)));
 }
 
 }  // namespace

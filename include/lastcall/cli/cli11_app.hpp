@@ -66,8 +66,7 @@ inline bool ends_options(const std::vector<std::string>& args, std::size_t i) {
 // does not name has nothing to parse, and CLI11 rejects an unknown word the same way whether
 // or not other options exist. Every word up to the "--" that ends the options counts, also an
 // option's value or a word of the command: a name too many is only a little slower, never a
-// different parse. A
-// request for help needs every option, and so does a word that CLI11 could read some other way.
+// different parse. A request for help needs every option.
 class OptionsOnLine {
   public:
     explicit OptionsOnLine(const std::vector<std::string>& args) {
