@@ -4,7 +4,6 @@
 //
 // main() is the table of contents: subcommands, command line, configuration, logging, the point
 // of no return, the components, the run.
-#include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -158,11 +157,8 @@ Result<Components> create_components(const Options& options, Configuration& conf
     ServiceManagerOptions service_options;
     service_options.state_path = status_path_for(instance_id());
     service_options.instance = instance_id();
-    if (!options.config_path.empty()) {
-        char absolute[PATH_MAX];
-        service_options.config_path =
-            ::realpath(options.config_path.c_str(), absolute) ? absolute : options.config_path;
-    }
+    if (!options.config_path.empty())
+        service_options.config_path = real_path(options.config_path).value_or(options.config_path);
     c.services = std::make_unique<ServiceManager>(std::move(config.services), service_options);
     // The run ledger opens before anything starts: a read-only or full state dir stops lastcall
     // here with the reason, instead of runs that go unrecorded.

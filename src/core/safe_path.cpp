@@ -10,7 +10,9 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
+#include <memory>
 
 namespace lastcall {
 
@@ -207,15 +209,27 @@ Result<UniqueFd> ensure_owned_dir(const std::string& path, mode_t mode, bool mak
     return fd;
 }
 
+std::optional<std::string> real_path(const std::string& path) {
+    std::unique_ptr<char, decltype(&std::free)> real(::realpath(path.c_str(), nullptr), std::free);
+    if (!real) return std::nullopt;
+    return std::string(real.get());
+}
+
+std::optional<std::string> current_dir() {
+    std::unique_ptr<char, decltype(&std::free)> cwd(::getcwd(nullptr, 0), std::free);
+    if (!cwd) return std::nullopt;
+    return std::string(cwd.get());
+}
+
 Status require_trusted_ancestors(const std::string& given) {
     // The real path first (links such as /var/run -> /run resolved), then each directory above
     // it, from the root down, reached without following a link: owned by root or lastcall's
     // user, and writable by nobody else unless sticky (in a sticky directory such as /tmp only
     // an entry's owner may rename it). Had anyone swapped a component while realpath ran, the
     // walk meets a directory they own, and refuses it.
-    char real[PATH_MAX];
-    if (!::realpath(given.c_str(), real)) return sys_error("realpath " + given, errno);
-    std::string path(real);
+    auto real = real_path(given);
+    if (!real) return sys_error("realpath " + given, errno);
+    std::string path = std::move(*real);
     UniqueFd at(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!at) return sys_error("open /", errno);
     std::string walked;

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -493,10 +492,8 @@ std::string resolve_state_dir(const std::string& flag, const std::string& from_c
     // predecessor left behind (LASTCALL_LEDGER in their environment), and the relative text
     // 'state/ledger.sqlite' matched the runs of another lastcall started from another directory:
     // it killed them.
-    if (!flag.empty() && flag[0] != '/') {
-        char cwd[PATH_MAX];
-        if (::getcwd(cwd, sizeof cwd)) return std::string(cwd) + (cwd[1] ? "/" : "") + flag;
-    }
+    if (!flag.empty() && flag[0] != '/')
+        if (auto cwd = current_dir()) return *cwd + (cwd->size() > 1 ? "/" : "") + flag;
     if (!flag.empty()) return flag;
     if (!from_config.empty()) return from_config;
     // systemd's StateDirectory= (a colon-separated list when it names several): the unit's own.
@@ -507,8 +504,7 @@ std::string resolve_state_dir(const std::string& flag, const std::string& from_c
 }
 
 std::string state_dir_name(const std::string& unit_file) {
-    char buf[PATH_MAX];
-    std::string path = ::realpath(unit_file.c_str(), buf) ? buf : unit_file;
+    std::string path = real_path(unit_file).value_or(unit_file);
     // FNV-1a of the absolute path: the same file always maps to the same directory, two files
     // (two apps on one host) to two.
     std::uint64_t h = 1469598103934665603ull;

@@ -438,7 +438,7 @@ std::vector<std::string> JobScheduler::environment(const Run& run, const std::st
         watermark = iso_utc(**w);
     env.set("LASTCALL_WATERMARK", watermark);
     if (!staging.empty()) env.set("LASTCALL_OUTPUT", staging);
-    return env.entries();
+    return std::move(env).entries();
 }
 
 // Every staging file of the job's output but `keep` (a retry's resume file) is an earlier run's

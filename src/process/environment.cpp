@@ -18,6 +18,14 @@ bool inherits(UnitKind kind, std::string_view key) {
     return true;
 }
 
+// The entry "KEY=..." of `key` in `vars`.
+template <typename Vars>
+auto find(Vars& vars, std::string_view key) {
+    return std::find_if(vars.begin(), vars.end(), [&](const std::string& kv) {
+        return kv.size() > key.size() && kv[key.size()] == '=' && kv.starts_with(key);
+    });
+}
+
 }  // namespace
 
 Environment Environment::inherited(UnitKind kind) {
@@ -41,12 +49,13 @@ Environment Environment::from(const std::vector<std::string>& entries) {
 }
 
 void Environment::set(std::string_view key, std::string_view value) {
-    auto it =
-        std::find_if(vars_.begin(), vars_.end(), [&](const auto& v) { return v.first == key; });
-    if (it != vars_.end())
-        it->second = value;
+    std::string kv;
+    kv.reserve(key.size() + 1 + value.size());
+    kv.append(key).append(1, '=').append(value);
+    if (auto it = find(vars_, key); it != vars_.end())
+        *it = std::move(kv);
     else
-        vars_.emplace_back(key, value);
+        vars_.push_back(std::move(kv));
 }
 
 void Environment::set(std::string_view entry) {
@@ -56,20 +65,13 @@ void Environment::set(std::string_view entry) {
 }
 
 void Environment::unset(std::string_view key) {
-    std::erase_if(vars_, [&](const auto& v) { return v.first == key; });
+    if (auto it = find(vars_, key); it != vars_.end()) vars_.erase(it);
 }
 
-const std::string* Environment::get(std::string_view key) const {
-    for (const auto& v : vars_)
-        if (v.first == key) return &v.second;
-    return nullptr;
-}
-
-std::vector<std::string> Environment::entries() const {
-    std::vector<std::string> out;
-    out.reserve(vars_.size());
-    for (const auto& [k, v] : vars_) out.push_back(k + "=" + v);
-    return out;
+std::optional<std::string_view> Environment::get(std::string_view key) const {
+    auto it = find(vars_, key);
+    if (it == vars_.end()) return std::nullopt;
+    return std::string_view(*it).substr(key.size() + 1);
 }
 
 }  // namespace lastcall

@@ -596,9 +596,10 @@ bool run_queue_crowded() {
 std::optional<ProcInfo> read_proc_stat(pid_t pid) {
     // One open, one read, one close, no allocation but comm: a walk of a fork bomb reads this
     // file for each of its thousands of processes while the grace runs out. The file is one
-    // seq_file record produced whole, and it cannot reach the buffer's size (52 numeric fields
-    // of at most 20 digits and a 16-byte comm), so the first read has all of it: the read that
-    // would return 0 at the end is not made.
+    // seq_file record produced whole, and the fields parsed (through 22, starttime) end within
+    // its first ~500 bytes (19 numbers of at most 20 digits after a comm of at most 64), so the
+    // first read has them: the read that would return 0 at the end is not made. 1 KiB, not 4:
+    // the buffer lies on the stop path's deepest frame, and every stack page is a fault.
     char path[32];
     std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
     UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
@@ -606,7 +607,7 @@ std::optional<ProcInfo> read_proc_stat(pid_t pid) {
         throw_if_out_of_memory(errno);
         return std::nullopt;
     }
-    char buf[4096];
+    char buf[1024];
     ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n <= 0) return std::nullopt;
     return parse_proc_stat(pid, std::string_view(buf, static_cast<std::size_t>(n)));

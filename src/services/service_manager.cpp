@@ -55,7 +55,7 @@ std::vector<std::string> service_environment(const std::vector<std::string>& dot
     Environment env = Environment::inherited(UnitKind::Service);
     for (const auto& kv : dotenv) env.set(kv);
     for (const auto& kv : own) env.set(kv);
-    return env.entries();
+    return std::move(env).entries();
 }
 
 void write_all(int fd, std::string_view data) {

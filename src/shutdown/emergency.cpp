@@ -23,22 +23,24 @@ namespace lastcall {
 
 namespace {
 
-// Fixed storage, filled at set-up: nothing here allocates once the emergency runs.
+// Fixed storage, filled at set-up: nothing here allocates once the emergency runs. What every
+// start writes comes first (the fields, then a cgroup path of some 60 bytes): the buffers after
+// it stay unwritten, and a start writes one page of the plan instead of two.
 struct Plan {
     // The report's directory, opened at set-up the way every other write as root reaches it
     // (open_dir_safely: no link followed), and the two names in it. The emergency writes through
     // it: by a path, a link the app planted at the fixed temporary name made root truncate any
     // file, and a FIFO there blocked the teardown for good.
     int report_dir_fd = -1;
-    char report_name[NAME_MAX + 1] = {};
-    char report_tmp[NAME_MAX + 32] = {};
-    char cgroup_dir[PATH_MAX] = {};
     int cgroup_kill_fd = -1;
     pid_t main_pid = -1;
     bool main_reaped = false;
-    int main_status = 0;
-    char json[2048] = {};
     bool running = false;
+    int main_status = 0;
+    char cgroup_dir[PATH_MAX] = {};
+    char report_name[NAME_MAX + 1] = {};
+    char report_tmp[NAME_MAX + 32] = {};
+    char json[2048] = {};
 };
 
 Plan g_plan;
@@ -148,12 +150,13 @@ void emergency_prepare(const char* report_path, const char* cgroup_dir) {
     }
     // The instance's cgroup (all its units below it): cgroup.kill there ends every one of them.
     if (cgroup_dir && *cgroup_dir) {
-        copy_joined(g_plan.cgroup_dir, cgroup_dir);
-        char kill_path[PATH_MAX + 16];
+        // Opened now, while allocating is fine (the path is a heap string, not another 4 KiB
+        // of stack on a start's deepest frame): the teardown only writes to the fd.
         if (g_plan.cgroup_kill_fd >= 0) ::close(g_plan.cgroup_kill_fd);
-        g_plan.cgroup_kill_fd = copy_joined(kill_path, cgroup_dir, "/cgroup.kill")
-                                    ? ::open(kill_path, O_WRONLY | O_CLOEXEC)
-                                    : -1;
+        g_plan.cgroup_kill_fd =
+            copy_joined(g_plan.cgroup_dir, cgroup_dir)
+                ? ::open((std::string(cgroup_dir) + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC)
+                : -1;
     }
 }
 

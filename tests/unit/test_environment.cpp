@@ -18,6 +18,18 @@ TEST_CASE("a variable set twice appears once, with the last value, in its first 
     CHECK(env.size() == 1);
 }
 
+TEST_CASE("a key is matched whole, not as the prefix of a longer one") {
+    auto env = Environment::from({"PATHEXT=.x", "PATH=/bin", "E="});
+    CHECK(*env.get("PATH") == "/bin");
+    CHECK(*env.get("E") == "");
+    CHECK_FALSE(env.get("PAT"));
+    env.set("PATH", "/usr/bin");
+    env.unset("PATHE");
+    CHECK(env.entries() == std::vector<std::string>{"PATHEXT=.x", "PATH=/usr/bin", "E="});
+    env.unset("PATH");
+    CHECK(std::move(env).entries() == std::vector<std::string>{"PATHEXT=.x", "E="});
+}
+
 TEST_CASE("socket activation and the watchdog are inherited by the main command only") {
     ::setenv("LISTEN_FDS", "1", 1);
     ::setenv("WATCHDOG_USEC", "1000", 1);

@@ -67,6 +67,14 @@ Result<UniqueFd> ensure_owned_dir(const std::string& path, mode_t mode, bool mak
 // directory for another between the check and each open.
 Status require_trusted_ancestors(const std::string& path);
 
+// realpath(3) of `path`, or nullopt (errno set). The result is built on the heap: a PATH_MAX
+// buffer in the caller's frame made it 4 KiB deeper, and a start's deepest stack page was one
+// such frame (every stack page a run touches is a page fault and resident memory; issue 18).
+std::optional<std::string> real_path(const std::string& path);
+
+// The working directory, or nullopt (errno set); on the heap for the same reason.
+std::optional<std::string> current_dir();
+
 // A file that another (less privileged) user was meant to write, opened read-only through
 // dirfd: a regular file (not a link, device or FIFO), owned by `owner`, with one link.
 Result<UniqueFd> open_owned_regular(int dirfd, const std::string& name, uid_t owner,

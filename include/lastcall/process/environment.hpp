@@ -4,6 +4,7 @@
 // twice (getenv would see the first, a shell the last) or one meant for someone else.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,14 +37,18 @@ class Environment {
     // "KEY=VALUE"; an entry without '=' is ignored (execve would pass it, getenv never finds it).
     void set(std::string_view entry);
     void unset(std::string_view key);
-    const std::string* get(std::string_view key) const;
+    // The value of `key`, viewing this environment's own copy.
+    std::optional<std::string_view> get(std::string_view key) const;
     std::size_t size() const { return vars_.size(); }
 
-    // "KEY=VALUE" each key once, for execve.
-    std::vector<std::string> entries() const;
+    // "KEY=VALUE" each key once, for execve; taken from a temporary without a copy.
+    const std::vector<std::string>& entries() const& { return vars_; }
+    std::vector<std::string> entries() && { return std::move(vars_); }
 
   private:
-    std::vector<std::pair<std::string, std::string>> vars_;
+    // Kept as execve takes them, "KEY=VALUE": every spawn built the pairs and then the entries
+    // from them, two copies of the environment on the heap at every start (issue 18).
+    std::vector<std::string> vars_;
 };
 
 }  // namespace lastcall
