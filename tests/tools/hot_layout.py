@@ -14,7 +14,8 @@ plus 8 KiB: unordered, the static binary's spread over all of `.bss` (40 KB) and
 (66 KB). (`.rodata` is not checked: a listed object in a mergeable section, glibc's
 `_itoa_lower_digits`, stays where the link merges it.) The exception tables must lie after
 .rodata (packaging/layout.ld), and in the static binary .eh_frame after .iplt
-(packaging/layout-static.ld). A layout, not a time: nothing here depends on the machine.
+(packaging/layout-static.ld), together with _init and .fini in one 64 KiB window. A layout,
+not a time: nothing here depends on the machine.
 
 A binary with its code (not a .debug file) is also checked for the path of the main child's stop
 signal (Supervisor::stop_main_child_first): every lastcall function it calls, directly or through
@@ -27,6 +28,7 @@ import subprocess
 import sys
 
 DATA_SECTIONS = (".data", ".bss", ".data.rel.ro")
+WINDOW = 64 * 1024  # the kernel's fault-around (fault_around_bytes)
 
 
 def section_ranges(binary):
@@ -157,6 +159,16 @@ def main():
         if sections[".eh_frame"][0] < sections[".iplt"][0]:
             print(f"{binary}: .eh_frame lies before .iplt: packaging/layout-static.ld was not "
                   "applied", file=sys.stderr)
+            ok = False
+        # What every start reads at the segment's end, _init, .fini, the IFUNC stubs and the
+        # first word of .eh_frame, within one 64 KiB window of the kernel's fault-around: where
+        # the end of .text happened to put them, they once straddled two (64 KiB of peak RSS).
+        group = [sections[s][0] for s in (".init", ".fini", ".iplt") if s in sections]
+        lo, hi = min(group), max(sections[".iplt"][1], sections[".eh_frame"][0] + 8)
+        if lo // WINDOW != (hi - 1) // WINDOW:
+            print(f"{binary}: _init, .iplt and the start of .eh_frame ({lo:#x}-{hi:#x}) straddle "
+                  "two 64 KiB windows: packaging/layout-static.ld keeps them on one page",
+                  file=sys.stderr)
             ok = False
     if not binary.endswith(".debug"):
         ok = check_stop_path(binary, nm_lines, wanted) and ok
