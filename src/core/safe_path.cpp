@@ -2,7 +2,6 @@
 #include "lastcall/core/safe_path.hpp"
 
 #include <fcntl.h>
-#include <limits.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>

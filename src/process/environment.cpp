@@ -20,7 +20,7 @@ bool inherits(UnitKind kind, std::string_view key) {
 
 // The entry "KEY=..." of `key` in `vars`.
 template <typename Vars>
-auto find(Vars& vars, std::string_view key) {
+auto find_key(Vars& vars, std::string_view key) {
     return std::find_if(vars.begin(), vars.end(), [&](const std::string& kv) {
         return kv.size() > key.size() && kv[key.size()] == '=' && kv.starts_with(key);
     });
@@ -52,7 +52,7 @@ void Environment::set(std::string_view key, std::string_view value) {
     std::string kv;
     kv.reserve(key.size() + 1 + value.size());
     kv.append(key).append(1, '=').append(value);
-    if (auto it = find(vars_, key); it != vars_.end())
+    if (auto it = find_key(vars_, key); it != vars_.end())
         *it = std::move(kv);
     else
         vars_.push_back(std::move(kv));
@@ -65,11 +65,11 @@ void Environment::set(std::string_view entry) {
 }
 
 void Environment::unset(std::string_view key) {
-    if (auto it = find(vars_, key); it != vars_.end()) vars_.erase(it);
+    if (auto it = find_key(vars_, key); it != vars_.end()) vars_.erase(it);
 }
 
-std::optional<std::string_view> Environment::get(std::string_view key) const {
-    auto it = find(vars_, key);
+std::optional<std::string_view> Environment::get(std::string_view key) const& {
+    auto it = find_key(vars_, key);
     if (it == vars_.end()) return std::nullopt;
     return std::string_view(*it).substr(key.size() + 1);
 }

@@ -25,7 +25,7 @@ namespace {
 
 // Fixed storage, filled at set-up: nothing here allocates once the emergency runs. What every
 // start writes comes first (the fields, then a cgroup path of some 60 bytes): the buffers after
-// it stay unwritten, and a start writes one page of the plan instead of two.
+// it stay unwritten, and a start without --report writes one page of the plan instead of two.
 struct Plan {
     // The report's directory, opened at set-up the way every other write as root reaches it
     // (open_dir_safely: no link followed), and the two names in it. The emergency writes through

@@ -167,7 +167,8 @@ def main():
         lo, hi = min(group), max(sections[".iplt"][1], sections[".eh_frame"][0] + 8)
         if lo // WINDOW != (hi - 1) // WINDOW:
             print(f"{binary}: _init, .iplt and the start of .eh_frame ({lo:#x}-{hi:#x}) straddle "
-                  "two 64 KiB windows: packaging/layout-static.ld keeps them on one page",
+                  "two 64 KiB windows: packaging/layout-static.ld was not applied (it puts them on one "
+                  "4 KiB-aligned page)",
                   file=sys.stderr)
             ok = False
     if not binary.endswith(".debug"):

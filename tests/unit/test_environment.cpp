@@ -45,8 +45,10 @@ TEST_CASE("socket activation and the watchdog are inherited by the main command 
         CHECK_FALSE(env.get("WATCHDOG_USEC"));
         CHECK_FALSE(env.get("NOTIFY_SOCKET"));
     }
-    CHECK_FALSE(Environment::inherited(UnitKind::Job).get("LASTCALL_RUN_ID"));
-    CHECK(Environment::inherited(UnitKind::Service).get("LASTCALL_RUN_ID"));
+    auto job = Environment::inherited(UnitKind::Job);
+    auto service = Environment::inherited(UnitKind::Service);
+    CHECK_FALSE(job.get("LASTCALL_RUN_ID"));
+    CHECK(service.get("LASTCALL_RUN_ID"));
     for (const char* k : {"LISTEN_FDS", "WATCHDOG_USEC", "NOTIFY_SOCKET", "LASTCALL_RUN_ID"})
         ::unsetenv(k);
 }

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
+#include <thread>
 
 #include "lastcall/core/read_file.hpp"
 
@@ -83,5 +85,28 @@ TEST_CASE("a file larger than the first reads is read whole into the string, byt
     REQUIRE(got);
     CHECK(got->size() == text.size());
     CHECK(*got == text);
+    CHECK(read_file(dir.path + "/f", text.size()));
     CHECK_FALSE(read_file(dir.path + "/f", text.size() - 1));
+}
+
+TEST_CASE("a pipe written a little at a time is read whole, up to its end") {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    std::string text;
+    for (int i = 0; text.size() < 200000; ++i) text += std::to_string(i) + '\n';
+    // Written in small pieces by another thread: the reads return a piece at a time, short of
+    // the room the reader offers.
+    std::thread writer([&] {
+        for (std::size_t at = 0; at < text.size(); at += 100) {
+            std::size_t n = std::min<std::size_t>(100, text.size() - at);
+            REQUIRE(::write(fds[1], text.data() + at, n) == static_cast<ssize_t>(n));
+        }
+        ::close(fds[1]);
+    });
+    auto got = read_all(fds[0], "the pipe", 1 << 20);
+    writer.join();
+    ::close(fds[0]);
+    REQUIRE(got);
+    CHECK(got->size() == text.size());
+    CHECK(*got == text);
 }

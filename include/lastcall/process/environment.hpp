@@ -37,8 +37,10 @@ class Environment {
     // "KEY=VALUE"; an entry without '=' is ignored (execve would pass it, getenv never finds it).
     void set(std::string_view entry);
     void unset(std::string_view key);
-    // The value of `key`, viewing this environment's own copy.
-    std::optional<std::string_view> get(std::string_view key) const;
+    // The value of `key`: a view of this environment's own entry, valid until the next set or
+    // unset (none of a temporary: it would dangle at once).
+    std::optional<std::string_view> get(std::string_view key) const&;
+    std::optional<std::string_view> get(std::string_view key) && = delete;
     std::size_t size() const { return vars_.size(); }
 
     // "KEY=VALUE" each key once, for execve; taken from a temporary without a copy.
