@@ -3,9 +3,6 @@
 // status files (services/service_status), as a table or as JSON.
 #include "lastcall/cli/status_cli.hpp"
 
-#include <limits.h>
-#include <stdlib.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
@@ -13,6 +10,7 @@
 #include "lastcall/cli/cli11_app.hpp"
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/json.hpp"
+#include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/text_table.hpp"
 #include "lastcall/services/service_status.hpp"
 
@@ -23,11 +21,6 @@ namespace {
 bool all_digits(const std::string& s) {
     return !s.empty() &&
            std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-std::string real_path(const std::string& path) {
-    char buf[PATH_MAX];
-    return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
 }
 
 // One instance as shown: the file, and the services of it that the selectors kept.
@@ -54,7 +47,7 @@ void select(const LiveStatus& live, const std::string& sel, Shown& shown, bool& 
         return;
     }
     if (sel.find('/') != std::string::npos || sel.ends_with(".toml")) {
-        if (!f.config.empty() && f.config == real_path(sel)) all_rows();
+        if (!f.config.empty() && f.config == real_path(sel).value_or(sel)) all_rows();
         return;
     }
     if (!f.instance.empty() && f.instance.starts_with(sel)) return all_rows();
