@@ -14,8 +14,9 @@ plus 8 KiB: unordered, the static binary's spread over all of `.bss` (40 KB) and
 (66 KB). (`.rodata` is not checked: a listed object in a mergeable section, glibc's
 `_itoa_lower_digits`, stays where the link merges it.) The exception tables must lie after
 .rodata (packaging/layout.ld), and in the static binary .eh_frame after .iplt
-(packaging/layout-static.ld), together with _init and .fini in one 64 KiB window. A layout,
-not a time: nothing here depends on the machine.
+(packaging/layout-static.ld), together with _init and .fini in one 64 KiB window; the dynamic
+binary is position-dependent and has its PLT in the window where the hot code begins
+(packaging/layout.ld). A layout, not a time: nothing here depends on the machine.
 
 A binary with its code (not a .debug file) is also checked for the path of the main child's stop
 signal (Supervisor::stop_main_child_first): every lastcall function it calls, directly or through
@@ -69,6 +70,29 @@ def check_data(binary, nm_lines, wanted):
                   f"more than {limit:,}: the link did not order them", file=sys.stderr)
             failed = True
     return not failed
+
+
+def check_dynamic(binary, sections, hot_code):
+    """The dynamic binary (CMakeLists.txt, packaging/layout.ld): position-dependent, and its PLT
+    in the 64 KiB window where the hot code begins."""
+    ok = True
+    header = subprocess.run(["readelf", "-hW", binary], capture_output=True, text=True,
+                            check=True).stdout
+    if not re.search(r"^\s*Type:\s+EXEC\b", header, re.M):
+        # A PIE: ld.so reads ~4,000 relative relocations (100 KB) and writes all of
+        # .data.rel.ro at every start.
+        print(f"{binary}: a position-independent executable: the dynamic binary is linked "
+              "with -no-pie", file=sys.stderr)
+        ok = False
+    if ".plt" in sections:
+        # Every call into libc.so runs a PLT stub: at the end of .text they kept a window of
+        # their own mapped.
+        plt = sections[".plt"][0]
+        if plt // WINDOW != hot_code // WINDOW:
+            print(f"{binary}: the PLT ({plt:#x}) is not in the 64 KiB window where the hot code "
+                  f"begins ({hot_code:#x}): packaging/layout.ld was not applied", file=sys.stderr)
+            ok = False
+    return ok
 
 
 STOP_PATH_ROOTS = ("_ZN8lastcall10Supervisor21stop_main_child_firstEi",)
@@ -138,7 +162,7 @@ def main():
         sys.exit(f"{binary}: only {len(spans)} of the {len(wanted)} hot functions found: "
                  "no symbols, or a stale list")
     total = sum(spans.values())
-    lo = min(spans)
+    lo = hot_code = min(spans)
     hi = max(start + size for start, size in spans.items())
     limit = 2 * total + 64 * 1024
     print(f"{binary}: {len(spans)} hot functions, {total:,} bytes, laid out over "
@@ -171,6 +195,8 @@ def main():
                   "4 KiB-aligned page)",
                   file=sys.stderr)
             ok = False
+    if ".interp" in sections:
+        ok = check_dynamic(binary, sections, hot_code) and ok
     if not binary.endswith(".debug"):
         ok = check_stop_path(binary, nm_lines, wanted) and ok
     if not ok:
