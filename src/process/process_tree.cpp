@@ -516,6 +516,24 @@ class CgroupTracker final : public Tracker {
     bool removed_ = false;
 };
 
+// A cgroup directory just made, removed again unless kept: every failure on the way to the
+// tracker that takes it over leaves nothing behind. Declared before what is made inside it, so
+// that those go first (rmdir fails on a cgroup with children).
+class NewCgroupDir {
+  public:
+    explicit NewCgroupDir(std::string dir) : dir_(std::move(dir)) {}
+    NewCgroupDir(const NewCgroupDir&) = delete;
+    NewCgroupDir& operator=(const NewCgroupDir&) = delete;
+    ~NewCgroupDir() {
+        if (!kept_) ::rmdir(dir_.c_str());
+    }
+    void keep() { kept_ = true; }
+
+  private:
+    std::string dir_;
+    bool kept_ = false;
+};
+
 Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance, bool main_leaf) {
     auto base = own_cgroup_dir();
     if (!base) return base.error();
@@ -524,18 +542,15 @@ Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance
     // whose processes may still run); sharing it would let one instance kill the other's tree.
     auto instance_fd = make_cgroup(dir);
     if (!instance_fd) return instance_fd.error();
+    NewCgroupDir made(dir);
     if (::faccessat(instance_fd->get(), "cgroup.kill", W_OK, 0) != 0) {
-        int err = errno;
-        ::rmdir(dir.c_str());
+        int err = errno;  // before the message's allocations
         return sys_error("cgroup.kill in " + dir + " (kernel older than 5.14?)", err);
     }
-    std::unique_ptr<CgroupScope> main;
+    std::unique_ptr<CgroupScope> main;  // its own directory goes before the instance's
     if (main_leaf) {
         auto main_dir = make_cgroup(dir + "/main");
-        if (!main_dir) {
-            ::rmdir(dir.c_str());
-            return main_dir.error();
-        }
+        if (!main_dir) return main_dir.error();
         main = std::make_unique<CgroupScope>(dir + "/main", std::move(*main_dir));
     }
     // cgroup.events signals a change of "populated" (of the whole subtree) to pollers with
@@ -544,8 +559,6 @@ Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance
     UniqueFd events(::open((dir + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC));
     if (!events) {
         int err = errno;
-        main.reset();
-        ::rmdir(dir.c_str());
         return sys_error("open " + dir + "/cgroup.events", err);
     }
     // The instance's lock, held for its life on the open cgroup.events (flock locks the open
@@ -554,11 +567,9 @@ Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance
     // holds it: a sweep does not lock a cgroup this young.
     if (::flock(events.get(), LOCK_EX | LOCK_NB) != 0) {
         int err = errno;
-        events.reset();
-        main.reset();
-        ::rmdir(dir.c_str());
         return sys_error("flock " + dir + "/cgroup.events", err);
     }
+    made.keep();  // the tracker removes it from here on (CgroupTracker::remove)
     return std::unique_ptr<Tracker>(
         new CgroupTracker(dir, std::move(main), std::move(*instance_fd), std::move(events)));
 }
