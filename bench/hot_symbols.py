@@ -26,7 +26,7 @@ and libm's. Added to those:
 - what the spawned child calls before its exec (it runs in lastcall's memory, CLONE_VM, where
   callgrind does not follow it): the direct callees of its entry point, from the disassembly;
 - the data objects a start-up, a child's exit and a SIGTERM stop read or write, from valgrind's
-  lackey (every memory access) on the static binary, whose addresses are the link's (not PIE).
+  lackey (every memory access) on the static binary, whose addresses are the link's.
   String literals have no symbol (lld merges them) and stay where the link puts them.
 A stale list is harmless: a name that no longer exists is ignored by the linker, a new hot
 symbol is only placed elsewhere. Regenerate after larger changes of the start-up or stop path
@@ -263,16 +263,20 @@ def symbols_with_sizes(binary, types):
     return []
 
 
-def is_position_dependent(binary):
-    out = subprocess.run(["readelf", "-h", binary], capture_output=True, text=True).stdout
-    return re.search(r"Type:\s+EXEC", out) is not None
+def is_static(binary):
+    """Position-dependent (its addresses are the link's) and without an interpreter. The orders
+    and the data come from the static binary alone: its runs also show glibc's functions and
+    objects, which the dynamic twin reaches in libc.so: ranked by a run of the twin, they would
+    fall to the end of their tier (a position-dependent twin, tried in 9e7e690, came first)."""
+    out = subprocess.run(["readelf", "-hlW", binary], capture_output=True, text=True).stdout
+    return re.search(r"Type:\s+EXEC", out) is not None and not re.search(r"\bINTERP\b", out)
 
 
 def execution_order(binary, scenario, tmp):
     """{function name: rank} by the first time each function runs in scenario (lackey's trace
     of every block of code executed): start-up first, then the loop, the stop, the teardown.
-    Only for a position-dependent binary: its addresses are the link's."""
-    if not is_position_dependent(binary):
+    Only for the static binary (is_static)."""
+    if not is_static(binary):
         return {}
     functions = symbols_with_sizes(binary, "tTW")
     starts = [f[0] for f in functions]
@@ -333,10 +337,10 @@ def path_to_stop_signal(first_run, end_name=STOP_PATH_END):
 
 def touched_data(binary, scenarios, tmp):
     """{name: (scenarios that read or write it, larger than a page)} of the data objects, from
-    lackey's trace of every access. Only for a position-dependent binary: its addresses are the
-    link's. 'u' (GNU unique) too: the guard variables of libstdc++'s facet ids, which its static
-    initialisers write at every start."""
-    if not is_position_dependent(binary):
+    lackey's trace of every access. Only for the static binary (is_static). 'u' (GNU unique)
+    too: the guard variables of libstdc++'s facet ids, which its static initialisers write at
+    every start."""
+    if not is_static(binary):
         return {}
     objects = symbols_with_sizes(binary, "rRdDbBvVu")
     starts = [o[0] for o in objects]

@@ -569,9 +569,10 @@ Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance
         int err = errno;
         return sys_error("flock " + dir + "/cgroup.events", err);
     }
-    made.keep();  // the tracker removes it from here on (CgroupTracker::remove)
-    return std::unique_ptr<Tracker>(
+    std::unique_ptr<Tracker> tracker(
         new CgroupTracker(dir, std::move(main), std::move(*instance_fd), std::move(events)));
+    made.keep();  // the tracker removes it from here on (CgroupTracker::remove)
+    return tracker;
 }
 
 }  // namespace
