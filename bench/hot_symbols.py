@@ -3,7 +3,7 @@
 """Regenerates packaging/hot-symbols.txt: the functions and data objects of lastcall that its
 hot path touches.
 
-Usage: bench/hot_symbols.py BUILT_LASTCALL [BUILT_STATIC_LASTCALL]
+Usage: bench/hot_symbols.py BUILT_LASTCALL BUILT_STATIC_LASTCALL
                              [--out packaging/hot-symbols.txt]
 
 Why (issue 18, peak RSS and start-up): the kernel maps a file's page-cache pages around each
@@ -267,7 +267,8 @@ def is_static(binary):
     """Position-dependent (its addresses are the link's) and without an interpreter. The orders
     and the data come from the static binary alone: its runs also show glibc's functions and
     objects, which the dynamic twin reaches in libc.so: ranked by a run of the twin, they would
-    fall to the end of their tier (a position-dependent twin, tried in 9e7e690, came first)."""
+    fall to the end of their tier. (main takes the first binary that gives an order: a
+    position-dependent twin, tried in 9e7e690 and listed first, would have given it.)"""
     out = subprocess.run(["readelf", "-hlW", binary], capture_output=True, text=True).stdout
     return re.search(r"Type:\s+EXEC", out) is not None and not re.search(r"\bINTERP\b", out)
 
@@ -480,6 +481,9 @@ def main():
     ap.add_argument("binaries", nargs="+", metavar="binary")
     ap.add_argument("--out", default=os.path.join(ROOT, "packaging", "hot-symbols.txt"))
     a = ap.parse_args()
+    if not any(is_static(os.path.abspath(p)) for p in a.binaries):
+        sys.exit("no static binary among the arguments (build/static/lastcall.unstripped): the "
+                 "list would have no run order and no data objects")
     names, data = set(), {}
     # Where a function appears, for the order: what every run executes first (RUN_TIERS).
     seen_in = {}

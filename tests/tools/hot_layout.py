@@ -3,7 +3,9 @@
 """Checks that the link laid the hot-path functions and data out together (CMakeLists.txt,
 LASTCALL_ORDER_SECTIONS; docs/design.md, "The code a run executes is laid out together").
 
-Usage: hot_layout.py BINARY_WITH_SYMBOLS ORDER_FILE
+Usage: hot_layout.py BINARY_WITH_SYMBOLS ORDER_FILE [BINARY_WITH_CONTENTS]
+
+(BINARY_WITH_CONTENTS: the stripped binary of a .debug file, whose sections hold no bytes.)
 
 The functions of ORDER_FILE that BINARY defines must lie in one stretch of the text no longer
 than twice their total size plus 64 KiB (alignment, and the whole archive member a listed glibc
@@ -15,8 +17,10 @@ plus 8 KiB: unordered, the static binary's spread over all of `.bss` (40 KB) and
 `_itoa_lower_digits`, stays where the link merges it.) The exception tables must lie after
 .rodata (packaging/layout.ld), and in the static binary .eh_frame after .iplt
 (packaging/layout-static.ld), together with _init and .fini in one 64 KiB window; the dynamic
-binary has .init on a 64 KiB boundary and its PLT in the window where the hot code begins
-(packaging/layout.ld). A layout, not a time: nothing here depends on the machine.
+binary has .init, .fini and its PLT on a page of their own right before .text, which begins
+with the hot code (packaging/layout.ld). In .rodata the merged string literals precede the listed read-only objects
+(CMakeLists.txt, lastcall_order_link): a literal every start reads lies before all of them. A
+layout, not a time: nothing here depends on the machine.
 
 A binary with its code (not a .debug file) is also checked for the path of the main child's stop
 signal (Supervisor::stop_main_child_first): every lastcall function it calls, directly or through
@@ -73,22 +77,66 @@ def check_data(binary, nm_lines, wanted):
 
 
 def check_dynamic(binary, sections, hot_code):
-    """The dynamic binary (packaging/layout.ld): .init on a 64 KiB boundary, and the PLT in the
-    window where the hot code begins."""
-    ok = True
-    if ".init" in sections and sections[".init"][0] % WINDOW:
-        print(f"{binary}: .init ({sections['.init'][0]:#x}) is not on a 64 KiB boundary: "
-              "packaging/layout.ld was not applied", file=sys.stderr)
-        ok = False
-    # Every call into libc.so runs a PLT stub (with IBT, lld puts the stubs that code calls in
-    # .plt.sec): at the end of .text they kept a window of their own mapped.
-    for plt in (".plt", ".plt.sec"):
-        if plt in sections and sections[plt][0] // WINDOW != hot_code // WINDOW:
-            print(f"{binary}: {plt} ({sections[plt][0]:#x}) is not in the 64 KiB window where "
-                  f"the hot code begins ({hot_code:#x}): packaging/layout.ld was not applied",
-                  file=sys.stderr)
-            ok = False
-    return ok
+    """The dynamic binary (packaging/layout.ld): .init on a page of its own with .fini and the
+    PLT, and right after them .text, which the hot code begins. (Adjacency, not a window: a PIE
+    is loaded at a random 4 KiB-aligned address, so its 64 KiB windows fall elsewhere at each
+    start.)"""
+    group = [s for s in (".init", ".fini", ".plt", ".plt.sec") if s in sections]
+    if ".plt" not in group or ".text" not in sections:
+        return True  # no PLT (nothing is called in a shared library)
+    lo = sections[".init"][0] if ".init" in sections else sections[".plt"][0]
+    hi = max(sections[s][1] for s in group)
+    text = sections[".text"][0]
+    problems = []
+    if lo % 4096:
+        problems.append(f"the group .init-.plt begins at {lo:#x}, not on a page")
+    if any(sections[s][0] < lo or sections[s][0] > text for s in group):
+        problems.append("the group .init-.plt does not precede .text")
+    # .text is 16-byte aligned: up to 15 bytes of padding after the last stub.
+    if not 0 <= text - hi < 16:
+        problems.append(f".text ({text:#x}) does not follow the PLT (ending at {hi:#x}): another "
+                        "section lies between them")
+    if hot_code != text:
+        problems.append(f"the hot code begins at {hot_code:#x}, not where .text does ({text:#x})")
+    for p in problems:
+        print(f"{binary}: {p}: packaging/layout.ld was not applied", file=sys.stderr)
+    return not problems
+
+
+# Read by every start (twin::take_handed_over looks it up in the environment), merged by the link
+# with the other short literals (.rodata.str1.1).
+EVERY_START_LITERAL = b"LASTCALL_HANDED_OVER\0"
+
+
+def check_rodata(binary, contents, nm_lines, wanted):
+    """The merged literals first in .rodata, before the listed objects: by default they lay
+    behind the listed objects and 83 KB of long literals no start reads (a window of their own)."""
+    out = subprocess.run(["readelf", "-SW", contents], capture_output=True, text=True,
+                         check=True).stdout
+    m = re.search(r"\]\s+\.rodata\s+PROGBITS\s+([0-9a-f]+)\s+([0-9a-f]+)\s+([0-9a-f]+)", out)
+    if not m:
+        print(f"{contents}: no .rodata with contents", file=sys.stderr)
+        return False
+    addr, offset, size = (int(g, 16) for g in m.groups())
+    with open(contents, "rb") as f:
+        f.seek(offset)
+        data = f.read(size)
+    at = data.find(EVERY_START_LITERAL)
+    if at < 0:
+        print(f"{contents}: the literal {EVERY_START_LITERAL!r} is not in .rodata", file=sys.stderr)
+        return False
+    # By address, whatever the letter: in a .debug file .rodata holds no bytes, and nm calls
+    # its objects 'b'.
+    listed = [int(p[0], 16) for p in nm_lines if p[3] in wanted and
+              addr <= int(p[0], 16) < addr + size]
+    first = min(listed, default=addr + size)
+    print(f"{binary}: the literal every start reads at .rodata+{at:#x}, the first of "
+          f"{len(listed)} listed objects at .rodata+{first - addr:#x}")
+    if addr + at > first:
+        print(f"{binary}: the merged literals do not come first in .rodata: the generated layout "
+              "(CMakeLists.txt, lastcall_order_link) was not applied", file=sys.stderr)
+        return False
+    return True
 
 
 STOP_PATH_ROOTS = ("_ZN8lastcall10Supervisor21stop_main_child_firstEi",)
@@ -193,6 +241,8 @@ def main():
             ok = False
     if ".interp" in sections:
         ok = check_dynamic(binary, sections, hot_code) and ok
+    ok = check_rodata(binary, sys.argv[3] if len(sys.argv) > 3 else binary, nm_lines,
+                      wanted) and ok
     if not binary.endswith(".debug"):
         ok = check_stop_path(binary, nm_lines, wanted) and ok
     if not ok:
