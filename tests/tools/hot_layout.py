@@ -3,9 +3,7 @@
 """Checks that the link laid the hot-path functions and data out together (CMakeLists.txt,
 LASTCALL_ORDER_SECTIONS; docs/design.md, "The code a run executes is laid out together").
 
-Usage: hot_layout.py BINARY_WITH_SYMBOLS ORDER_FILE [BINARY_WITH_CONTENTS]
-
-(BINARY_WITH_CONTENTS: the stripped binary of a .debug file, whose sections hold no bytes.)
+Usage: hot_layout.py BINARY_WITH_SYMBOLS ORDER_FILE
 
 The functions of ORDER_FILE that BINARY defines must lie in one stretch of the text no longer
 than twice their total size plus 64 KiB (alignment, and the whole archive member a listed glibc
@@ -13,20 +11,21 @@ symbol brings along). Unordered, they spread over the whole text segment (2.5-4.
 the stretch is a few hundred KB. The same for the listed data objects in each writable section
 (`.data`, `.bss`, `.data.rel.ro`: one page fault per page first written), within twice their size
 plus 8 KiB: unordered, the static binary's spread over all of `.bss` (40 KB) and `.data.rel.ro`
-(66 KB). (`.rodata` is not checked: a listed object in a mergeable section, glibc's
-`_itoa_lower_digits`, stays where the link merges it.) The exception tables must lie after
-.rodata (packaging/layout.ld), and in the static binary .eh_frame after .iplt
+(66 KB). (`.rodata`'s listed objects are not checked so: a listed object in a mergeable
+section, glibc's `_itoa_lower_digits`, stays where the link merges it.) The exception tables
+must lie after .rodata (packaging/layout.ld), and in the static binary .eh_frame after .iplt
 (packaging/layout-static.ld), together with _init and .fini in one 64 KiB window; the dynamic
 binary has .init, .fini and its PLT on a page of their own right before .text, which begins
-with the hot code (packaging/layout.ld). In .rodata the merged string literals precede the listed read-only objects
-(CMakeLists.txt, lastcall_order_link): a literal every start reads lies before all of them. A
-layout, not a time: nothing here depends on the machine.
+with the hot code (packaging/layout.ld). In .rodata the merged string literals come first
+(CMakeLists.txt, lastcall_order_link): a literal every start reads lies in its first 64 KiB,
+before every listed object. A layout, not a time: nothing here depends on the machine.
 
 A binary with its code (not a .debug file) is also checked for the path of the main child's stop
 signal (Supervisor::stop_main_child_first): every lastcall function it calls, directly or through
-its callees, must be on the list, and within the first 64 KiB of the hot code. The list comes from valgrind runs, which cannot take this path
-(no pidfds) and whose hand-kept additions went stale once: read_last_pid, split out of
-read_birth_line, faulted in a page of text before every stop signal (40 us of a 200 us forward).
+its callees, must be on the list, and within the first 64 KiB of the hot code. The list comes
+from valgrind runs, which cannot take this path (no pidfds) and whose hand-kept additions went
+stale once: read_last_pid, split out of read_birth_line, faulted in a page of text before every
+stop signal (40 us of a 200 us forward).
 """
 import re
 import subprocess
@@ -76,6 +75,16 @@ def check_data(binary, nm_lines, wanted):
     return not failed
 
 
+def section_alignment(binary, name):
+    out = subprocess.run(["readelf", "-SW", binary], capture_output=True, text=True,
+                         check=True).stdout
+    for line in out.splitlines():
+        fields = line.replace("[ ", "[").split()
+        if len(fields) > 2 and fields[1] == name:
+            return int(fields[-1])
+    return 1
+
+
 def check_dynamic(binary, sections, hot_code):
     """The dynamic binary (packaging/layout.ld): .init on a page of its own with .fini and the
     PLT, and right after them .text, which the hot code begins. (Adjacency, not a window: a PIE
@@ -83,17 +92,22 @@ def check_dynamic(binary, sections, hot_code):
     start.)"""
     group = [s for s in (".init", ".fini", ".plt", ".plt.sec") if s in sections]
     if ".plt" not in group or ".text" not in sections:
-        return True  # no PLT (nothing is called in a shared library)
+        # Nothing is called through a PLT (a twin built with -fno-plt would call libc through
+        # its GOT): nothing to place.
+        return True
     lo = sections[".init"][0] if ".init" in sections else sections[".plt"][0]
     hi = max(sections[s][1] for s in group)
     text = sections[".text"][0]
     problems = []
     if lo % 4096:
         problems.append(f"the group .init-.plt begins at {lo:#x}, not on a page")
+    if hi - lo > 4096:
+        # One page cannot straddle two 64 KiB windows; a group of two pages can.
+        problems.append(f"the group .init-.plt takes {hi - lo:,} bytes, more than a page")
     if any(sections[s][0] < lo or sections[s][0] > text for s in group):
         problems.append("the group .init-.plt does not precede .text")
-    # .text is 16-byte aligned: up to 15 bytes of padding after the last stub.
-    if not 0 <= text - hi < 16:
+    # Up to .text's alignment less one byte of padding after the last stub.
+    if not 0 <= text - hi < max(16, section_alignment(binary, ".text")):
         problems.append(f".text ({text:#x}) does not follow the PLT (ending at {hi:#x}): another "
                         "section lies between them")
     if hot_code != text:
@@ -108,31 +122,37 @@ def check_dynamic(binary, sections, hot_code):
 EVERY_START_LITERAL = b"LASTCALL_HANDED_OVER\0"
 
 
-def check_rodata(binary, contents, nm_lines, wanted):
+def check_rodata(binary, nm_lines, wanted):
     """The merged literals first in .rodata, before the listed objects: by default they lay
     behind the listed objects and 83 KB of long literals no start reads (a window of their own)."""
-    out = subprocess.run(["readelf", "-SW", contents], capture_output=True, text=True,
+    out = subprocess.run(["readelf", "-SW", binary], capture_output=True, text=True,
                          check=True).stdout
     m = re.search(r"\]\s+\.rodata\s+PROGBITS\s+([0-9a-f]+)\s+([0-9a-f]+)\s+([0-9a-f]+)", out)
     if not m:
-        print(f"{contents}: no .rodata with contents", file=sys.stderr)
+        print(f"{binary}: no .rodata with contents (a .debug file holds no bytes)",
+              file=sys.stderr)
         return False
     addr, offset, size = (int(g, 16) for g in m.groups())
-    with open(contents, "rb") as f:
+    with open(binary, "rb") as f:
         f.seek(offset)
         data = f.read(size)
     at = data.find(EVERY_START_LITERAL)
     if at < 0:
-        print(f"{contents}: the literal {EVERY_START_LITERAL!r} is not in .rodata", file=sys.stderr)
+        print(f"{binary}: the literal {EVERY_START_LITERAL!r} is not in .rodata", file=sys.stderr)
         return False
-    # By address, whatever the letter: in a .debug file .rodata holds no bytes, and nm calls
-    # its objects 'b'.
+    # By address, whatever nm's letter for them.
     listed = [int(p[0], 16) for p in nm_lines if p[3] in wanted and
               addr <= int(p[0], 16) < addr + size]
-    first = min(listed, default=addr + size)
+    if not listed:
+        print(f"{binary}: no listed object in .rodata: no symbols, or a stale list",
+              file=sys.stderr)
+        return False
+    first = min(listed)
     print(f"{binary}: the literal every start reads at .rodata+{at:#x}, the first of "
           f"{len(listed)} listed objects at .rodata+{first - addr:#x}")
-    if addr + at > first:
+    # Within the first window too: the 83 KB of 8-aligned literals (.rodata.str1.8), which no
+    # start reads, lay before the short ones, and both before the listed objects.
+    if addr + at > first or at >= WINDOW:
         print(f"{binary}: the merged literals do not come first in .rodata: the generated layout "
               "(CMakeLists.txt, lastcall_order_link) was not applied", file=sys.stderr)
         return False
@@ -235,14 +255,13 @@ def main():
         lo, hi = min(group), max(sections[".iplt"][1], sections[".eh_frame"][0] + 8)
         if lo // WINDOW != (hi - 1) // WINDOW:
             print(f"{binary}: _init, .iplt and the start of .eh_frame ({lo:#x}-{hi:#x}) straddle "
-                  "two 64 KiB windows: packaging/layout-static.ld was not applied (it puts them on one "
-                  "4 KiB-aligned page)",
+                  "two 64 KiB windows: packaging/layout-static.ld was not applied (it puts them "
+                  "on one 4 KiB-aligned page)",
                   file=sys.stderr)
             ok = False
     if ".interp" in sections:
         ok = check_dynamic(binary, sections, hot_code) and ok
-    ok = check_rodata(binary, sys.argv[3] if len(sys.argv) > 3 else binary, nm_lines,
-                      wanted) and ok
+    ok = check_rodata(binary, nm_lines, wanted) and ok
     if not binary.endswith(".debug"):
         ok = check_stop_path(binary, nm_lines, wanted) and ok
     if not ok:
