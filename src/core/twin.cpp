@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "lastcall/core/linkage.hpp"
+#include "lastcall/core/safe_path.hpp"
 
 namespace lastcall::twin {
 
@@ -61,8 +62,7 @@ std::string own_path() {
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
     if (n > 0) return std::string(self, static_cast<std::size_t>(n));
     auto execfn = reinterpret_cast<const char*>(::getauxval(AT_EXECFN));
-    if (execfn && ::realpath(execfn, self)) return self;
-    return {};
+    return execfn ? real_path(execfn).value_or(std::string()) : std::string();
 }
 
 // <directory of this executable>/<relative>: the twin sits where the package put it beside

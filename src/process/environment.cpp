@@ -36,8 +36,8 @@ Environment Environment::inherited(UnitKind kind) {
     for (char** e = environ; *e; ++e) {
         std::string_view kv(*e);
         auto eq = kv.find('=');
-        if (eq == std::string_view::npos) continue;
-        if (inherits(kind, kv.substr(0, eq))) env.set(kv);
+        if (eq == std::string_view::npos || eq == 0) continue;
+        if (inherits(kind, kv.substr(0, eq))) env.put(kv.substr(0, eq), std::string(kv));
     }
     return env;
 }
@@ -48,20 +48,24 @@ Environment Environment::from(const std::vector<std::string>& entries) {
     return env;
 }
 
-void Environment::set(std::string_view key, std::string_view value) {
-    std::string kv;
-    kv.reserve(key.size() + 1 + value.size());
-    kv.append(key).append(1, '=').append(value);
+void Environment::put(std::string_view key, std::string kv) {
     if (auto it = find_key(vars_, key); it != vars_.end())
         *it = std::move(kv);
     else
         vars_.push_back(std::move(kv));
 }
 
+void Environment::set(std::string_view key, std::string_view value) {
+    std::string kv;
+    kv.reserve(key.size() + 1 + value.size());
+    kv.append(key).append(1, '=').append(value);
+    put(key, std::move(kv));
+}
+
 void Environment::set(std::string_view entry) {
     auto eq = entry.find('=');
     if (eq == std::string_view::npos || eq == 0) return;
-    set(entry.substr(0, eq), entry.substr(eq + 1));
+    put(entry.substr(0, eq), std::string(entry));  // already in the form kept
 }
 
 void Environment::unset(std::string_view key) {

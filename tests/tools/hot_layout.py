@@ -27,6 +27,7 @@ from valgrind runs, which cannot take this path (no pidfds) and whose hand-kept 
 stale once: read_last_pid, split out of read_birth_line, faulted in a page of text before every
 stop signal (40 us of a 200 us forward).
 """
+import functools
 import re
 import subprocess
 import sys
@@ -35,10 +36,16 @@ DATA_SECTIONS = (".data", ".bss", ".data.rel.ro")
 WINDOW = 64 * 1024  # the kernel's fault-around (fault_around_bytes)
 
 
+@functools.lru_cache(maxsize=None)
+def section_headers(binary):
+    """readelf's table of the sections of binary, read once."""
+    return subprocess.run(["readelf", "-SW", binary], capture_output=True, text=True,
+                          check=True).stdout
+
+
 def section_ranges(binary):
     """{name: (start, end)} of the allocated sections (a .debug file keeps their addresses)."""
-    out = subprocess.run(["readelf", "-SW", binary], capture_output=True, text=True,
-                         check=True).stdout
+    out = section_headers(binary)
     ranges = {}
     for line in out.splitlines():
         m = re.match(r"\s*\[\s*\d+\]\s+(\S+)\s+\S+\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)", line)
@@ -76,8 +83,7 @@ def check_data(binary, nm_lines, wanted):
 
 
 def section_alignment(binary, name):
-    out = subprocess.run(["readelf", "-SW", binary], capture_output=True, text=True,
-                         check=True).stdout
+    out = section_headers(binary)
     for line in out.splitlines():
         fields = line.replace("[ ", "[").split()
         if len(fields) > 2 and fields[1] == name:
@@ -125,8 +131,7 @@ EVERY_START_LITERAL = b"LASTCALL_HANDED_OVER\0"
 def check_rodata(binary, nm_lines, wanted):
     """The merged literals first in .rodata, before the listed objects: by default they lay
     behind the listed objects and 83 KB of long literals no start reads (a window of their own)."""
-    out = subprocess.run(["readelf", "-SW", binary], capture_output=True, text=True,
-                         check=True).stdout
+    out = section_headers(binary)
     m = re.search(r"\]\s+\.rodata\s+PROGBITS\s+([0-9a-f]+)\s+([0-9a-f]+)\s+([0-9a-f]+)", out)
     if not m:
         print(f"{binary}: no .rodata with contents (a .debug file holds no bytes)",

@@ -48,6 +48,9 @@ class Environment {
     std::vector<std::string> entries() && { return std::move(vars_); }
 
   private:
+    // `kv` ("KEY=VALUE") in place of `key`'s entry, or added last.
+    void put(std::string_view key, std::string kv);
+
     // Kept as execve takes them, "KEY=VALUE": every spawn built the pairs and then the entries
     // from them, two copies of the environment on the heap at every start (issue 18).
     std::vector<std::string> vars_;
