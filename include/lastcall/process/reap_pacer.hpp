@@ -41,8 +41,8 @@ namespace lastcall {
 // sweep that reaped, and the next one waits (above) while the exits pile up and the list of the
 // live ones ahead shrinks. A backlog is reaped at the kernel's pace (~5-20 us a child on the
 // VM of bench/results) and is not cut: a burst's last zombies are not held back slice by slice.
-// 4,000 orphans: PID 1's CPU per orphan 41-62 -> 21-29 us, at 16,384 129 -> 36 us (tini 57,
-// catatonit 60): bench/results/2026-12-06-sweep.md.
+// PID 1's CPU per orphan 55.5 -> 27.7 us at 2,000, 99.9 -> 38.4 us at 16,384 (tini 13.6 and
+// 41.5, catatonit 9.5 and 24.3): bench/results/2026-12-06-sweep.md.
 // Only while running: during the shutdown every exit is swept at once (the record and the
 // tree-empty check need it, and the tree only shrinks).
 class ReapPacer {
