@@ -538,7 +538,7 @@ bool Supervisor::reap_main_child(ReapOutcome& outcome) {
     return true;  // the caller sweeps the rest: the shutdown starts with the main child's exit
 }
 
-void Supervisor::sweep_children(ReapOutcome outcome, SweepEnd end) {
+void Supervisor::sweep_children(ReapOutcome outcome) {
     // During the shutdown every process is itemised in the report; one already seen alive needs
     // no second /proc read. While running, reaped orphans are only counted.
     std::function<bool(pid_t)> want_info;
@@ -551,13 +551,9 @@ void Supervisor::sweep_children(ReapOutcome outcome, SweepEnd end) {
     // up (ReapPacer::keep_sweeping); once the main child is reaped it goes to the end: the
     // shutdown that follows sweeps at SIGCHLD, and a SIGCHLD already read would not come again.
     std::function<bool()> more;
-    bool paused = false;
-    if (shutdown_.state() == State::Running && end == SweepEnd::MayPause)
+    if (shutdown_.state() == State::Running)
         more = [&] {
-            if (outcome.main_exited || reap_pacer_.keep_sweeping(clock_.now() - began, count))
-                return true;
-            paused = true;
-            return false;
+            return outcome.main_exited || reap_pacer_.keep_sweeping(clock_.now() - began, count);
         };
     children_gone_ = reap_all(
         want_info,
@@ -573,10 +569,6 @@ void Supervisor::sweep_children(ReapOutcome outcome, SweepEnd end) {
     }
     if (outcome.main_exited) shutdown_.on_main_exit();
     pace_sweeps(shutdown_.state() == State::Running ? count : 0, clock_.now() - began);
-    // A paused sweep leaves exited children to the paced one. If the pacing could not be set
-    // up (unpaced: no timer), nothing else would come for them, as their SIGCHLD may have been
-    // read already: they are reaped now.
-    if (paused && reap_pacer_.sweep_now()) return sweep_children({}, SweepEnd::Whole);
     check_tree_gone();
 }
 

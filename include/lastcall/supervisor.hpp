@@ -144,10 +144,8 @@ class Supervisor final : private ShutdownActions {
         bool pre_stop_done = false;
     };
     // Every exited child, with waitpid(-1) (process/reap_pacer.hpp says when); `outcome`
-    // carries what reap_main_child found just before. While running, a sweep that chases a
-    // burst may pause (ReapPacer::keep_sweeping) and leave the rest to the next paced one.
-    enum class SweepEnd { MayPause, Whole };
-    void sweep_children(ReapOutcome outcome, SweepEnd end = SweepEnd::MayPause);
+    // carries what reap_main_child found just before.
+    void sweep_children(ReapOutcome outcome);
     // The main child only, by pid; true if it was reaped.
     bool reap_main_child(ReapOutcome& outcome);
     void on_reaped(const Reaped& r, bool forcing, ReapOutcome& outcome);
