@@ -547,21 +547,10 @@ void Supervisor::sweep_children(ReapOutcome outcome) {
     bool forcing = shutdown_.state() == State::Forcing;
     long count = 0;
     MonoTime began = clock_.now();
-    // While running, a sweep that chases a burst's exits one at a time stops and lets them pile
-    // up (ReapPacer::keep_sweeping); once the main child is reaped it goes to the end: the
-    // shutdown that follows sweeps at SIGCHLD, and a SIGCHLD already read would not come again.
-    std::function<bool()> more;
-    if (shutdown_.state() == State::Running)
-        more = [&] {
-            return outcome.main_exited || reap_pacer_.keep_sweeping(clock_.now() - began, count);
-        };
-    children_gone_ = reap_all(
-        want_info,
-        [&](const Reaped& r) {
-            ++count;
-            on_reaped(r, forcing, outcome);
-        },
-        more);
+    children_gone_ = reap_all(want_info, [&](const Reaped& r) {
+        ++count;
+        on_reaped(r, forcing, outcome);
+    });
     if (outcome.pre_stop_done) {
         on_pre_stop_output();  // whatever is left in the pipe
         warn_if_pre_stop_failed();

@@ -851,8 +851,7 @@ Result<TrackerChoice> make_tracker(TrackerKind kind, const std::string& instance
 }
 
 bool reap_all(const std::function<bool(pid_t)>& want_info,
-              const std::function<void(const Reaped&)>& on_reaped,
-              const std::function<bool()>& more) {
+              const std::function<void(const Reaped&)>& on_reaped) {
     for (;;) {
         pid_t pid;
         std::optional<ProcInfo> info;
@@ -877,7 +876,6 @@ bool reap_all(const std::function<bool(pid_t)>& want_info,
         }
         if (got == 0) return false;
         on_reaped(Reaped{got, status, std::move(info)});
-        if (more && !more()) return false;
     }
 }
 

@@ -67,19 +67,3 @@ TEST_CASE("a costly sweep spaces the next one out to twenty times its cost, up t
     // However costly, a sweep that reaped nothing ends the pacing.
     CHECK_FALSE(pacer.swept(clock.now(), 0, 30ms));
 }
-
-TEST_CASE("a sweep that reaps exits one at a time as they come stops after its first slice") {
-    // 4,000 orphans exiting at once: one sweep reaped them all over 1.4 s, each waitpid walking
-    // past the live children ahead of the next exited one.
-    CHECK(ReapPacer::keep_sweeping(999us, 1));
-    CHECK_FALSE(ReapPacer::keep_sweeping(1ms, 1));
-    CHECK_FALSE(ReapPacer::keep_sweeping(20ms, 100));  // 200 us a reap: chasing the exits
-    CHECK_FALSE(ReapPacer::keep_sweeping(50ms, 999));  // just slower than 50 us a reap
-}
-
-TEST_CASE("a sweep through a backlog of exited children is not cut") {
-    // The zombies were there when it began: each reap costs the kernel's work, microseconds.
-    CHECK(ReapPacer::keep_sweeping(0us, 0));
-    CHECK(ReapPacer::keep_sweeping(30ms, 3000));  // 10 us a reap
-    CHECK(ReapPacer::keep_sweeping(49ms, 1000));  // 49 us a reap
-}

@@ -243,13 +243,11 @@ struct Reaped {
     std::optional<ProcInfo> info;  // read from the zombie before the reap, when asked for
 };
 
-// Reaps every child that has exited, until waitpid says there is nothing more (ECHILD or 0), or
-// until more() (asked after each reap; null: always) says to stop there.
+// Reaps every child that has exited, until waitpid says there is nothing more (ECHILD or 0).
 // want_info(pid) says whether to read the zombie's /proc/<pid>/stat before the reap (null: never).
 // Returns true when lastcall has no children left at all (ECHILD).
 bool reap_all(const std::function<bool(pid_t)>& want_info,
-              const std::function<void(const Reaped&)>& on_reaped,
-              const std::function<bool()>& more = nullptr);
+              const std::function<void(const Reaped&)>& on_reaped);
 
 // "exited with code 3", "was killed by SIGKILL": a wait status for the log.
 std::string describe_wait_status(int status);

@@ -29,28 +29,12 @@ namespace lastcall {
 // ~1/kCostRatio of a CPU, up to kMaxWait: an orphan's zombie is never left longer than that (the
 // main child's exit is seen at once, on its pidfd). 2,000 orphans: PID 1's CPU 96-147 ms with a
 // fixed 5 ms, 56-95 ms with 50 ms.
-//
-// A sweep also stops by itself when it chases the burst (keep_sweeping). waitpid(-1) returns
-// the first exited child it meets, so a sweep that began at a burst's first SIGCHLD does not end
-// while exits keep coming: lastcall, in a scheduling group of its own, reaps each as it comes,
-// and each reap walks past the children still alive ahead of it in the list (the kernel's
-// exits do not come in the list's order). One sweep took all of a 4,000-orphan burst (1.4 s,
-// 4,001 reaps, ~30 us of PID 1's CPU each, most of it in the kernel's wait_consider_task).
-// So after its first kSweepSlice a sweep goes on only while it reaps faster than one child per
-// kChaseReap on average: slower means the exits, not the reaps, set its pace. It then ends as a
-// sweep that reaped, and the next one waits (above) while the exits pile up and the list of the
-// live ones ahead shrinks. A backlog is reaped at the kernel's pace (~5-20 us a child on the
-// VM of bench/results) and is not cut: a burst's last zombies are not held back slice by slice.
-// PID 1's CPU per orphan 55.5 -> 27.7 us at 2,000, 99.9 -> 38.4 us at 16,384 (tini 13.6 and
-// 41.5, catatonit 9.5 and 24.3): bench/results/2026-12-06-sweep.md.
 // Only while running: during the shutdown every exit is swept at once (the record and the
 // tree-empty check need it, and the tree only shrinks).
 class ReapPacer {
   public:
     static constexpr int kCostRatio = 20;
     static constexpr std::chrono::milliseconds kMaxWait{50};
-    static constexpr std::chrono::milliseconds kSweepSlice{1};
-    static constexpr std::chrono::microseconds kChaseReap{50};
 
     explicit ReapPacer(std::chrono::steady_clock::duration interval) : interval_(interval) {}
 
@@ -69,10 +53,6 @@ class ReapPacer {
                           std::max(interval_, std::chrono::steady_clock::duration(kMaxWait)));
         next_ = now + wait;
         return next_;
-    }
-    // Whether a sweep that has run for `elapsed` and reaped `count` children so far reaps on.
-    static bool keep_sweeping(std::chrono::steady_clock::duration elapsed, long count) {
-        return elapsed < kSweepSlice || elapsed < count * kChaseReap;
     }
     // The shutdown began: sweeps are no longer paced.
     void stop_pacing() { next_.reset(); }
