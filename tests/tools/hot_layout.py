@@ -27,6 +27,7 @@ from valgrind runs, which cannot take this path (no pidfds) and whose hand-kept 
 stale once: read_last_pid, split out of read_birth_line, faulted in a page of text before every
 stop signal (40 us of a 200 us forward).
 """
+import collections
 import functools
 import re
 import subprocess
@@ -36,22 +37,27 @@ DATA_SECTIONS = (".data", ".bss", ".data.rel.ro")
 WINDOW = 64 * 1024  # the kernel's fault-around (fault_around_bytes)
 
 
+Section = collections.namedtuple("Section", "type addr offset size align")
+
+
 @functools.lru_cache(maxsize=None)
-def section_headers(binary):
-    """readelf's table of the sections of binary, read once."""
-    return subprocess.run(["readelf", "-SW", binary], capture_output=True, text=True,
-                          check=True).stdout
+def section_table(binary):
+    """{name: Section} from readelf's table of the sections of binary, read once."""
+    out = subprocess.run(["readelf", "-SW", binary], capture_output=True, text=True,
+                         check=True).stdout
+    table = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*\[\s*\d+\]\s+(\S+)\s+(\S+)\s+([0-9a-f]+)\s+([0-9a-f]+)\s+([0-9a-f]+)"
+                     r".*\s(\d+)$", line)
+        if m:
+            table[m.group(1)] = Section(m.group(2), *(int(g, 16) for g in m.groups()[2:5]),
+                                        int(m.group(6)))
+    return table
 
 
 def section_ranges(binary):
     """{name: (start, end)} of the allocated sections (a .debug file keeps their addresses)."""
-    out = section_headers(binary)
-    ranges = {}
-    for line in out.splitlines():
-        m = re.match(r"\s*\[\s*\d+\]\s+(\S+)\s+\S+\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)", line)
-        if m and int(m.group(2), 16):
-            ranges[m.group(1)] = (int(m.group(2), 16), int(m.group(2), 16) + int(m.group(3), 16))
-    return ranges
+    return {name: (s.addr, s.addr + s.size) for name, s in section_table(binary).items() if s.addr}
 
 
 def check_data(binary, nm_lines, wanted):
@@ -82,15 +88,6 @@ def check_data(binary, nm_lines, wanted):
     return not failed
 
 
-def section_alignment(binary, name):
-    out = section_headers(binary)
-    for line in out.splitlines():
-        fields = line.replace("[ ", "[").split()
-        if len(fields) > 2 and fields[1] == name:
-            return int(fields[-1])
-    return 1
-
-
 def check_dynamic(binary, sections, hot_code):
     """The dynamic binary (packaging/layout.ld): .init on a page of its own with .fini and the
     PLT, and right after them .text, which the hot code begins. (Adjacency, not a window: a PIE
@@ -113,7 +110,7 @@ def check_dynamic(binary, sections, hot_code):
     if any(sections[s][0] < lo or sections[s][0] > text for s in group):
         problems.append("the group .init-.plt does not precede .text")
     # Up to .text's alignment less one byte of padding after the last stub.
-    if not 0 <= text - hi < max(16, section_alignment(binary, ".text")):
+    if not 0 <= text - hi < max(16, section_table(binary)[".text"].align):
         problems.append(f".text ({text:#x}) does not follow the PLT (ending at {hi:#x}): another "
                         "section lies between them")
     if hot_code != text:
@@ -131,13 +128,12 @@ EVERY_START_LITERAL = b"LASTCALL_HANDED_OVER\0"
 def check_rodata(binary, nm_lines, wanted):
     """The merged literals first in .rodata, before the listed objects: by default they lay
     behind the listed objects and 83 KB of long literals no start reads (a window of their own)."""
-    out = section_headers(binary)
-    m = re.search(r"\]\s+\.rodata\s+PROGBITS\s+([0-9a-f]+)\s+([0-9a-f]+)\s+([0-9a-f]+)", out)
-    if not m:
+    rodata = section_table(binary).get(".rodata")
+    if not rodata or rodata.type != "PROGBITS":
         print(f"{binary}: no .rodata with contents (a .debug file holds no bytes)",
               file=sys.stderr)
         return False
-    addr, offset, size = (int(g, 16) for g in m.groups())
+    addr, offset, size = rodata.addr, rodata.offset, rodata.size
     with open(binary, "rb") as f:
         f.seek(offset)
         data = f.read(size)
