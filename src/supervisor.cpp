@@ -1154,6 +1154,7 @@ int Supervisor::finish() {
             spdlog::debug("received {} {} more time(s) since the last line: each forwarded",
                           signal_name(sig), flood.unlogged);
     in.exit_code = code;
+    for (auto* c : components_) c->settle_records();
     in.extra = [this](JsonWriter& j) {
         for (auto* c : components_) c->contribute_report(j);
     };

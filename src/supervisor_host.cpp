@@ -89,6 +89,7 @@ class SupervisorHost final : public UnitHost {
         return sup_.loop().watch(fd, events, std::move(h));
     }
     void unwatch(int fd) override { sup_.loop().unwatch(fd); }
+    void post(std::function<void()> task) override { sup_.loop().post(std::move(task)); }
 
     std::unique_ptr<UnitScope> new_scope(const std::string& unit) override {
         return make_unit_scope(sup_.tracker(), unit);

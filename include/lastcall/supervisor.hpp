@@ -61,6 +61,9 @@ class SupervisorComponent {
     // timeout, a service's leftovers at a restart, while running): the shutdown's pass over the
     // tree does not send it a second one.
     virtual bool sent_stop_signal(const ProcInfo& /*p*/) const { return false; }
+    // After every process is reaped, right before the report: records still being written (the
+    // run ledger's) get what is left of their time, so the report can say which did not land.
+    virtual void settle_records() {}
     // Extra keys for the shutdown report's top-level object.
     virtual void contribute_report(JsonWriter& /*j*/) {}
     // Samples for --metrics-file (shutdown/metrics.hpp).

@@ -66,6 +66,9 @@ class UnitHost {
     virtual Result<std::unique_ptr<WallTimer>> new_wall_timer(std::function<void()> on_expiry) = 0;
     virtual Status watch(int fd, std::uint32_t events, std::function<void(std::uint32_t)> h) = 0;
     virtual void unwatch(int fd) = 0;
+    // Runs `task` on the loop after the current event (an answer that must not re-enter its
+    // caller: the ledger worker's in the unit tests).
+    virtual void post(std::function<void()> task) = 0;
 
     // -- processes
     // A new scope for one unit of work ("svc-web.3"), nested in the instance's.

@@ -81,6 +81,18 @@ std::string sql_sources_of(RunState to) {
     return out.empty() ? "(NULL)" : out + ")";
 }
 
+std::string held_reason(std::int64_t held) {
+    return "held: run " + std::to_string(held) + " was interrupted; `lastcall runs release " +
+           std::to_string(held) + "` lets the job run again";
+}
+
+std::vector<Result<Claim>> Ledger::claim_all(const std::vector<ClaimRequest>& requests) {
+    std::vector<Result<Claim>> out;
+    out.reserve(requests.size());
+    for (const auto& r : requests) out.push_back(claim(r));
+    return out;
+}
+
 std::string forbid_reason(std::int64_t active) {
     return "run " + std::to_string(active) + " is still running (concurrency = forbid)";
 }

@@ -6,12 +6,16 @@
 // lastcall that never names a postgresql:// ledger maps no part of it (libpq brings libssl,
 // libgssapi and libldap: most of a dynamic lastcall's start-up if it were linked).
 //
-// Every call blocks the event loop for one round trip (a Unix socket or the pod network: well
-// under a millisecond to a few). A connection that broke is reopened on the next call; the
-// timeouts set in open() bound each way a call can stall while the database is unreachable. Times
+// lastcall's init runs it on the ledger worker's thread (jobs/ledger_worker.hpp), never on the
+// event loop. Every call has a client-side deadline the server cannot defeat: the connection is
+// non-blocking (PQconnectStartParams/PQconnectPoll, PQsendQueryParams, PQconsumeInput) and
+// lastcall waits for its socket with poll(2) until the call's deadline, then abandons the
+// connection (closed: the server ends what it was doing when it notices) and says the outcome is
+// unknown. The next call after a failure reconnects, with back-off. Times
 // of a lease are the database's clock (clock_timestamp()), so replicas with skewed clocks agree on
 // when a lease expired; the times of a record (created, started, ended) are the replica's own.
 #include <libpq-fe.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,18 +34,26 @@ namespace lastcall {
 namespace {
 
 constexpr const char* kLibrary = "libpq.so.5";
+// A call's deadline when no one set one (`lastcall runs`, the start's checks).
+constexpr std::chrono::milliseconds kDefaultCallBudget{5000};
 
 // The part of libpq lastcall uses, resolved once.
 struct LibPq {
-    decltype(&::PQconnectdbParams) connectdb_params = nullptr;
+    decltype(&::PQconnectStartParams) connect_start_params = nullptr;
+    decltype(&::PQconnectPoll) connect_poll = nullptr;
+    decltype(&::PQsocket) socket = nullptr;
+    decltype(&::PQsetnonblocking) set_nonblocking = nullptr;
+    decltype(&::PQsendQuery) send_query = nullptr;
+    decltype(&::PQsendQueryParams) send_query_params = nullptr;
+    decltype(&::PQflush) flush = nullptr;
+    decltype(&::PQconsumeInput) consume_input = nullptr;
+    decltype(&::PQisBusy) is_busy = nullptr;
+    decltype(&::PQgetResult) get_result = nullptr;
     decltype(&::PQconninfoParse) conninfo_parse = nullptr;
     decltype(&::PQconninfoFree) conninfo_free = nullptr;
     decltype(&::PQstatus) status = nullptr;
     decltype(&::PQerrorMessage) error_message = nullptr;
     decltype(&::PQfinish) finish = nullptr;
-    decltype(&::PQreset) reset = nullptr;
-    decltype(&::PQexec) exec = nullptr;
-    decltype(&::PQexecParams) exec_params = nullptr;
     decltype(&::PQresultStatus) result_status = nullptr;
     decltype(&::PQresultErrorMessage) result_error = nullptr;
     decltype(&::PQresultErrorField) result_error_field = nullptr;
@@ -65,14 +77,21 @@ Result<const LibPq*> load_libpq() {
     static SharedLibraryOnce library(
         kLibrary, "a postgresql:// ledger needs libpq5 (apt-get install libpq5)");
     auto st = library.load([](void* h) {
-        return resolve_symbol(h, "PQconnectdbParams", lib.connectdb_params) &&
+        return resolve_symbol(h, "PQconnectStartParams", lib.connect_start_params) &&
+               resolve_symbol(h, "PQconnectPoll", lib.connect_poll) &&
+               resolve_symbol(h, "PQsocket", lib.socket) &&
+               resolve_symbol(h, "PQsetnonblocking", lib.set_nonblocking) &&
+               resolve_symbol(h, "PQsendQuery", lib.send_query) &&
+               resolve_symbol(h, "PQsendQueryParams", lib.send_query_params) &&
+               resolve_symbol(h, "PQflush", lib.flush) &&
+               resolve_symbol(h, "PQconsumeInput", lib.consume_input) &&
+               resolve_symbol(h, "PQisBusy", lib.is_busy) &&
+               resolve_symbol(h, "PQgetResult", lib.get_result) &&
                resolve_symbol(h, "PQconninfoParse", lib.conninfo_parse) &&
                resolve_symbol(h, "PQconninfoFree", lib.conninfo_free) &&
                resolve_symbol(h, "PQstatus", lib.status) &&
                resolve_symbol(h, "PQerrorMessage", lib.error_message) &&
                resolve_symbol(h, "PQfinish", lib.finish) &&
-               resolve_symbol(h, "PQreset", lib.reset) && resolve_symbol(h, "PQexec", lib.exec) &&
-               resolve_symbol(h, "PQexecParams", lib.exec_params) &&
                resolve_symbol(h, "PQresultStatus", lib.result_status) &&
                resolve_symbol(h, "PQresultErrorMessage", lib.result_error) &&
                resolve_symbol(h, "PQresultErrorField", lib.result_error_field) &&
@@ -178,6 +197,162 @@ constexpr const char* kColumns =
     "id, job, scheduled_at, state, pid, created_ms, started_ms, ended_ms, exit_code, signal, "
     "reason, retry_of, coalesce(recovery, ''), replica, lease_until_ms";
 
+// A claim is one statement (issue 38): the function takes each job's advisory lock, checks and
+// inserts, and the statement's own transaction releases the locks when it ends, on the server,
+// whatever the client does meanwhile. A replica frozen (SIGSTOP, a partition) in the middle of a
+// claim therefore holds no lock the other replicas wait for, and a burst of claims is one round
+// trip. Inside a VOLATILE plpgsql function every statement takes a new snapshot (READ
+// COMMITTED), so the check after the lock sees what the lock's previous holder committed. The
+// versioned names let replicas of different versions share a database.
+// claim_one_v1 raises LC001 to say "lost, undo what this claim marked" (a retry whose runs
+// another replica retried first, or that must wait for a free slot); claim_runs_v1 catches it in
+// a subtransaction, for retries only (a subtransaction per claim of a burst would cost more than
+// the claim).
+constexpr const char* kClaimFunctionSignature =
+    "lastcall.claim_runs_v1(text[],bigint[],text[],text[],text[],boolean[],text,text,bigint,"
+    "bigint)";
+constexpr const char* kClaimFunctions = R"sql(
+SELECT pg_advisory_xact_lock(7294017321);
+CREATE OR REPLACE FUNCTION lastcall.claim_one_v1(
+    p_job text, p_at bigint, p_retry bigint[], p_concurrency text, p_skip text,
+    p_check_hold boolean, p_replica text, p_owner text, p_lease bigint, p_now bigint,
+    OUT o_outcome text, OUT o_run_id bigint, OUT o_reason text, OUT o_replaced bigint[],
+    OUT o_watermark bigint)
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    v_db_now bigint := (extract(epoch from clock_timestamp()) * 1000)::bigint;
+    v_active bigint[];
+    v_held bigint;
+    v_n int;
+BEGIN
+    o_outcome := 'lost'; o_reason := ''; o_replaced := '{}';
+    PERFORM pg_advisory_xact_lock(hashtextextended('lastcall.job.' || p_job, 0));
+    IF cardinality(p_retry) = 0 THEN
+        IF EXISTS (SELECT 1 FROM lastcall.runs r WHERE r.job = p_job AND r.scheduled_at = p_at
+                   AND r.retry_of IS NULL) THEN
+            RETURN;
+        END IF;
+        IF p_skip = '' AND p_check_hold THEN
+            SELECT r.id INTO v_held FROM lastcall.runs r WHERE r.job = p_job
+                AND r.state = 'interrupted' AND r.recovery = 'held' ORDER BY r.id LIMIT 1;
+            IF v_held IS NOT NULL THEN
+                p_skip := format('held: run %s was interrupted; `lastcall runs release %s` '
+                                 'lets the job run again', v_held, v_held);
+            END IF;
+        END IF;
+    ELSE
+        UPDATE lastcall.runs r SET recovery = 'retried' WHERE r.id = ANY(p_retry)
+            AND r.state = 'interrupted' AND (r.recovery IS NULL OR r.recovery = 'released');
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        IF v_n <> cardinality(p_retry) THEN
+            RAISE EXCEPTION 'retried elsewhere' USING ERRCODE = 'LC001';
+        END IF;
+    END IF;
+    IF p_skip <> '' AND cardinality(p_retry) = 0 THEN
+        INSERT INTO lastcall.runs (job, scheduled_at, state, created_ms, ended_ms, reason,
+                                   replica, owner)
+            VALUES (p_job, p_at, 'skipped', p_now, p_now, p_skip, p_replica, p_owner)
+            RETURNING id INTO o_run_id;
+        o_outcome := 'skipped'; o_reason := p_skip;
+        RETURN;
+    END IF;
+    SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}') INTO v_active FROM lastcall.runs r
+        WHERE r.job = p_job AND r.state = 'started'
+        AND (r.lease_until_ms IS NULL OR r.lease_until_ms > v_db_now);
+    IF cardinality(v_active) > 0 AND p_concurrency = 'forbid' THEN
+        IF cardinality(p_retry) > 0 THEN
+            RAISE EXCEPTION 'waits for a free slot' USING ERRCODE = 'LC001';
+        END IF;
+        o_reason := format('run %s is still running (concurrency = forbid)', v_active[1]);
+        INSERT INTO lastcall.runs (job, scheduled_at, state, created_ms, ended_ms, reason,
+                                   replica, owner)
+            VALUES (p_job, p_at, 'skipped', p_now, p_now, o_reason, p_replica, p_owner)
+            RETURNING id INTO o_run_id;
+        o_outcome := 'skipped';
+        RETURN;
+    END IF;
+    INSERT INTO lastcall.runs (job, scheduled_at, state, pid, created_ms, started_ms, retry_of,
+                               replica, owner, lease_until_ms)
+        VALUES (p_job, p_at, 'started', NULL, p_now, p_now, p_retry[cardinality(p_retry)],
+                p_replica, p_owner, CASE WHEN p_lease > 0 THEN v_db_now + p_lease END)
+        RETURNING id INTO o_run_id;
+    o_outcome := 'started';
+    IF p_concurrency = 'replace' AND cardinality(v_active) > 0 THEN
+        -- Its successor is running: a replaced run is never retried (recovery none).
+        WITH u AS (
+            UPDATE lastcall.runs r SET state = 'interrupted', ended_ms = p_now,
+                reason = format('replaced by run %s (concurrency = replace)', o_run_id),
+                recovery = 'none'
+            WHERE r.id = ANY(v_active) AND r.state = 'started' RETURNING r.id)
+        SELECT coalesce(array_agg(u.id ORDER BY u.id), '{}') INTO o_replaced FROM u;
+    END IF;
+    SELECT w.scheduled_at INTO o_watermark FROM lastcall.watermarks w WHERE w.job = p_job;
+END
+$fn$;
+CREATE OR REPLACE FUNCTION lastcall.claim_runs_v1(
+    p_job text[], p_at bigint[], p_retry text[], p_concurrency text[], p_skip text[],
+    p_check_hold boolean[], p_replica text, p_owner text, p_lease bigint, p_now bigint)
+RETURNS TABLE (o_k int, o_outcome text, o_run_id bigint, o_reason text, o_replaced bigint[],
+               o_watermark bigint)
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    v_retry bigint[];
+    v record;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_job, 1), 0) LOOP
+        v_retry := CASE WHEN coalesce(p_retry[i], '') = '' THEN '{}'::bigint[]
+                        ELSE string_to_array(p_retry[i], ',')::bigint[] END;
+        IF cardinality(v_retry) = 0 THEN
+            SELECT * INTO v FROM lastcall.claim_one_v1(p_job[i], p_at[i], v_retry,
+                p_concurrency[i], p_skip[i], p_check_hold[i], p_replica, p_owner, p_lease, p_now);
+        ELSE
+            BEGIN
+                SELECT * INTO v FROM lastcall.claim_one_v1(p_job[i], p_at[i], v_retry,
+                    p_concurrency[i], p_skip[i], p_check_hold[i], p_replica, p_owner, p_lease,
+                    p_now);
+            EXCEPTION WHEN SQLSTATE 'LC001' THEN
+                SELECT 'lost'::text AS o_outcome, NULL::bigint AS o_run_id, ''::text AS o_reason,
+                       '{}'::bigint[] AS o_replaced, NULL::bigint AS o_watermark INTO v;
+            END;
+        END IF;
+        o_k := i; o_outcome := v.o_outcome; o_run_id := v.o_run_id; o_reason := v.o_reason;
+        o_replaced := v.o_replaced; o_watermark := v.o_watermark;
+        RETURN NEXT;
+    END LOOP;
+END
+$fn$;
+)sql";
+
+// {"a","b"}: a text[] parameter (each element quoted, its quotes and backslashes escaped).
+std::string text_array(const std::vector<std::string>& items) {
+    std::string out = "{";
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        out += i ? ",\"" : "\"";
+        for (char c : items[i]) {
+            if (c == '"' || c == '\\') out += '\\';
+            out += c;
+        }
+        out += '"';
+    }
+    return out + "}";
+}
+
+// "{1,2}" (a bigint[] as text) back to ids.
+std::vector<std::int64_t> parse_int_array(const std::string& text) {
+    std::vector<std::int64_t> out;
+    const char* c = text.c_str();
+    while (*c) {
+        if (*c == '-' || (*c >= '0' && *c <= '9')) {
+            char* end = nullptr;
+            out.push_back(std::strtoll(c, &end, 10));
+            c = end;
+        } else {
+            ++c;
+        }
+    }
+    return out;
+}
+
 // "{1,2,3}": a bigint[] parameter.
 std::string int_array(const std::vector<std::int64_t>& ids) {
     std::string out = "{";
@@ -238,6 +413,7 @@ class PgResult {
         return num(row, col);
     }
     long affected() const { return std::strtol(lib_->cmd_tuples(r_), nullptr, 10); }
+    PGresult* raw() const { return r_; }
 
   private:
     const LibPq* lib_;
@@ -286,6 +462,7 @@ class PostgresLedger final : public Ledger {
                              std::string_view reason,
                              std::optional<std::int64_t> retry_of = {}) override;
     Result<Claim> claim(const ClaimRequest& request) override;
+    std::vector<Result<Claim>> claim_all(const std::vector<ClaimRequest>& requests) override;
     Result<bool> start(std::int64_t id) override;
     Status set_pid(std::int64_t id, std::int64_t pid) override;
     Result<bool> finish(std::int64_t id, RunState to, RunOutcome outcome,
@@ -313,6 +490,9 @@ class PostgresLedger final : public Ledger {
           values_(std::move(values)),
           display_(std::move(display)) {}
     Status connect();
+    std::chrono::steady_clock::time_point call_deadline() const;
+    bool wait_socket(short events) const;
+    void abandon(const std::string& why);
     Error error(std::string_view what, const std::string& detail) const {
         return Error{display_ + ": " + std::string(what) + ": " + detail};
     }
@@ -358,17 +538,16 @@ Result<std::unique_ptr<Ledger>> PostgresLedger::open(const std::string& url, boo
         given[o->keyword] = o->val;
     }
     (*lib)->conninfo_free(opts);
-    // Every call blocks lastcall's loop until it returns, so each way a call can hang is bounded,
-    // unless the URL says otherwise:
-    //   connect_timeout 2 s (libpq's minimum): a server that does not answer the connection;
-    //   tcp_user_timeout 3 s: a server that vanished mid-query (a node lost; the kernel's own
-    //     timeout is minutes);
-    //   lock_timeout 2 s: a claim waiting for a job's lock that another replica still holds;
-    //   statement_timeout 5 s: a server that answers nothing (overloaded, its disk stalled).
-    // And on the server's side, for the locks of a replica that died mid-transaction:
-    //   idle_in_transaction_session_timeout 10 s: a stopped (SIGSTOP) or partitioned replica's
-    //     open transaction is ended;
-    //   tcp_keepalives_*: a dead replica's connection is noticed within ~11 s.
+    // Each call's deadline is lastcall's own (the ledger worker's budget, or kDefaultCallBudget):
+    // a server that hangs cannot stretch it. What the server is asked to bound besides, so that a
+    // stalled statement or a lost client does not hold its resources for long:
+    //   lock_timeout 2 s: a claim waiting for a job's lock that another replica's claim holds;
+    //   statement_timeout 5 s: a statement that runs on past every client's deadline;
+    //   idle_in_transaction_session_timeout 10 s: the transaction of a `complete` whose client
+    //     vanished between its statements (claims are one statement: they hold no lock across a
+    //     round trip);
+    //   tcp_keepalives_*: a dead replica's connection is noticed within ~11 s;
+    //   tcp_user_timeout 3 s (client side): unacknowledged data on a vanished server errors out.
     if (!given.count("connect_timeout"))
         keys.emplace_back("connect_timeout"), values.emplace_back("2");
     if (!given.count("application_name"))
@@ -399,6 +578,13 @@ Result<std::unique_ptr<Ledger>> PostgresLedger::open(const std::string& url, boo
         if (!exists) return exists.error();
         if (exists->text(0, 0) != "t")
             if (auto r = ledger->run("create schema", kSchema); !r) return r.error();
+        auto claims = ledger->run(
+            "look for the claim function",
+            std::string("SELECT to_regprocedure('") + kClaimFunctionSignature + "') IS NOT NULL");
+        if (!claims) return claims.error();
+        if (claims->text(0, 0) != "t")
+            if (auto r = ledger->run("create the claim functions", kClaimFunctions); !r)
+                return r.error();
         // A real write now: an unreachable or read-only database fails the start.
         if (auto r = ledger->run("record start",
                                  "INSERT INTO lastcall.starts (replica, pid, at_ms) "
@@ -411,33 +597,80 @@ Result<std::unique_ptr<Ledger>> PostgresLedger::open(const std::string& url, boo
     return std::unique_ptr<Ledger>(std::move(ledger));
 }
 
+// The call's deadline: the worker's (set_deadline), or kDefaultCallBudget from now for a call
+// made outside the worker (`lastcall runs`, the start's open).
+std::chrono::steady_clock::time_point PostgresLedger::call_deadline() const {
+    if (deadline_) return *deadline_;
+    return std::chrono::steady_clock::now() + kDefaultCallBudget;
+}
+
+// Waits until the connection's socket is ready for `events`, at most until the call's deadline.
+// false: the deadline came first (or the socket is gone).
+bool PostgresLedger::wait_socket(short events) const {
+    auto deadline = call_deadline();
+    for (;;) {
+        auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline -
+                                                                 std::chrono::steady_clock::now());
+        if (left.count() <= 0) return false;
+        pollfd pfd{lib_->socket(conn_), events, 0};
+        if (pfd.fd < 0) return false;
+        int r = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(left.count(), 60000)));
+        if (r > 0) return true;
+        if (r < 0 && errno != EINTR) return false;
+    }
+}
+
+// The connection is closed and the next call opens a new one, after the back-off: what a call
+// that could not finish leaves behind (its transaction, if any, is rolled back by the server
+// when it notices the closed socket).
+void PostgresLedger::abandon(const std::string& why) {
+    if (conn_) lib_->finish(conn_);
+    conn_ = nullptr;
+    last_failure_ = why;
+    backoff_ =
+        std::clamp(backoff_ * 2, std::chrono::milliseconds(500), std::chrono::milliseconds(8000));
+    retry_at_ = std::chrono::steady_clock::now() + backoff_;
+}
+
 Status PostgresLedger::connect() {
     if (conn_ && lib_->status(conn_) == CONNECTION_OK) return Ok{};
     // After a failed connect every call fails at once until the next attempt is due: a server
-    // that does not answer (a TCP black hole) would otherwise stall lastcall's loop for the
-    // connect_timeout on every call, most of the time at a tick a second. 1 s, doubling to 8 s.
+    // that does not answer (a TCP black hole) would otherwise take each call's whole budget,
+    // most of the time at a tick a second. 0.5 s, doubling to 8 s.
     auto now = std::chrono::steady_clock::now();
     if (retry_at_ && now < *retry_at_) return error("connect", last_failure_);
     if (conn_) {
-        // A broken connection (the server restarted, a network cut) is reopened in place.
-        lib_->reset(conn_);
-    } else {
-        std::vector<const char*> k, v;
-        for (std::size_t i = 0; i < keys_.size(); ++i) {
-            k.push_back(keys_[i].c_str());
-            v.push_back(values_[i].c_str());
-        }
-        k.push_back(nullptr);
-        v.push_back(nullptr);
-        conn_ = lib_->connectdb_params(k.data(), v.data(), 0);
-        if (!conn_) return error("connect", "out of memory");
-        lib_->set_notice_processor(conn_, ignore_notice, nullptr);  // "already exists, skipping"
+        // A broken connection (the server restarted, a network cut) is opened anew (PQreset
+        // would block).
+        lib_->finish(conn_);
+        conn_ = nullptr;
     }
-    if (lib_->status(conn_) != CONNECTION_OK) {
-        last_failure_ = one_line(lib_->error_message(conn_));
-        backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(1000),
-                              std::chrono::milliseconds(8000));
-        retry_at_ = std::chrono::steady_clock::now() + backoff_;
+    std::vector<const char*> k, v;
+    for (std::size_t i = 0; i < keys_.size(); ++i) {
+        k.push_back(keys_[i].c_str());
+        v.push_back(values_[i].c_str());
+    }
+    k.push_back(nullptr);
+    v.push_back(nullptr);
+    conn_ = lib_->connect_start_params(k.data(), v.data(), 0);
+    if (!conn_) return error("connect", "out of memory");
+    lib_->set_notice_processor(conn_, ignore_notice, nullptr);  // "already exists, skipping"
+    // PQconnectStart's contract: act as if PQconnectPoll had said "writing" first.
+    PostgresPollingStatusType polled =
+        lib_->status(conn_) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
+    while (polled == PGRES_POLLING_READING || polled == PGRES_POLLING_WRITING) {
+        if (!wait_socket(polled == PGRES_POLLING_READING ? POLLIN : POLLOUT)) {
+            abandon("no answer within the call's deadline");
+            return error("connect", last_failure_);
+        }
+        polled = lib_->connect_poll(conn_);
+    }
+    if (polled != PGRES_POLLING_OK || lib_->status(conn_) != CONNECTION_OK) {
+        abandon(one_line(lib_->error_message(conn_)));
+        return error("connect", last_failure_);
+    }
+    if (lib_->set_nonblocking(conn_, 1) != 0) {
+        abandon(one_line(lib_->error_message(conn_)));
         return error("connect", last_failure_);
     }
     retry_at_.reset();
@@ -447,26 +680,76 @@ Status PostgresLedger::connect() {
 
 Result<PgResult> PostgresLedger::run(std::string_view what, const std::string& sql,
                                      const std::vector<Param>& params, PgFailure* failure) {
+    auto fail = [&](const std::string& msg) -> Result<PgResult> {
+        if (failure) failure->message = msg;
+        return error(what, msg);
+    };
     if (auto st = connect(); !st) {
         if (failure) failure->message = st.error().message;
         return st.error();
     }
     std::vector<const char*> values;
     for (const auto& v : params) values.push_back(v ? v->c_str() : nullptr);
-    PGresult* raw = params.empty()
-                        ? lib_->exec(conn_, sql.c_str())
-                        : lib_->exec_params(conn_, sql.c_str(), static_cast<int>(params.size()),
-                                            nullptr, values.data(), nullptr, nullptr, 0);
-    PgResult r(lib_, raw);
-    ExecStatusType st = raw ? lib_->result_status(raw) : PGRES_FATAL_ERROR;
-    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
-    std::string msg = raw ? lib_->result_error(raw) : lib_->error_message(conn_);
-    msg = one_line(msg);
+    int sent = params.empty()
+                   ? lib_->send_query(conn_, sql.c_str())
+                   : lib_->send_query_params(conn_, sql.c_str(), static_cast<int>(params.size()),
+                                             nullptr, values.data(), nullptr, nullptr, 0);
+    if (!sent) {
+        std::string msg = one_line(lib_->error_message(conn_));
+        abandon(msg);
+        return fail(msg);
+    }
+    const std::string timed_out =
+        "no answer within the call's deadline (connection abandoned; outcome unknown)";
+    // The query out (a non-blocking connection may keep part of it buffered) ...
+    for (;;) {
+        int f = lib_->flush(conn_);
+        if (f == 0) break;
+        if (f < 0 || !wait_socket(POLLOUT | POLLIN)) {
+            std::string msg = f < 0 ? one_line(lib_->error_message(conn_)) : timed_out;
+            abandon(msg);
+            return fail(msg);
+        }
+        // libpq's rule: input that arrived meanwhile is consumed, or the server may block on us.
+        if (!lib_->consume_input(conn_)) {
+            std::string msg = one_line(lib_->error_message(conn_));
+            abandon(msg);
+            return fail(msg);
+        }
+    }
+    // ... then every result it makes (a script of several statements makes one each): the first
+    // error is the answer, else the last result.
+    std::optional<PgResult> answer, first_error;
+    for (;;) {
+        while (!lib_->is_busy(conn_)) {
+            PGresult* raw = lib_->get_result(conn_);
+            if (!raw) goto done;
+            ExecStatusType st = lib_->result_status(raw);
+            if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && !first_error)
+                first_error.emplace(lib_, raw);
+            else
+                answer.emplace(lib_, raw);
+        }
+        if (!wait_socket(POLLIN)) {
+            abandon(timed_out);
+            return fail(timed_out);
+        }
+        if (!lib_->consume_input(conn_)) {
+            std::string msg = one_line(lib_->error_message(conn_));
+            abandon(msg);
+            return fail(msg);
+        }
+    }
+done:
+    if (!first_error && answer) return std::move(*answer);
+    PGresult* raw = first_error ? first_error->raw() : nullptr;
+    std::string msg = one_line(raw ? lib_->result_error(raw) : lib_->error_message(conn_));
     if (failure) {
         const char* state = raw ? lib_->result_error_field(raw, PG_DIAG_SQLSTATE) : nullptr;
         failure->unique_violation = state && std::strcmp(state, "23505") == 0;
         failure->message = msg;
     }
+    if (lib_->status(conn_) != CONNECTION_OK) abandon(msg);
     return error(what, msg);
 }
 
@@ -501,96 +784,67 @@ Result<std::int64_t> PostgresLedger::add(std::string_view job, std::int64_t sche
 }
 
 Result<Claim> PostgresLedger::claim(const ClaimRequest& request) {
-    Claim out;
-    std::string what = "claim run of job " + request.job;
-    auto done = transaction(what, [&]() -> Result<bool> {
-        // Claims of one job queue up here, across replicas: the check and the insert below are
-        // one step for every other claimer (READ COMMITTED alone would let two pass the check).
-        if (auto r = run(what, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                         {p("lastcall.job." + request.job)});
-            !r)
-            return r.error();
-        if (request.retry_of.empty()) {
-            auto taken = run(what,
-                             "SELECT 1 FROM lastcall.runs WHERE job = $1 AND scheduled_at = $2 "
-                             "AND retry_of IS NULL LIMIT 1",
-                             {p(std::string_view(request.job)), p(request.scheduled_at)});
-            if (!taken) return taken.error();
-            if (taken->rows() > 0) return false;  // Lost
-        } else {
-            auto marked = run(what,
-                              "UPDATE lastcall.runs SET recovery = 'retried' WHERE id = "
-                              "ANY($1::bigint[]) AND state = 'interrupted' AND (recovery IS NULL "
-                              "OR recovery = 'released')",
-                              {p(std::string_view(int_array(request.retry_of)))});
-            if (!marked) return marked.error();
-            if (marked->affected() != static_cast<long>(request.retry_of.size()))
-                return false;  // retried by another replica: Lost
-        }
-        if (!request.skip_reason.empty() && request.retry_of.empty()) {
-            auto id =
-                add(request.job, request.scheduled_at, RunState::Skipped, request.skip_reason);
-            if (!id) return id.error();
-            out.outcome = Claim::Outcome::Skipped;
-            out.id = *id;
-            out.reason = request.skip_reason;
-            return true;
-        }
-        auto active =
-            run(what,
-                std::string("SELECT id FROM lastcall.runs WHERE job = $1 AND state = "
-                            "'started' AND (lease_until_ms IS NULL OR lease_until_ms > ") +
-                    kDbNowMs + ") ORDER BY id",
-                {p(std::string_view(request.job))});
-        if (!active) return active.error();
-        std::vector<std::int64_t> ids;
-        for (int i = 0; i < active->rows(); ++i) ids.push_back(active->num(i, 0));
-        if (!ids.empty() && request.concurrency == Concurrency::Forbid) {
-            if (!request.retry_of.empty()) return false;  // the retry waits for a free slot
-            out.reason = forbid_reason(ids.front());
-            auto id = add(request.job, request.scheduled_at, RunState::Skipped, out.reason);
-            if (!id) return id.error();
-            out.outcome = Claim::Outcome::Skipped;
-            out.id = *id;
-            return true;
-        }
-        std::int64_t now = unix_ms_now();
-        PgFailure failure;
-        auto ins =
-            run(what,
-                std::string("INSERT INTO lastcall.runs (job, scheduled_at, state, pid, "
-                            "created_ms, started_ms, retry_of, replica, owner, "
-                            "lease_until_ms) VALUES ($1, $2, 'started', NULL, $3, $3, $4, $5, "
-                            "$6, CASE WHEN $7::bigint > 0 THEN ") +
-                    kDbNowMs + " + $7::bigint END) RETURNING id",
-                {p(std::string_view(request.job)), p(request.scheduled_at), p(now),
-                 p(request.retry_of.empty() ? std::nullopt
-                                            : std::optional<std::int64_t>(request.retry_of.back())),
-                 p(std::string_view(identity_.replica)), p(std::string_view(identity_.owner)),
-                 p(identity_.lease_ms)},
-                &failure);
-        if (!ins) {
-            if (failure.unique_violation) return false;  // the key says another claim won
-            return ins.error();
-        }
-        out.outcome = Claim::Outcome::Started;
-        out.id = ins->num(0, 0);
-        if (request.concurrency == Concurrency::Replace && !ids.empty()) {
-            auto replaced =
-                run(what,
-                    // Its successor is running: a replaced run is never retried (recovery none).
-                    "UPDATE lastcall.runs SET state = 'interrupted', ended_ms = $2, reason = $3, "
-                    "recovery = 'none' WHERE id = ANY($1::bigint[]) AND state = 'started' "
-                    "RETURNING id",
-                    {p(std::string_view(int_array(ids))), p(now),
-                     p("replaced by run " + std::to_string(out.id) + " (concurrency = replace)")});
-            if (!replaced) return replaced.error();
-            for (int i = 0; i < replaced->rows(); ++i) out.replaced.push_back(replaced->num(i, 0));
-        }
-        return true;
+    return std::move(claim_all({request}).front());
+}
+
+std::vector<Result<Claim>> PostgresLedger::claim_all(const std::vector<ClaimRequest>& requests) {
+    std::vector<Result<Claim>> out(requests.size(), Result<Claim>(Claim{}));
+    if (requests.empty()) return out;
+    // Every replica takes the jobs' locks in the same order (by name): two bursts that share
+    // jobs queue behind each other instead of deadlocking.
+    std::vector<std::size_t> order(requests.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return requests[a].job < requests[b].job;
     });
-    if (!done) return done.error();
-    if (!*done) return Claim{};  // Lost: rolled back, nothing recorded
+    std::vector<std::string> jobs, retries, concurrency, skips;
+    std::vector<std::int64_t> at;
+    std::string holds = "{";
+    for (std::size_t i : order) {
+        const auto& r = requests[i];
+        jobs.push_back(r.job);
+        at.push_back(r.scheduled_at);
+        std::string retry;
+        for (auto id : r.retry_of) retry += (retry.empty() ? "" : ",") + std::to_string(id);
+        retries.push_back(retry);
+        concurrency.push_back(r.concurrency == Concurrency::Forbid    ? "forbid"
+                              : r.concurrency == Concurrency::Replace ? "replace"
+                                                                      : "allow");
+        skips.push_back(r.skip_reason);
+        holds += std::string(holds.size() > 1 ? "," : "") + (r.check_hold ? "t" : "f");
+    }
+    holds += "}";
+    std::string what = requests.size() == 1
+                           ? "claim run of job " + requests.front().job
+                           : "claim " + std::to_string(requests.size()) + " fire times";
+    auto r =
+        run(what,
+            std::string("SELECT o_k, o_outcome, o_run_id, o_reason, o_replaced, o_watermark "
+                        "FROM ") +
+                "lastcall.claim_runs_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ORDER BY o_k",
+            {p(std::string_view(text_array(jobs))), p(std::string_view(int_array(at))),
+             p(std::string_view(text_array(retries))), p(std::string_view(text_array(concurrency))),
+             p(std::string_view(text_array(skips))), p(std::string_view(holds)),
+             p(std::string_view(identity_.replica)), p(std::string_view(identity_.owner)),
+             p(identity_.lease_ms), p(unix_ms_now())});
+    if (!r) {
+        for (auto& o : out) o = r.error();
+        return out;
+    }
+    for (int row = 0; row < r->rows(); ++row) {
+        auto k = static_cast<std::size_t>(r->num(row, 0));
+        if (k < 1 || k > order.size()) continue;
+        Claim c;
+        std::string outcome = r->text(row, 1);
+        c.outcome = outcome == "started"   ? Claim::Outcome::Started
+                    : outcome == "skipped" ? Claim::Outcome::Skipped
+                                           : Claim::Outcome::Lost;
+        c.id = r->opt(row, 2).value_or(0);
+        c.reason = r->text(row, 3);
+        c.replaced = parse_int_array(r->text(row, 4));
+        c.watermark = r->opt(row, 5);
+        out[order[k - 1]] = std::move(c);
+    }
     return out;
 }
 
@@ -630,21 +884,23 @@ Result<bool> PostgresLedger::finish(std::int64_t id, RunState to, RunOutcome out
 }
 
 Result<bool> PostgresLedger::complete(std::int64_t id, RunOutcome outcome) {
-    // One transaction: the record and the watermark become durable together, and the watermark
-    // only ever moves on a run that really became completed.
-    return transaction("complete run " + std::to_string(id), [&]() -> Result<bool> {
-        auto done = finish(id, RunState::Completed, outcome, "");
-        if (!done || !*done) return done;
-        auto w = run("advance watermark for run " + std::to_string(id),
-                     "INSERT INTO lastcall.watermarks (job, scheduled_at, run_id) "
-                     "SELECT job, scheduled_at, id FROM lastcall.runs WHERE id = $1 "
+    // One statement, so one transaction and one round trip: the record and the watermark become
+    // durable together, the watermark only ever moves on a run that really became completed, and
+    // no row lock is held while the client is away.
+    auto r = run("complete run " + std::to_string(id),
+                 "WITH done AS (UPDATE lastcall.runs SET state = 'completed', ended_ms = $2, "
+                 "exit_code = $3, signal = $4, reason = '' WHERE id = $1 AND state IN " +
+                     sql_sources_of(RunState::Completed) +
+                     " RETURNING job, scheduled_at, id), "
+                     "moved AS (INSERT INTO lastcall.watermarks (job, scheduled_at, run_id) "
+                     "SELECT job, scheduled_at, id FROM done "
                      "ON CONFLICT (job) DO UPDATE SET scheduled_at = excluded.scheduled_at, "
                      "run_id = excluded.run_id "
-                     "WHERE excluded.scheduled_at >= lastcall.watermarks.scheduled_at",
-                     {p(id)});
-        if (!w) return w.error();
-        return true;
-    });
+                     "WHERE excluded.scheduled_at >= lastcall.watermarks.scheduled_at) "
+                     "SELECT count(*) FROM done",
+                 {p(id), p(unix_ms_now()), p(outcome.exit_code), p(outcome.signal)});
+    if (!r) return r.error();
+    return r->num(0, 0) == 1;
 }
 
 Result<std::vector<std::int64_t>> PostgresLedger::renew(const std::vector<std::int64_t>& ids) {

@@ -417,6 +417,16 @@ Result<Claim> SqliteLedger::claim_locked(const ClaimRequest& request) {
         int rc = taken.step();
         if (rc == SQLITE_ROW) return out;  // Lost
         if (rc != SQLITE_DONE) return sql_error("claim check of job " + request.job);
+        if (request.check_hold && request.skip_reason.empty()) {
+            auto held = held_run(request.job);
+            if (!held) return held.error();
+            if (*held) {
+                ClaimRequest skip = request;
+                skip.skip_reason = held_reason((*held)->id);
+                skip.check_hold = false;
+                return claim_locked(skip);
+            }
+        }
     } else {
         auto marked = mark_retried(request.retry_of);
         if (!marked) return marked.error();
@@ -471,6 +481,9 @@ Result<Claim> SqliteLedger::claim_locked(const ClaimRequest& request) {
     if (rc != SQLITE_DONE) return sql_error("claim run of job " + request.job);
     out.outcome = Claim::Outcome::Started;
     out.id = sq->last_insert_rowid(db_.get());
+    auto w = watermark(request.job);
+    if (!w) return w.error();
+    out.watermark = *w;
     if (request.concurrency == Concurrency::Replace) {
         for (std::int64_t old : active) {
             auto done =

@@ -38,6 +38,13 @@ namespace {
 // SIGKILL.
 constexpr Millis kTimeoutKillAfter{5000};
 constexpr const char* kShuttingDown = "shutting down";
+// A ledger call's budget (LedgerWorker): a healthy database answers a burst's one claim
+// statement or an fsync'd commit well within it; a hung one is abandoned at it.
+constexpr Millis kCallBudget{2000};
+// Recovery at start: the previous owner's runs, the kill of their leftovers (up to 2 s), the plan.
+constexpr Millis kRecoveryBudget{8000};
+// Claimed runs spawned per loop turn: a signal, a reap or a timer waits for one slice at most.
+constexpr std::size_t kStartsPerSlice = 32;
 
 Concurrency concurrency_of(Overlap o) {
     switch (o) {
@@ -125,11 +132,49 @@ Result<Staged> open_staged(const JobSpec& spec, const std::string& staging) {
     return out;
 }
 
+// A run that a killed lastcall left `started` may still have processes: a background writer that
+// left the run's session, with no cgroup to hold it (the /proc tracker) and no pdeathsig (fork
+// clears it). It would go on writing into what a retry is about to produce, so it is found by the
+// variables the run's processes were given (this ledger's path and the run id), killed through
+// a pidfd, and waited for (at most 2 s) before any retry starts. Runs on the ledger worker's
+// thread (it waits): returns what to log.
+std::vector<std::string> kill_leftovers(const std::string& ledger_path, const RunRecord& run) {
+    std::vector<std::string> said;
+    auto found = processes_with_environment(
+        {"LASTCALL_LEDGER=" + ledger_path, "LASTCALL_RUN_ID=" + std::to_string(run.id)});
+    std::vector<ProcessRef> killed;
+    std::string pids;
+    for (const auto& p : found) {
+        auto ref = ProcessRef::open(p);
+        if (!ref || !ref->signal(SIGKILL)) continue;
+        pids += (pids.empty() ? "" : ", ") + std::to_string(p.pid);
+        killed.push_back(std::move(*ref));
+    }
+    if (killed.empty()) return said;
+    said.push_back("run " + std::to_string(run.id) + " of job " + run.job + ": killed " +
+                   std::to_string(killed.size()) +
+                   " process(es) the previous lastcall left running (" + pids + ")");
+    // A pidfd is readable once its process has exited (a zombie included).
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (const auto& ref : killed) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        pollfd pfd{ref.pidfd(), POLLIN, 0};
+        if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) == 0) {
+            said.push_back("run " + std::to_string(run.id) + " of job " + run.job + ": pid " +
+                           std::to_string(ref.pid()) + " did not end within 2s of SIGKILL");
+            break;
+        }
+    }
+    return said;
+}
+
 }  // namespace
 
-JobScheduler::JobScheduler(std::vector<JobSpec> jobs, std::unique_ptr<Ledger> ledger)
-    : ledger_(std::move(ledger)) {
-    for (auto& spec : jobs) jobs_.push_back(JobState{std::move(spec), {}, {}, 0, 0});
+JobScheduler::JobScheduler(std::vector<JobSpec> jobs, std::unique_ptr<Ledger> ledger,
+                           LedgerWorker::Mode mode)
+    : opening_(std::move(ledger)), mode_(mode) {
+    for (auto& spec : jobs) jobs_.push_back(JobState{std::move(spec), {}, {}, 0, false, 0, 0});
 }
 
 Status JobScheduler::attach(Supervisor& sup) {
@@ -138,19 +183,22 @@ Status JobScheduler::attach(Supervisor& sup) {
 
 Status JobScheduler::attach_host(UnitHost& host) {
     host_ = &host;
+    auto worker = LedgerWorker::start(std::move(opening_), host, mode_);
+    if (!worker) return worker.error();
+    ledger_ = std::move(*worker);
     auto fire = host.new_wall_timer([this] { on_fire_timer(); });
     if (!fire) return fire.error();
     fire_timer_ = std::move(*fire);
     auto timeout = host.new_timer([this] { on_timeout_timer(); });
     if (!timeout) return timeout.error();
     timeout_timer_ = std::move(*timeout);
-    if (ledger_->shared()) {
+    if (facts().shared()) {
         auto lease = host.new_timer([this] { on_lease_timer(); });
         if (!lease) return lease.error();
         lease_timer_ = std::move(*lease);
-        spdlog::info("run ledger {} is shared: replica {}, lease {}", ledger_->path(),
-                     ledger_->identity().replica,
-                     format_duration(Millis{ledger_->identity().lease_ms}));
+        spdlog::info("run ledger {} is shared: replica {}, lease {}", facts().path(),
+                     facts().identity().replica,
+                     format_duration(Millis{facts().identity().lease_ms}));
         warn_local_outputs();
     }
     recover();
@@ -170,35 +218,71 @@ Status JobScheduler::attach_host(UnitHost& host) {
     return Ok{};
 }
 
+// A ledger call's budget. With a shared ledger never more than a third of the lease: a renewal
+// that takes longer cannot keep a lease anyway.
+Millis JobScheduler::call_budget() const {
+    Millis lease{facts().identity().lease_ms};
+    if (lease.count() <= 0) return kCallBudget;
+    return std::min<Millis>(kCallBudget, lease / 3);
+}
+
+std::vector<JobScheduler::JobPolicy> JobScheduler::policies() const {
+    std::vector<JobPolicy> out;
+    for (const auto& j : jobs_) out.push_back({j.spec.name, j.spec.on_interrupted, j.spec.output});
+    return out;
+}
+
 // The previous owner's unfinished runs become interrupted; then each job's interrupted runs are
 // retried, cleaned up and retried, or held, as the job says.
 void JobScheduler::recover() {
-    auto fixed =
-        ledger_->interrupt_unfinished("lastcall stopped before the run ended (killed or crashed)");
-    if (!fixed) {
-        spdlog::error("run ledger recovery: {}", fixed.error().message);
-        return;
-    }
-    for (const auto& r : *fixed) {
-        spdlog::warn(
-            "run {} of job {} (scheduled {}) was left {} by a previous lastcall: now "
-            "interrupted",
-            r.id, r.job, iso_utc(r.scheduled_at), r.started_ms ? "started" : "scheduled");
-        if (r.started_ms) kill_leftovers(r);
-    }
-    plan_recovery();
+    struct Recovered {
+        std::vector<RunRecord> fixed;
+        std::vector<std::string> leftovers;
+        RecoveryPlan plan;
+    };
+    std::string path = facts().path();
+    // On the worker: the leftovers' kill waits for them (at most 2 s), the loop does not.
+    ledger_->call<Recovered>(
+        "run ledger recovery", kRecoveryBudget,
+        [path, jobs = policies()](Ledger& l) -> Result<Recovered> {
+            Recovered out;
+            auto fixed =
+                l.interrupt_unfinished("lastcall stopped before the run ended (killed or crashed)");
+            if (!fixed) return fixed.error();
+            out.fixed = std::move(*fixed);
+            for (const auto& r : out.fixed)
+                if (r.started_ms)
+                    for (auto& line : kill_leftovers(path, r)) out.leftovers.push_back(line);
+            auto plan = plan_recovery(l, jobs);
+            if (!plan) return plan.error();
+            out.plan = std::move(*plan);
+            return out;
+        },
+        [this](Result<Recovered> r) {
+            if (!r) {
+                spdlog::error("run ledger recovery: {}", r.error().message);
+                return;
+            }
+            for (const auto& rec : r->fixed)
+                spdlog::warn(
+                    "run {} of job {} (scheduled {}) was left {} by a previous lastcall: now "
+                    "interrupted",
+                    rec.id, rec.job, iso_utc(rec.scheduled_at),
+                    rec.started_ms ? "started" : "scheduled");
+            for (const auto& line : r->leftovers) spdlog::warn("{}", line);
+            apply_plan(r->plan);
+        });
 }
 
 // Each job's interrupted runs awaiting recovery are held, or queued for a retry claim (at start,
 // and with a shared ledger on every lease tick: another replica's runs may have been interrupted).
-void JobScheduler::plan_recovery() {
-    auto pending = ledger_->awaiting_recovery();
-    if (!pending) {
-        spdlog::error("run ledger recovery: {}", pending.error().message);
-        return;
-    }
-    for (std::size_t j = 0; j < jobs_.size(); ++j) {
-        const JobSpec& spec = jobs_[j].spec;
+Result<JobScheduler::RecoveryPlan> JobScheduler::plan_recovery(Ledger& l,
+                                                               const std::vector<JobPolicy>& jobs) {
+    auto pending = l.awaiting_recovery();
+    if (!pending) return pending.error();
+    RecoveryPlan plan;
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+        const JobPolicy& spec = jobs[j];
         std::vector<std::int64_t> ids;
         std::int64_t slot = 0;
         bool released = false;
@@ -210,69 +294,47 @@ void JobScheduler::plan_recovery() {
         }
         if (ids.empty()) continue;
         std::string staging = spec.output.empty() ? "" : staging_path_for(spec.output, ids.back());
-        if (spec.on_interrupted == OnInterrupted::Hold && !released) {
+        bool hold = spec.on_interrupted == OnInterrupted::Hold && !released;
+        bool none = spec.on_interrupted == OnInterrupted::None && !released;
+        if (hold || none) {
             for (auto id : ids) {
-                // Each replica may see it first: the hold is one row's state, said once each.
-                if (auto st = ledger_->set_recovery(id, kRecoveryHeld); !st)
-                    spdlog::error("hold run {}: {}", id, st.error().message);
-                spdlog::warn(
-                    "job {} is held: run {} was interrupted; `lastcall runs release {}` "
-                    "lets it run again{}",
-                    spec.name, id, id,
-                    staging.empty() ? "" : " (staging file " + staging + " kept)");
-            }
-            continue;
-        }
-        if (spec.on_interrupted == OnInterrupted::None && !released) {
-            for (auto id : ids) {
-                if (auto st = ledger_->set_recovery(id, kRecoveryNone); !st)
-                    spdlog::error("run {}: {}", id, st.error().message);
-                spdlog::warn("job {}: run {} was interrupted; not retried (on_interrupted = none)",
-                             spec.name, id);
+                // Each replica may see it first: the mark is one row's state, said once each.
+                Hold h{j, id, staging, none, ""};
+                if (auto st = l.set_recovery(id, none ? kRecoveryNone : kRecoveryHeld); !st)
+                    h.error = st.error().message;
+                plan.holds.push_back(std::move(h));
             }
             continue;
         }
         // cleanup-retry: the retry's start removes every earlier staging file of the job.
-        bool keep = spec.on_interrupted == OnInterrupted::Retry;
-        if (!ledger_->shared())
-            spdlog::info("job {}: retrying interrupted run(s) now (on_interrupted = {})", spec.name,
-                         released ? "released" : to_string(spec.on_interrupted));
-        retries_.push_back(Retry{j, slot, ids, keep});
+        plan.retries.push_back(
+            Retry{j, slot, ids, spec.on_interrupted == OnInterrupted::Retry, released});
     }
-    if (!retries_.empty() && fire_timer_) arm_fire_timer();
+    return plan;
 }
 
-// A run that a killed lastcall left `started` may still have processes: a background writer that
-// left the run's session, with no cgroup to hold it (the /proc tracker) and no pdeathsig (fork
-// clears it). It would go on writing into what a retry is about to produce, so it is found by the
-// variables the run's processes were given (this ledger's path and the run id), killed through
-// a pidfd, and waited for (at most 2 s) before any retry starts.
-void JobScheduler::kill_leftovers(const RunRecord& run) {
-    auto found = processes_with_environment(
-        {"LASTCALL_LEDGER=" + ledger_->path(), "LASTCALL_RUN_ID=" + std::to_string(run.id)});
-    std::vector<ProcessRef> killed;
-    std::string pids;
-    for (const auto& p : found) {
-        auto ref = ProcessRef::open(p);
-        if (!ref || !ref->signal(SIGKILL)) continue;
-        pids += (pids.empty() ? "" : ", ") + std::to_string(p.pid);
-        killed.push_back(std::move(*ref));
+void JobScheduler::apply_plan(const RecoveryPlan& plan) {
+    for (const auto& h : plan.holds) {
+        const JobSpec& spec = jobs_[h.job].spec;
+        if (!h.error.empty()) spdlog::error("run {}: {}", h.id, h.error);
+        if (h.none)
+            spdlog::warn("job {}: run {} was interrupted; not retried (on_interrupted = none)",
+                         spec.name, h.id);
+        else
+            spdlog::warn(
+                "job {} is held: run {} was interrupted; `lastcall runs release {}` "
+                "lets it run again{}",
+                spec.name, h.id, h.id,
+                h.staging.empty() ? "" : " (staging file " + h.staging + " kept)");
     }
-    if (killed.empty()) return;
-    spdlog::warn("run {} of job {}: killed {} process(es) the previous lastcall left running ({})",
-                 run.id, run.job, killed.size(), pids);
-    // A pidfd is readable once its process has exited (a zombie included).
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    for (const auto& ref : killed) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now());
-        pollfd pfd{ref.pidfd(), POLLIN, 0};
-        if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) == 0) {
-            spdlog::error("run {} of job {}: pid {} did not end within 2s of SIGKILL", run.id,
-                          run.job, ref.pid());
-            break;
-        }
+    for (const auto& r : plan.retries) {
+        if (!facts().shared())
+            spdlog::info("job {}: retrying interrupted run(s) now (on_interrupted = {})",
+                         jobs_[r.job].spec.name,
+                         r.released ? "released" : to_string(jobs_[r.job].spec.on_interrupted));
+        retries_.push_back(r);
     }
+    if (!retries_.empty() && fire_timer_) arm_fire_timer();
 }
 
 cron::sys_seconds JobScheduler::wall_seconds() const {
@@ -287,6 +349,7 @@ void JobScheduler::arm_fire_timer() {
         for (const auto& j : jobs_)
             if (j.next_fire && (!at || *j.next_fire < *at)) at = WallTime{*j.next_fire};
     }
+    fire_armed_.emplace(host_->clock().now(), host_->wall_now());
     if (auto st = fire_timer_->arm(at); !st)
         spdlog::error("job schedule timer: {}", st.error().message);
 }
@@ -294,13 +357,14 @@ void JobScheduler::arm_fire_timer() {
 void JobScheduler::on_fire_timer() {
     auto retries = std::move(retries_);
     retries_.clear();
+    std::vector<Due> due;
     for (auto& r : retries) {
         if (!host_->admission().is_open()) {
             // A shared ledger's retry stays open for a replica that is not stopping.
-            if (!ledger_->shared()) record_skipped(r.job, r.scheduled_at, kShuttingDown);
+            if (!facts().shared()) record_skipped(r.job, r.scheduled_at, kShuttingDown);
             continue;
         }
-        start_run(r.job, r.scheduled_at, std::nullopt, r.of, r.keep_staging);
+        due.push_back(Due{r.job, r.scheduled_at, r.of, r.keep_staging, 0});
     }
     auto now = wall_seconds();
     for (std::size_t j = 0; j < jobs_.size(); ++j) {
@@ -308,108 +372,295 @@ void JobScheduler::on_fire_timer() {
         if (!job.next_fire || *job.next_fire > now) continue;
         // After a suspend or a clock jump only the latest missed fire runs: a backlog of
         // identical runs helps nobody.
-        cron::sys_seconds due = *job.next_fire;
+        cron::sys_seconds at = *job.next_fire;
         int missed = 0;
-        auto next = job.spec.schedule->next_after(due);
+        auto next = job.spec.schedule->next_after(at);
         while (next && *next <= now) {
-            due = *next;
+            at = *next;
             ++missed;
-            next = job.spec.schedule->next_after(due);
+            next = job.spec.schedule->next_after(at);
         }
-        if (missed > 0)
-            spdlog::warn("job {}: {} fire time(s) missed (suspend or clock jump)", job.spec.name,
-                         missed);
+        if (missed > 0) note_missed(job, missed);
         job.next_fire = next;
-        fire(j, due.time_since_epoch().count());
+        fire(j, at.time_since_epoch().count(), due);
     }
+    claim(std::move(due));
     arm_fire_timer();
+}
+
+// Fire times that passed unfired are counted (report, metrics) and said with their cause: the
+// wall clock moved further than lastcall's monotonic clock (a suspend, a clock step), or
+// lastcall itself ran late (stopped, starved of CPU).
+void JobScheduler::note_missed(const JobState& job, int missed) {
+    missed_ += missed;
+    std::string why = "lastcall ran late";
+    if (fire_armed_) {
+        auto mono = host_->clock().now() - fire_armed_->first;
+        auto wall = host_->wall_now() - fire_armed_->second;
+        auto gap = std::chrono::duration_cast<Millis>(wall - mono);
+        if (gap > Millis{1000})
+            why = "the wall clock moved " + format_duration(gap) +
+                  " further than the monotonic clock: a suspend or a clock step";
+        else
+            why = "lastcall ran " +
+                  format_duration(std::chrono::duration_cast<Millis>(host_->wall_now() -
+                                                                     WallTime{*job.next_fire})) +
+                  " late (stopped or starved of CPU)";
+    }
+    spdlog::warn("job {}: {} fire time(s) missed ({}); only the latest runs", job.spec.name, missed,
+                 why);
 }
 
 void JobScheduler::record_skipped(std::size_t job, std::int64_t scheduled_at,
                                   const std::string& reason) {
     const auto& name = jobs_[job].spec.name;
     if (reason == kShuttingDown) ++skipped_at_shutdown_;
-    auto id = ledger_->add(name, scheduled_at, RunState::Skipped, reason);
-    if (!id) {
-        spdlog::error("job {}: run at {} skipped ({}) but not recorded: {}", name,
-                      iso_utc(scheduled_at), reason, id.error().message);
-        note_unwritten_row(name, RunState::Skipped, id.error().message);
-    } else
-        spdlog::info("job {}: run {} at {} skipped: {}", name, *id, iso_utc(scheduled_at), reason);
+    ledger_->call<std::int64_t>(
+        "record a skipped run of job " + name, call_budget(),
+        [name, scheduled_at, reason](Ledger& l) {
+            return l.add(name, scheduled_at, RunState::Skipped, reason);
+        },
+        [this, name, scheduled_at, reason](Result<std::int64_t> id) {
+            if (!id) {
+                spdlog::error("job {}: run at {} skipped ({}) but not recorded: {}", name,
+                              iso_utc(scheduled_at), reason, id.error().message);
+                note_unwritten_row(name, RunState::Skipped, id.error().message);
+            } else {
+                spdlog::info("job {}: run {} at {} skipped: {}", name, *id, iso_utc(scheduled_at),
+                             reason);
+            }
+        });
 }
 
-void JobScheduler::fire(std::size_t j, std::int64_t scheduled_at) {
+void JobScheduler::fire(std::size_t j, std::int64_t scheduled_at, std::vector<Due>& due) {
     auto& job = jobs_[j];
-    bool shared = ledger_->shared();
+    bool shared = facts().shared();
     if (!host_->admission().is_open()) {
         // A replica that is stopping leaves the fire time to the others, and says nothing of it.
         if (shared) return;
         return record_skipped(j, scheduled_at, kShuttingDown);
     }
-    auto held = ledger_->held_run(job.spec.name);
-    if (!held) {
-        spdlog::error("job {}: {}", job.spec.name, held.error().message);
-    } else if (*held) {
-        std::string why = "held: run " + std::to_string((*held)->id) +
-                          " was interrupted; `lastcall runs release " +
-                          std::to_string((*held)->id) + "` lets the job run again";
-        if (!shared) return record_skipped(j, scheduled_at, why);
-        // One replica records it, as one replica would have run it.
-        auto claim = ledger_->claim({job.spec.name, scheduled_at, {}, Concurrency::Allow, why});
-        if (!claim)
-            spdlog::error("job {}: run at {} skipped ({}) but not recorded: {}", job.spec.name,
-                          iso_utc(scheduled_at), why, claim.error().message);
-        else if (claim->outcome == Claim::Outcome::Skipped)
-            spdlog::info("job {}: run {} at {} skipped: {}", job.spec.name, claim->id,
-                         iso_utc(scheduled_at), why);
-        return;
-    }
-    // With a shared ledger the claim applies the concurrency rule to every replica's runs.
-    if (job.running > 0 && !shared) {
+    // With a shared ledger the claim applies the concurrency rule to every replica's runs. One
+    // machine: a run still claiming counts as running (its answer is on its way).
+    if ((job.running > 0 || job.claiming > 0) && !shared) {
         switch (job.spec.overlap) {
             case Overlap::Skip:
                 return record_skipped(j, scheduled_at,
                                       "the previous run is still running (overlap = skip)");
-            case Overlap::Queue: {
-                if (job.queued_id)
+            case Overlap::Queue:
+                if (job.queued_id || job.queueing)
                     return record_skipped(j, scheduled_at,
                                           "a run is already queued behind the running one "
                                           "(overlap = queue)");
-                auto id = ledger_->add(job.spec.name, scheduled_at, RunState::Scheduled,
-                                       "queued behind the running run");
-                if (!id) {
-                    spdlog::error("job {}: run at {} not queued, its record failed: {}",
-                                  job.spec.name, iso_utc(scheduled_at), id.error().message);
-                    note_unwritten_row(job.spec.name, RunState::Scheduled, id.error().message);
-                    return;
-                }
-                job.queued_id = *id;
-                job.queued_at = scheduled_at;
-                spdlog::info("job {}: run {} queued behind the running one", job.spec.name, *id);
-                return;
-            }
+                return queue_run(j, scheduled_at);
             case Overlap::Allow:
             case Overlap::Replace:  // the claim interrupts the active run; take_away stops it
                 break;
         }
     }
-    // Interrupted runs released by `lastcall runs release` while lastcall runs: this run is
-    // their retry, so that the next start does not retry them a second time. (A shared
-    // ledger's lease tick claims their retry on its own, like any other recovery.)
-    std::vector<std::int64_t> released;
-    std::int64_t key_at = 0;
-    if (shared) return start_run(j, scheduled_at, std::nullopt, {}, false);
-    if (auto pending = ledger_->awaiting_recovery(); !pending)
-        spdlog::error("job {}: {}", job.spec.name, pending.error().message);
-    else
-        for (const auto& r : *pending)
-            if (r.job == job.spec.name && r.recovery == kRecoveryReleased) {
-                released.push_back(r.id);
-                key_at = std::max(key_at, r.scheduled_at);
-            }
+    // A held job's fire time is recorded skipped by the claim itself (ClaimRequest::check_hold).
     // A released run is retried with its own policy for the staging file, and keeps its key.
-    start_run(j, scheduled_at, std::nullopt, released,
-              job.spec.on_interrupted == OnInterrupted::Retry, key_at);
+    due.push_back(Due{j, scheduled_at, {}, job.spec.on_interrupted == OnInterrupted::Retry, 0});
+}
+
+// overlap = queue, one machine: the run waits as a `scheduled` row for the running one to end.
+void JobScheduler::queue_run(std::size_t j, std::int64_t scheduled_at) {
+    auto& job = jobs_[j];
+    job.queueing = true;
+    std::string name = job.spec.name;
+    ledger_->call<std::int64_t>(
+        "queue a run of job " + name, call_budget(),
+        [name, scheduled_at](Ledger& l) {
+            return l.add(name, scheduled_at, RunState::Scheduled, "queued behind the running run");
+        },
+        [this, j, scheduled_at](Result<std::int64_t> id) {
+            auto& job = jobs_[j];
+            job.queueing = false;
+            if (!id) {
+                spdlog::error("job {}: run at {} not queued, its record failed: {}", job.spec.name,
+                              iso_utc(scheduled_at), id.error().message);
+                note_unwritten_row(job.spec.name, RunState::Scheduled, id.error().message);
+                return;
+            }
+            job.queued_id = *id;
+            job.queued_at = scheduled_at;
+            spdlog::info("job {}: run {} queued behind the running one", job.spec.name, *id);
+            // The shutdown began, or the running one ended, while the row was being written.
+            if (!host_->admission().is_open()) {
+                ++skipped_at_shutdown_;
+                finish_record(*id, job.spec.name, RunState::Skipped, {}, kShuttingDown, {});
+                job.queued_id.reset();
+            } else if (job.running == 0 && job.claiming == 0) {
+                start_queued(j);
+            }
+        });
+}
+
+// Every fire time due now (and the retries) in one call: one statement for a PostgreSQL ledger.
+// Each is admitted first: a ticket taken before the claim, rolled back if it never starts.
+void JobScheduler::claim(std::vector<Due> due) {
+    if (due.empty()) return;
+    auto asked = std::make_shared<std::vector<Asked>>();
+    std::vector<ClaimRequest> requests;
+    MonoTime now = host_->clock().now();  // before the claim: its lease starts later
+    for (auto& d : due) {
+        auto ticket = host_->admission().try_admit(EntryPath::JobFire);
+        if (!ticket) {
+            if (!facts().shared()) record_skipped(d.job, d.scheduled_at, kShuttingDown);
+            continue;
+        }
+        const JobSpec& spec = jobs_[d.job].spec;
+        ++jobs_[d.job].claiming;
+        requests.push_back(ClaimRequest{spec.name, d.scheduled_at, d.retry_of,
+                                        concurrency_of(spec.overlap), "", d.retry_of.empty()});
+        asked->push_back(Asked{std::move(d), std::move(ticket), now});
+    }
+    if (requests.empty()) return;
+    bool one_machine = !facts().shared();
+    std::string what = requests.size() == 1
+                           ? "claim the run of job " + requests.front().job + " at " +
+                                 iso_utc(requests.front().scheduled_at)
+                           : "claim " + std::to_string(requests.size()) + " fire times";
+    ledger_->call<std::vector<Claimed>>(
+        what, call_budget(),
+        [requests, one_machine](Ledger& l) mutable -> Result<std::vector<Claimed>> {
+            std::vector<Claimed> out(requests.size());
+            // One machine: interrupted runs released by `lastcall runs release` while lastcall
+            // runs are retried by the job's next fire time, so that the next start does not
+            // retry them a second time. (A shared ledger's lease tick claims their retry on its
+            // own, like any other recovery.)
+            if (one_machine) {
+                auto pending = l.awaiting_recovery();
+                if (!pending) {
+                    for (auto& c : out) c.claim = pending.error();
+                    return out;
+                }
+                for (std::size_t i = 0; i < requests.size(); ++i) {
+                    if (!requests[i].retry_of.empty()) continue;
+                    for (const auto& r : *pending)
+                        if (r.job == requests[i].job && r.recovery == kRecoveryReleased) {
+                            requests[i].retry_of.push_back(r.id);
+                            out[i].key_at = std::max(out[i].key_at, r.scheduled_at);
+                        }
+                }
+            }
+            auto claims = l.claim_all(requests);
+            for (std::size_t i = 0; i < requests.size(); ++i) {
+                out[i].claim = std::move(claims[i]);
+                out[i].retry_of = requests[i].retry_of;
+            }
+            return out;
+        },
+        [this, asked](Result<std::vector<Claimed>> answer) { on_claimed(*asked, answer); },
+        // The answer came after the loop had called it unknown: a fire time this replica won is
+        // recorded as not run (its retry follows the job's policy), never left `started` with
+        // nobody running it.
+        [this](Result<std::vector<Claimed>> late) {
+            if (!late) return;
+            for (const auto& c : *late) {
+                if (!c.claim || c.claim->outcome != Claim::Outcome::Started) continue;
+                finish_record(c.claim->id, "?", RunState::Interrupted, {},
+                              "not started: its claim was answered after the claim's deadline", {});
+            }
+        });
+}
+
+void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Claimed>>& answer) {
+    for (std::size_t i = 0; i < asked.size(); ++i) {
+        Asked& a = asked[i];
+        auto& job = jobs_[a.due.job];
+        const JobSpec& spec = job.spec;
+        --job.claiming;
+        Result<Claim> claim = answer ? std::move((*answer)[i].claim) : answer.error();
+        const auto& retry_of = answer ? (*answer)[i].retry_of : a.due.retry_of;
+        std::int64_t key_at = answer ? (*answer)[i].key_at : 0;
+        if (!claim) {
+            a.ticket->rollback();
+            // Not recorded, so not run: a run the ledger does not know of would be a silent one.
+            const std::string& why = claim.error().message;
+            spdlog::error(
+                "job {}: run at {} not started: its `started` record could not be "
+                "written: {}",
+                spec.name, iso_utc(a.due.scheduled_at), why);
+            // A shared ledger's row would be another replica's claim of the time: it stays
+            // theirs to take, and the report counts the fire times this replica could not claim
+            // (one entry each would grow without bound in a long outage).
+            if (facts().shared()) {
+                ++unclaimed_;
+                continue;
+            }
+            // One machine: the fire time's row says why nothing ran.
+            std::string name = spec.name;
+            std::int64_t at = a.due.scheduled_at;
+            ledger_->call<std::int64_t>(
+                "record the unstarted run of job " + name, call_budget(),
+                [name, at, why](Ledger& l) {
+                    return l.add(name, at, RunState::Skipped,
+                                 "not started: `started` could not be recorded: " + why);
+                },
+                [this, name, why](Result<std::int64_t> id) {
+                    note_unwritten(id ? *id : 0, name, "started", why);
+                });
+            continue;
+        }
+        if (claim->outcome == Claim::Outcome::Lost) {
+            a.ticket->rollback();
+            spdlog::debug("job {}: run at {}{} claimed by another replica", spec.name,
+                          iso_utc(a.due.scheduled_at), retry_of.empty() ? "" : " (a retry)");
+            continue;
+        }
+        if (claim->outcome == Claim::Outcome::Skipped) {
+            a.ticket->rollback();
+            spdlog::info("job {}: run {} at {} skipped: {}", spec.name, claim->id,
+                         iso_utc(a.due.scheduled_at), claim->reason);
+            continue;
+        }
+        if (!retry_of.empty())
+            spdlog::info("job {}: run {} retries interrupted run(s) {} (on_interrupted = {})",
+                         spec.name, claim->id, join_ids(retry_of), to_string(spec.on_interrupted));
+        for (std::int64_t old : claim->replaced) {
+            spdlog::warn("job {}: run {} replaces run {} (concurrency = replace)", spec.name,
+                         claim->id, old);
+            if (auto it = runs_.find(old); it != runs_.end())
+                take_away(it->second, "replaced by run " + std::to_string(claim->id));
+        }
+        ++job.claiming;  // until it is spawned: still on its way for the overlap rules
+        starts_.push_back(ToStart{std::move(a), std::move(*claim), retry_of, key_at});
+    }
+    pump_starts();
+}
+
+// The claimed runs are spawned a slice per loop turn: a burst of a thousand fire times does not
+// keep a signal, a reap or a timer waiting for more than one slice.
+void JobScheduler::pump_starts() {
+    pump_posted_ = false;
+    for (std::size_t n = 0; n < kStartsPerSlice && !starts_.empty(); ++n) {
+        ToStart s = std::move(starts_.front());
+        starts_.pop_front();
+        auto& job = jobs_[s.asked.due.job];
+        --job.claiming;
+        // The drain began while the claim was out: the fire time was won, but nothing new starts
+        // once intake is closed. Its record says so (and its retry follows the job's policy).
+        if (!host_->admission().is_open()) {
+            not_started(s, "not started: " + std::string(kShuttingDown));
+            continue;
+        }
+        begin_run(s.asked.due.job, s.claim.id, s.asked.due.scheduled_at, std::move(*s.asked.ticket),
+                  s.asked.claimed_at, s.retry_of, s.asked.due.keep_staging,
+                  s.key_at ? s.key_at : s.asked.due.key_at, s.claim.watermark);
+    }
+    if (!starts_.empty() && !pump_posted_) {
+        pump_posted_ = true;
+        host_->post([this] { pump_starts(); });
+    }
+}
+
+void JobScheduler::not_started(const ToStart& s, const std::string& why) {
+    ++skipped_at_shutdown_;
+    const auto& name = jobs_[s.asked.due.job].spec.name;
+    spdlog::info("job {}: run {} at {} {}", name, s.claim.id, iso_utc(s.asked.due.scheduled_at),
+                 why);
+    finish_record(s.claim.id, name, RunState::Interrupted, {}, why, {});
 }
 
 std::vector<std::string> JobScheduler::environment(const Run& run, const std::string& staging) {
@@ -423,7 +674,7 @@ std::vector<std::string> JobScheduler::environment(const Run& run, const std::st
     env.set("LASTCALL_RUN_ID", std::to_string(run.id));
     // With the run id, what identifies the run's processes to a later lastcall on this ledger
     // (kill_leftovers); not part of the documented interface.
-    env.set("LASTCALL_LEDGER", ledger_->path());
+    env.set("LASTCALL_LEDGER", facts().path());
     env.set("LASTCALL_SCHEDULED_TIME", iso_utc(run.scheduled_at));
     // One key for a fire time and all its retries (also after `runs release`): what a job uses
     // to make its side effects idempotent.
@@ -431,12 +682,8 @@ std::vector<std::string> JobScheduler::environment(const Run& run, const std::st
             spec.name + "@" + iso_utc(run.key_at ? run.key_at : run.scheduled_at));
     if (run.retry_of) env.set("LASTCALL_RETRY_OF", std::to_string(*run.retry_of));
     if (!run.resume_from.empty()) env.set("LASTCALL_RESUME_FROM", run.resume_from);
-    std::string watermark;
-    if (auto w = ledger_->watermark(spec.name); !w)
-        spdlog::error("job {}: {}", spec.name, w.error().message);
-    else if (*w)
-        watermark = iso_utc(**w);
-    env.set("LASTCALL_WATERMARK", watermark);
+    // Read with the claim (or the queued run's start), in the same call.
+    env.set("LASTCALL_WATERMARK", run.watermark ? iso_utc(*run.watermark) : "");
     if (!staging.empty()) env.set("LASTCALL_OUTPUT", staging);
     return std::move(env).entries();
 }
@@ -459,84 +706,18 @@ void JobScheduler::remove_old_staging(const JobSpec& spec, const std::string& ke
     for (const auto& path : old) remove_staging(path, "left by an earlier run");
 }
 
-void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
-                             std::optional<std::int64_t> existing_id,
+void JobScheduler::begin_run(std::size_t j, std::int64_t id, std::int64_t scheduled_at,
+                             Ticket ticket, std::optional<MonoTime> claimed_at,
                              const std::vector<std::int64_t>& retry_of, bool keep_staging,
-                             std::int64_t key_at) {
+                             std::int64_t key_at, std::optional<std::int64_t> watermark) {
     auto& job = jobs_[j];
     const JobSpec& spec = job.spec;
-    // Registered before anything starts: after the drain closed intake this is refused, so no
-    // run begins once the drain has counted the active work.
-    auto ticket = host_->admission().try_admit(EntryPath::JobFire);
-    if (!ticket) {
-        if (existing_id) {
-            ++skipped_at_shutdown_;
-            auto done = ledger_->finish(*existing_id, RunState::Skipped, {}, kShuttingDown);
-            if (!done) spdlog::error("job {}: {}", spec.name, done.error().message);
-            return;
-        }
-        return record_skipped(j, scheduled_at, kShuttingDown);
-    }
-    MonoTime claimed_at = host_->clock().now();  // before the claim: its lease starts later
-    // A fire time (or a retry) is claimed: the row is `started` the moment this lastcall won it,
-    // before anything runs. A queued run (one machine) already has its `scheduled` row.
-    std::int64_t id = 0;
-    if (existing_id) {
-        id = *existing_id;
-    } else {
-        auto claim =
-            ledger_->claim({spec.name, scheduled_at, retry_of, concurrency_of(spec.overlap), ""});
-        if (!claim) {
-            // Not recorded, so not run: a run the ledger does not know of would be a silent one.
-            const std::string& why = claim.error().message;
-            spdlog::error(
-                "job {}: run at {} not started: its `started` record could not be "
-                "written: {}",
-                spec.name, iso_utc(scheduled_at), why);
-            // A shared ledger's row would be another replica's claim of the time: it stays
-            // theirs to take, and the report counts the fire times this replica could not claim
-            // (one entry each would grow without bound in a long outage).
-            if (ledger_->shared()) {
-                ++unclaimed_;
-                return;  // the ticket rolls back
-            }
-            // One machine: the fire time's row says why nothing ran.
-            Unwritten u;
-            u.job = spec.name;
-            u.state = "started";
-            u.error = why;
-            auto skipped = ledger_->add(spec.name, scheduled_at, RunState::Skipped,
-                                        "not started: `started` could not be recorded: " + why);
-            if (skipped) u.id = *skipped;
-            unwritten_.push_back(std::move(u));
-            return;  // the ticket rolls back
-        }
-        if (claim->outcome == Claim::Outcome::Lost) {
-            spdlog::debug("job {}: run at {}{} claimed by another replica", spec.name,
-                          iso_utc(scheduled_at), retry_of.empty() ? "" : " (a retry)");
-            return;
-        }
-        if (claim->outcome == Claim::Outcome::Skipped) {
-            spdlog::info("job {}: run {} at {} skipped: {}", spec.name, claim->id,
-                         iso_utc(scheduled_at), claim->reason);
-            return;
-        }
-        id = claim->id;
-        if (!retry_of.empty())
-            spdlog::info("job {}: run {} retries interrupted run(s) {} (on_interrupted = {})",
-                         spec.name, id, join_ids(retry_of), to_string(spec.on_interrupted));
-        for (std::int64_t old : claim->replaced) {
-            spdlog::warn("job {}: run {} replaces run {} (concurrency = replace)", spec.name, id,
-                         old);
-            if (auto it = runs_.find(old); it != runs_.end())
-                take_away(it->second, "replaced by run " + std::to_string(id));
-        }
-    }
     Run run;
     run.id = id;
     run.job = j;
     run.scheduled_at = scheduled_at;
     run.key_at = key_at ? key_at : scheduled_at;
+    run.watermark = watermark;
     if (!retry_of.empty()) run.retry_of = retry_of.back();
     if (!spec.output.empty()) {
         run.staging = staging_path_for(spec.output, run.id);
@@ -548,20 +729,6 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
             if (::access(previous.c_str(), F_OK) == 0) run.resume_from = previous;
         }
         remove_old_staging(spec, run.resume_from);
-    }
-    // `started` is written before the spawn: a run the ledger cannot call started must not run
-    // (the next lastcall would start it again). The pid follows the spawn.
-    if (auto started = existing_id ? ledger_->start(run.id) : Result<bool>(true);
-        !started || !*started) {
-        std::string why = started ? "the run is no longer scheduled" : started.error().message;
-        ticket->rollback();
-        note_unwritten(run, "started", why);
-        auto done = ledger_->finish(run.id, RunState::Skipped, {},
-                                    "not started: `started` could not be recorded: " + why);
-        if (!done) spdlog::error("job {}: run {}: {}", spec.name, run.id, done.error().message);
-        spdlog::error("job {}: run {} not started: its `started` record could not be written: {}",
-                      spec.name, run.id, why);
-        return;
     }
     // The run is a unit of work with its own scope: a timeout stops all of it, setsid
     // descendants included, and "the run is over" means its scope is empty.
@@ -577,26 +744,50 @@ void JobScheduler::start_run(std::size_t j, std::int64_t scheduled_at,
     auto result = host_->spawn(sp);
     if (!result.child) {
         std::string why = result.error ? result.error->message : result.failure->message();
-        ticket->rollback();
-        auto done = ledger_->finish(run.id, RunState::Failed, {}, "spawn: " + why);
-        if (!done) spdlog::error("job {}: {}", spec.name, done.error().message);
+        ticket.rollback();
         spdlog::error("job {}: run {} failed to start: {}", spec.name, run.id, why);
+        finish_record(run.id, spec.name, RunState::Failed, {}, "spawn: " + why, {});
         return;
     }
-    ticket->started();
+    ticket.started();
     run.ticket = std::move(ticket);
     run.pid = result.child->pid;
-    if (ledger_->shared()) run.lease_renewed = claimed_at;
+    if (facts().shared()) run.lease_renewed = claimed_at;
     run.scope->started(run.pid);
     if (spec.timeout) run.deadline = host_->clock().now() + *spec.timeout;
-    if (auto st = ledger_->set_pid(run.id, run.pid); !st)
-        spdlog::error("job {}: run {} started as pid {}, the pid not recorded: {}", spec.name,
-                      run.id, run.pid, st.error().message);
+    std::string name = spec.name;
+    std::int64_t pid = run.pid;
+    ledger_->call<Ok>(
+        "record the pid of run " + std::to_string(id), call_budget(),
+        [id, pid](Ledger& l) { return l.set_pid(id, pid); },
+        [name, id, pid](Status st) {
+            if (!st)
+                spdlog::error("job {}: run {} started as pid {}, the pid not recorded: {}", name,
+                              id, pid, st.error().message);
+        });
     spdlog::info("job {}: run {} (scheduled {}) started, pid {}", spec.name, run.id,
                  iso_utc(scheduled_at), run.pid);
     ++job.running;
     runs_.emplace(run.id, std::move(run));
     arm_timeout_timer();
+}
+
+// A terminal record (failed, interrupted, skipped) through the worker; `then` hears the answer
+// (none: an error is logged and the record is kept as unwritten, to be written again).
+void JobScheduler::finish_record(std::int64_t id, const std::string& job, RunState to,
+                                 RunOutcome outcome, const std::string& reason,
+                                 std::function<void(Result<bool>)> then) {
+    ledger_->call<bool>(
+        "record run " + std::to_string(id) + " " + std::string(to_string(to)), call_budget(),
+        [id, to, outcome, reason](Ledger& l) { return l.finish(id, to, outcome, reason); },
+        [this, id, job, to, outcome, reason, then = std::move(then)](Result<bool> done) {
+            if (then) return then(std::move(done));
+            if (!done) {
+                spdlog::error("job {}: run {}: {}", job, id, done.error().message);
+                if (is_terminal(to))
+                    note_unwritten(id, job, to, outcome, reason, done.error().message);
+            }
+        });
 }
 
 void JobScheduler::reaped(const Reaped& r) {
@@ -799,33 +990,51 @@ void JobScheduler::complete(Run& run) {
                       run.id);
         return;
     }
-    auto done = ledger_->complete(run.id, {0, {}});
     run.recorded = true;
-    if (!done) {
-        note_unwritten(run, RunState::Completed, {0, {}}, "", done.error().message);
-        spdlog::error("job {}: run {} completed but not recorded: {}", spec.name, run.id,
-                      done.error().message);
-    } else if (!*done)
-        spdlog::warn("job {}: run {}: `completed` refused, the run already has a final state",
-                     spec.name, run.id);
-    else
-        spdlog::info("job {}: run {} completed{}", spec.name, run.id,
-                     spec.output.empty() ? "" : ", output promoted to " + spec.output);
+    std::int64_t id = run.id;
+    std::string name = spec.name;
+    std::string promoted = spec.output.empty() ? "" : ", output promoted to " + spec.output;
+    ledger_->call<bool>(
+        "record run " + std::to_string(id) + " completed", call_budget(),
+        [id](Ledger& l) {
+            return l.complete(id, {0, {}});
+        },
+        [this, id, name, promoted](Result<bool> done) {
+            if (!done) {
+                // Unknown or failed: reported uncertain and written again, never dropped.
+                note_unwritten(id, name, RunState::Completed, {0, {}}, "", done.error().message);
+                spdlog::error("job {}: run {} completed but not recorded: {}", name, id,
+                              done.error().message);
+            } else if (!*done) {
+                spdlog::warn(
+                    "job {}: run {}: `completed` refused, the run already has a final state", name,
+                    id);
+            } else {
+                spdlog::info("job {}: run {} completed{}", name, id, promoted);
+            }
+        });
 }
 
 void JobScheduler::fail(Run& run, RunOutcome outcome, const std::string& reason) {
-    const JobSpec& spec = jobs_[run.job].spec;
-    auto done = ledger_->finish(run.id, RunState::Failed, outcome, reason);
     run.recorded = true;
-    if (!done) {
-        note_unwritten(run, RunState::Failed, outcome, reason, done.error().message);
-        spdlog::error("job {}: run {} failed ({}) but not recorded: {}", spec.name, run.id, reason,
-                      done.error().message);
-    } else if (!*done)
-        spdlog::warn("job {}: run {}: `failed` ({}) refused, the run already has a final state",
-                     spec.name, run.id, reason);
-    else
-        spdlog::warn("job {}: run {} failed: {}", spec.name, run.id, reason);
+    std::int64_t id = run.id;
+    std::string name = jobs_[run.job].spec.name;
+    finish_record(id, name, RunState::Failed, outcome, reason,
+                  [this, id, name, outcome, reason](Result<bool> done) {
+                      if (!done) {
+                          note_unwritten(id, name, RunState::Failed, outcome, reason,
+                                         done.error().message);
+                          spdlog::error("job {}: run {} failed ({}) but not recorded: {}", name, id,
+                                        reason, done.error().message);
+                      } else if (!*done) {
+                          spdlog::warn(
+                              "job {}: run {}: `failed` ({}) refused, the run already has a "
+                              "final state",
+                              name, id, reason);
+                      } else {
+                          spdlog::warn("job {}: run {} failed: {}", name, id, reason);
+                      }
+                  });
 }
 
 void JobScheduler::after_exit(Run& run) {
@@ -842,8 +1051,58 @@ void JobScheduler::after_exit(Run& run) {
 void JobScheduler::start_queued(std::size_t j) {
     auto& job = jobs_[j];
     std::int64_t id = *job.queued_id;
+    std::int64_t at = job.queued_at;
     job.queued_id.reset();
-    start_run(j, job.queued_at, id, {}, false);
+    std::string name = job.spec.name;
+    auto ticket = host_->admission().try_admit(EntryPath::JobFire);
+    if (!ticket) {
+        ++skipped_at_shutdown_;
+        finish_record(id, name, RunState::Skipped, {}, kShuttingDown, {});
+        return;
+    }
+    ++job.claiming;
+    struct Started {
+        bool started = false;
+        std::optional<std::int64_t> watermark;
+    };
+    auto held = std::make_shared<std::optional<Ticket>>(std::move(ticket));
+    // `started` is written before the spawn: a run the ledger cannot call started must not run
+    // (the next lastcall would start it again). The pid follows the spawn.
+    ledger_->call<Started>(
+        "start queued run " + std::to_string(id), call_budget(),
+        [id, name](Ledger& l) -> Result<Started> {
+            auto started = l.start(id);
+            if (!started) return started.error();
+            Started out{*started, {}};
+            if (*started) {
+                auto w = l.watermark(name);
+                if (w) out.watermark = *w;
+            }
+            return out;
+        },
+        [this, j, id, at, name, held](Result<Started> r) {
+            --jobs_[j].claiming;
+            if (!r || !r->started) {
+                std::string why = r ? "the run is no longer scheduled" : r.error().message;
+                (*held)->rollback();
+                note_unwritten(id, name, "started", why);
+                spdlog::error(
+                    "job {}: run {} not started: its `started` record could not be written: {}",
+                    name, id, why);
+                finish_record(id, name, RunState::Skipped, {},
+                              "not started: `started` could not be recorded: " + why,
+                              [](Result<bool>) {});
+                return;
+            }
+            if (!host_->admission().is_open()) {
+                (*held)->rollback();
+                ++skipped_at_shutdown_;
+                finish_record(id, name, RunState::Interrupted, {},
+                              "not started: " + std::string(kShuttingDown), {});
+                return;
+            }
+            begin_run(j, id, at, std::move(**held), std::nullopt, {}, false, 0, r->watermark);
+        });
 }
 
 // A run's ticket is released when nothing of it is left: its leader and verify reaped and no
@@ -884,17 +1143,42 @@ void JobScheduler::arm_timeout_timer() {
     for (const auto& [id, run] : runs_) {
         // A stop round cut by its budget goes on in the timer's next turn.
         auto round = run.stop_rounds.pending ? std::optional<MonoTime>(now) : std::nullopt;
-        for (const auto& at : {run.deadline, round})
+        for (const auto& at : {run.deadline, round, lease_stop_at(run)})
             if (at && (!next || *at < *next)) next = at;
     }
     if (auto st = timeout_timer_->arm(next); !st)
         spdlog::error("job timeout timer: {}", st.error().message);
 }
 
+// When a shared ledger's run must stop because its lease was not confirmed for 2/3 of it.
+std::optional<MonoTime> JobScheduler::lease_stop_at(const Run& run) const {
+    if (!facts().shared() || run.recorded || run.phase == Phase::Lingering || !run.lease_renewed)
+        return std::nullopt;
+    return *run.lease_renewed + Millis{facts().identity().lease_ms} * 2 / 3;
+}
+
+// The run's lease was last confirmed 2/3 of it ago (the ledger unreachable, hung, or slower than
+// the lease): another replica may soon call it expired and retry it, so this replica stops it
+// first, as an interruption that can never be completed (written when the ledger answers again,
+// or by that replica), and kills what is left of it lease/6 later: at 5/6 of the lease, before
+// the database's lease_until (at least the renewal's start plus the lease) has passed.
+void JobScheduler::lease_self_stop(Run& run, MonoTime now) {
+    const JobSpec& spec = jobs_[run.job].spec;
+    std::string why =
+        "lease lost: the ledger was unreachable for " +
+        format_duration(std::chrono::duration_cast<Millis>(now - *run.lease_renewed)) + " (" +
+        (ledger_error_.empty() ? "no renewal confirmed" : ledger_error_) + ")";
+    spdlog::error("job {}: run {}: {}; stopping it", spec.name, run.id, why);
+    run.first = first_of(run.first, Intervention::StopRequest);
+    interrupt(run, {}, why);
+    if (!run.timed_out) stop_scope(run, lease_kill_after(), "lease lost");
+}
+
 void JobScheduler::on_timeout_timer() {
     auto now = host_->clock().now();
     for (auto& [id, run] : runs_) {
         if (run.stop_rounds.pending) stop_round(run);
+        if (auto stop = lease_stop_at(run); stop && *stop <= now) lease_self_stop(run, now);
         if (!run.deadline || *run.deadline > now) continue;
         if (run.phase == Phase::Lingering && !run.timed_out) continue;
         const JobSpec& spec = jobs_[run.job].spec;
@@ -970,81 +1254,98 @@ void JobScheduler::take_away(Run& run, const std::string& why) {
 // A run that is no longer (or soon no longer) this replica's is killed this long after its stop
 // signal: within the lease, so that it is gone before another replica may retry it.
 Millis JobScheduler::lease_kill_after() const {
-    Millis lease{ledger_->identity().lease_ms};
+    Millis lease{facts().identity().lease_ms};
     if (lease.count() <= 0) return kTimeoutKillAfter;
     return std::min<Millis>(kTimeoutKillAfter, lease / 6);
 }
 
 // A shared ledger's tick: leases, expired runs, recovery, and records still to write.
 void JobScheduler::on_lease_timer() {
-    renew_leases();
-    auto expired = ledger_->expire_leases();
-    // Said once when the ledger stops answering and once when it answers again, not every tick.
-    if (!expired) {
-        if (!ledger_down_since_) {
-            ledger_down_since_ = host_->clock().now();
-            spdlog::error("run ledger unreachable: {}; no run starts until it answers",
-                          expired.error().message);
-        }
-    } else {
-        if (ledger_down_since_) {
-            spdlog::warn("run ledger {} answers again after {}", ledger_->path(),
-                         format_duration(std::chrono::duration_cast<Millis>(host_->clock().now() -
-                                                                            *ledger_down_since_)));
-            ledger_down_since_.reset();
-        }
-        for (const auto& r : *expired)
-            spdlog::warn("job {}: run {} (scheduled {}) of replica {} is interrupted: {}", r.job,
-                         r.id, iso_utc(r.scheduled_at), r.replica, r.reason);
-        if (host_->admission().is_open()) plan_recovery();
-    }
-    retry_unwritten();
-    auto lease = Millis{ledger_->identity().lease_ms};
+    auto lease = Millis{facts().identity().lease_ms};
     Millis tick = std::min<Millis>(Millis{1000}, lease / 3);
     if (auto st = lease_timer_->arm(host_->clock().now() + tick); !st)
         spdlog::error("run ledger lease timer: {}", st.error().message);
-}
-
-void JobScheduler::renew_leases() {
+    retry_unwritten();
+    // Never a second tick's call behind the first: a slow ledger would pile them up. The runs'
+    // self-stop does not wait for either (lease_stop_at, on the timeout timer).
+    if (tick_out_) return;
     std::vector<std::int64_t> ids;
     for (const auto& [id, run] : runs_)
         if (!run.recorded && run.phase != Phase::Lingering) ids.push_back(id);
-    if (ids.empty()) return;
     MonoTime sent = host_->clock().now();
-    auto held = ledger_->renew(ids);
-    if (held) {
-        for (std::int64_t id : ids) {
-            Run& run = runs_.at(id);
-            if (std::find(held->begin(), held->end(), id) != held->end()) {
-                run.lease_renewed = sent;
-                continue;
+    bool plan = host_->admission().is_open();
+    struct Tick {
+        std::vector<std::int64_t> held;
+        std::map<std::int64_t, std::string> taken;  // a run no longer this replica's: why
+        std::vector<RunRecord> expired;
+        std::optional<RecoveryPlan> plan;
+    };
+    tick_out_ = true;
+    ledger_->call<Tick>(
+        "renew leases", call_budget(),
+        [ids, plan, jobs = policies()](Ledger& l) -> Result<Tick> {
+            Tick t;
+            if (!ids.empty()) {
+                auto held = l.renew(ids);
+                if (!held) return held.error();
+                t.held = std::move(*held);
+                for (auto id : ids) {
+                    if (std::find(t.held.begin(), t.held.end(), id) != t.held.end()) continue;
+                    auto rec = l.get(id);
+                    t.taken[id] = rec && *rec ? "the ledger records it " +
+                                                    std::string(to_string((*rec)->state)) + " (" +
+                                                    (*rec)->reason + ")"
+                                              : "its lease was taken over";
+                }
             }
-            auto rec = ledger_->get(id);
-            std::string why = rec && *rec ? "the ledger records it " +
-                                                std::string(to_string((*rec)->state)) + " (" +
-                                                (*rec)->reason + ")"
-                                          : "its lease was taken over";
-            take_away(run, why);
+            auto expired = l.expire_leases();
+            if (!expired) return expired.error();
+            t.expired = std::move(*expired);
+            if (plan) {
+                auto p = plan_recovery(l, jobs);
+                if (!p) return p.error();
+                t.plan = std::move(*p);
+            }
+            return t;
+        },
+        [this, ids, sent](Result<Tick> t) {
+            tick_out_ = false;
+            if (!t) return on_tick_answer(ids, sent, false, t.error().message);
+            on_tick_answer(ids, sent, true, "");
+            for (auto id : t->held)
+                if (auto it = runs_.find(id);
+                    it != runs_.end() && !it->second.recorded &&
+                    (!it->second.lease_renewed || *it->second.lease_renewed < sent)) {
+                    it->second.lease_renewed = sent;
+                }
+            for (const auto& [id, why] : t->taken)
+                if (auto it = runs_.find(id); it != runs_.end()) take_away(it->second, why);
+            for (const auto& r : t->expired)
+                spdlog::warn("job {}: run {} (scheduled {}) of replica {} is interrupted: {}",
+                             r.job, r.id, iso_utc(r.scheduled_at), r.replica, r.reason);
+            if (t->plan && host_->admission().is_open()) apply_plan(*t->plan);
+            arm_timeout_timer();  // the renewed leases moved their self-stops
+        });
+}
+
+// Said once when the ledger stops answering and once when it answers again, not every tick.
+void JobScheduler::on_tick_answer(const std::vector<std::int64_t>& /*ids*/, MonoTime /*sent*/,
+                                  bool ok, const std::string& error) {
+    if (!ok) {
+        ledger_error_ = error;
+        if (!ledger_down_since_) {
+            ledger_down_since_ = host_->clock().now();
+            spdlog::error("run ledger unreachable: {}; no run starts until it answers", error);
         }
         return;
     }
-    // The ledger cannot be reached. Past 2/3 of the lease another replica may soon call the run
-    // expired and retry it: this replica stops it first, as an interruption that can never be
-    // completed (the record is written when the ledger answers again, or by that replica).
-    Millis lease{ledger_->identity().lease_ms};
-    for (std::int64_t id : ids) {
-        Run& run = runs_.at(id);
-        if (!run.lease_renewed || sent - *run.lease_renewed < lease * 2 / 3) continue;
-        const JobSpec& spec = jobs_[run.job].spec;
-        std::string why =
-            "lease lost: the ledger was unreachable for " +
-            format_duration(std::chrono::duration_cast<Millis>(sent - *run.lease_renewed)) + " (" +
-            held.error().message + ")";
-        spdlog::error("job {}: run {}: {}; stopping it", spec.name, run.id, why);
-        run.first = first_of(run.first, Intervention::StopRequest);
-        interrupt(run, {}, why);
-        if (!run.timed_out) stop_scope(run, lease_kill_after(), "lease lost");
+    if (ledger_down_since_) {
+        spdlog::warn("run ledger {} answers again after {}", facts().path(),
+                     format_duration(std::chrono::duration_cast<Millis>(host_->clock().now() -
+                                                                        *ledger_down_since_)));
+        ledger_down_since_.reset();
     }
+    ledger_error_.clear();
 }
 
 // Records a shared ledger could not take are written again, each tick until the grace ends.
@@ -1052,31 +1353,80 @@ void JobScheduler::renew_leases() {
 // earlier commit landed after all) or another (a replica recorded the run interrupted when its
 // lease expired), which the report then shows as uncertain.
 void JobScheduler::retry_unwritten() {
-    for (auto& u : unwritten_) {
-        if (!u.retry) continue;
-        auto done = u.to == RunState::Completed ? ledger_->complete(u.id, u.outcome)
-                                                : ledger_->finish(u.id, u.to, u.outcome, u.reason);
-        if (!done) {
-            u.error = done.error().message;
-            continue;
-        }
-        u.retry = false;
-        auto rec = ledger_->get(u.id);
-        if (*done || (rec && *rec && (*rec)->state == u.to)) {
-            spdlog::info("job {}: run {} recorded {} (late: the ledger was unreachable)", u.job,
-                         u.id, to_string(u.to));
-            u.state.clear();  // written: dropped below
-            continue;
-        }
-        std::string held = rec && *rec
-                               ? std::string(to_string((*rec)->state)) + " (" + (*rec)->reason + ")"
-                               : "no such run";
-        u.error = "uncertain: the run ended " + std::string(to_string(u.to)) +
-                  " while the ledger was unreachable, and the ledger recorded it " + held +
-                  " meanwhile";
-        spdlog::error("job {}: run {}: {}", u.job, u.id, u.error);
-    }
-    std::erase_if(unwritten_, [](const Unwritten& u) { return u.state.empty(); });
+    if (rewrite_out_) return;
+    struct Item {
+        std::int64_t id;
+        RunState to;
+        RunOutcome outcome;
+        std::string reason;
+    };
+    struct Answer {
+        std::optional<std::string> error;  // the write failed again
+        bool written = false;              // it landed (now, or earlier after all)
+        std::string held;                  // else: what the ledger holds instead
+    };
+    std::vector<Item> items;
+    for (const auto& u : unwritten_)
+        if (u.retry) items.push_back({u.id, u.to, u.outcome, u.reason});
+    if (items.empty()) return;
+    rewrite_out_ = true;
+    ledger_->call<std::vector<Answer>>(
+        "write " + std::to_string(items.size()) + " record(s) again", call_budget(),
+        [items](Ledger& l) -> Result<std::vector<Answer>> {
+            std::vector<Answer> out;
+            for (const auto& it : items) {
+                Answer a;
+                auto done = it.to == RunState::Completed
+                                ? l.complete(it.id, it.outcome)
+                                : l.finish(it.id, it.to, it.outcome, it.reason);
+                if (!done) {
+                    a.error = done.error().message;
+                    out.push_back(std::move(a));
+                    continue;
+                }
+                auto rec = l.get(it.id);
+                a.written = *done || (rec && *rec && (*rec)->state == it.to);
+                if (!a.written)
+                    a.held = rec && *rec ? std::string(to_string((*rec)->state)) + " (" +
+                                               (*rec)->reason + ")"
+                                         : "no such run";
+                out.push_back(std::move(a));
+            }
+            return out;
+        },
+        [this, items](Result<std::vector<Answer>> r) {
+            rewrite_out_ = false;
+            for (std::size_t i = 0; i < items.size(); ++i) {
+                auto u =
+                    std::find_if(unwritten_.begin(), unwritten_.end(), [&](const Unwritten& x) {
+                        return x.retry && x.id == items[i].id && x.to == items[i].to;
+                    });
+                if (u == unwritten_.end()) continue;
+                if (!r) {
+                    u->error = r.error().message;
+                    continue;
+                }
+                const Answer& a = (*r)[i];
+                if (a.error) {
+                    u->error = *a.error;
+                    continue;
+                }
+                u->retry = false;
+                if (a.written) {
+                    spdlog::info("job {}: run {} recorded {} (late: the ledger was unreachable)",
+                                 u->job, u->id, to_string(u->to));
+                    u->state.clear();  // written: dropped below
+                    continue;
+                }
+                // A refusal: the ledger already holds another final state (a replica recorded
+                // the run interrupted when its lease expired).
+                u->error = "uncertain: the run ended " + std::string(to_string(u->to)) +
+                           " while the ledger was unreachable, and the ledger recorded it " +
+                           a.held + " meanwhile (the late write was refused)";
+                spdlog::error("job {}: run {}: {}", u->job, u->id, u->error);
+            }
+            std::erase_if(unwritten_, [](const Unwritten& u) { return u.state.empty(); });
+        });
 }
 
 // A shared ledger's artifacts are promoted by rename(2) into the output's directory: replicas on
@@ -1117,8 +1467,7 @@ void JobScheduler::state_changed(State from, State to) {
         auto& job = jobs_[j];
         if (!job.queued_id) continue;
         ++skipped_at_shutdown_;
-        auto done = ledger_->finish(*job.queued_id, RunState::Skipped, {}, kShuttingDown);
-        if (!done) spdlog::error("job {}: {}", job.spec.name, done.error().message);
+        finish_record(*job.queued_id, job.spec.name, RunState::Skipped, {}, kShuttingDown, {});
         job.queued_id.reset();
     }
     std::size_t in_flight = 0;
@@ -1134,42 +1483,62 @@ void JobScheduler::state_changed(State from, State to) {
 }
 
 void JobScheduler::interrupt(Run& run, RunOutcome outcome, const std::string& reason) {
-    const JobSpec& spec = jobs_[run.job].spec;
     run.recorded = true;  // from here on nothing completes it, written or not
-    auto done = ledger_->finish(run.id, RunState::Interrupted, outcome, reason);
-    if (!done) {
-        if (!run.interrupt_pending)
-            note_unwritten(run, RunState::Interrupted, outcome, reason, done.error().message);
-        run.interrupt_pending = true;
-        run.interrupt_reason = reason;
-        spdlog::error(
-            "job {}: run {} interrupted ({}) but not recorded: {}; it will never be "
-            "recorded completed",
-            spec.name, run.id, reason, done.error().message);
-        return;
-    }
-    run.interrupt_pending = false;
-    if (!*done) {
-        spdlog::warn("job {}: run {}: `interrupted` refused, it already has a final state",
-                     spec.name, run.id);
-        return;
-    }
-    spdlog::warn("job {}: run {} (pid {}) interrupted: {}", spec.name, run.id, run.pid, reason);
-    interrupted_.push_back({run.id, spec.name, run.pid, run.scheduled_at, reason});
+    run.interrupt_reason = reason;
+    std::int64_t id = run.id;
+    std::string name = jobs_[run.job].spec.name;
+    pid_t pid = run.pid;
+    std::int64_t at = run.scheduled_at;
+    finish_record(
+        id, name, RunState::Interrupted, outcome, reason,
+        [this, id, name, pid, at, outcome, reason](Result<bool> done) {
+            auto it = runs_.find(id);
+            if (!done) {
+                // Written again later; and at the leader's exit with its real status.
+                if (it != runs_.end()) it->second.interrupt_pending = true;
+                note_unwritten(id, name, RunState::Interrupted, outcome, reason,
+                               done.error().message);
+                spdlog::error(
+                    "job {}: run {} interrupted ({}) but not recorded: {}; it will never be "
+                    "recorded completed",
+                    name, id, reason, done.error().message);
+                return;
+            }
+            if (it != runs_.end()) it->second.interrupt_pending = false;
+            written(id);
+            if (!*done) {
+                spdlog::warn("job {}: run {}: `interrupted` refused, it already has a final state",
+                             name, id);
+                return;
+            }
+            spdlog::warn("job {}: run {} (pid {}) interrupted: {}", name, id, pid, reason);
+            interrupted_.push_back({id, name, pid, at, reason});
+        });
 }
 
-void JobScheduler::note_unwritten(const Run& run, std::string_view state,
+void JobScheduler::note_unwritten(std::int64_t id, const std::string& job, std::string_view state,
                                   const std::string& error) {
+    // One entry per run and state: a write that fails again updates it.
+    for (auto& u : unwritten_)
+        if (id != 0 && u.id == id && u.state == state) {
+            u.error = error;
+            return;
+        }
     Unwritten u;
-    u.id = run.id;
-    u.job = jobs_[run.job].spec.name;
+    u.id = id;
+    u.job = job;
     u.state = std::string(state);
     u.error = error;
-    if (auto to = parse_run_state(state); to && is_terminal(*to) && ledger_->shared()) {
+    if (auto to = parse_run_state(state); to && is_terminal(*to) && id != 0) {
         u.to = *to;
         u.retry = true;
     }
     unwritten_.push_back(std::move(u));
+}
+
+// A record of the run landed after all: it is no longer owed.
+void JobScheduler::written(std::int64_t id) {
+    std::erase_if(unwritten_, [id](const Unwritten& u) { return u.retry && u.id == id; });
 }
 
 // A fire time whose first record failed: it has no row (id 0 in the report).
@@ -1182,11 +1551,15 @@ void JobScheduler::note_unwritten_row(const std::string& job, RunState state,
     unwritten_.push_back(std::move(u));
 }
 
-void JobScheduler::note_unwritten(const Run& run, RunState to, RunOutcome outcome,
-                                  const std::string& reason, const std::string& error) {
-    note_unwritten(run, to_string(to), error);
-    unwritten_.back().outcome = outcome;
-    unwritten_.back().reason = reason;
+void JobScheduler::note_unwritten(std::int64_t id, const std::string& job, RunState to,
+                                  RunOutcome outcome, const std::string& reason,
+                                  const std::string& error) {
+    note_unwritten(id, job, to_string(to), error);
+    for (auto& u : unwritten_)
+        if (u.id == id && u.state == to_string(to)) {
+            u.outcome = outcome;
+            u.reason = reason;
+        }
 }
 
 bool JobScheduler::sent_stop_signal(const ProcInfo& p) const {
@@ -1213,10 +1586,19 @@ void JobScheduler::before_force() {
 
 void JobScheduler::contribute_metrics(MetricsWriter& m) {
     if (!ledger_) return;
-    auto counts = ledger_->count_runs();
-    if (!counts) return;  // the next write tries again; the ledger's own errors are logged
+    // The count is the ledger's answer to the previous write's request: a slow query delays
+    // the numbers, never the loop.
+    if (!counts_out_) {
+        counts_out_ = true;
+        ledger_->call<std::vector<Ledger::JobCount>>(
+            "count runs", call_budget(), [](Ledger& l) { return l.count_runs(); },
+            [this](Result<std::vector<Ledger::JobCount>> r) {
+                counts_out_ = false;
+                if (r) counts_ = std::move(*r);  // else the next write asks again
+            });
+    }
     std::map<std::string, std::int64_t> last_success;
-    for (const auto& c : *counts) {
+    for (const auto& c : counts_) {
         m.sample("lastcall_job_runs_total", "counter", "Runs of each job in the ledger, by state",
                  {{"job", c.job}, {"state", c.state}}, static_cast<double>(c.runs));
         last_success[c.job] = std::max(last_success[c.job], c.last_completed_ms);
@@ -1230,13 +1612,20 @@ void JobScheduler::contribute_metrics(MetricsWriter& m) {
         m.sample("lastcall_job_running", "gauge", "Runs of each job in progress",
                  {{"job", job.spec.name}}, job.running);
     }
+    m.sample("lastcall_job_fire_times_missed_total", "counter",
+             "Fire times that passed while lastcall could not fire them (suspend, clock step, "
+             "lastcall stopped)",
+             {}, static_cast<double>(missed_));
+    m.sample("lastcall_job_fire_times_unclaimed_total", "counter",
+             "Fire times a shared ledger could not be asked to claim (it did not answer)", {},
+             static_cast<double>(unclaimed_));
 }
 
 void JobScheduler::contribute_report(JsonWriter& j) {
     j.key("jobs").begin_object();
-    j.field("ledger", ledger_ ? ledger_->path() : std::string());
-    j.field("ledger_backend", ledger_ ? std::string(ledger_->backend()) : std::string());
-    j.field("replica", ledger_ ? ledger_->identity().replica : std::string());
+    j.field("ledger", ledger_ ? facts().path() : std::string());
+    j.field("ledger_backend", ledger_ ? std::string(facts().backend()) : std::string());
+    j.field("replica", ledger_ ? facts().identity().replica : std::string());
     j.key("interrupted_runs").begin_array();
     for (const auto& r : interrupted_) {
         j.begin_object();
@@ -1251,6 +1640,8 @@ void JobScheduler::contribute_report(JsonWriter& j) {
     j.field("skipped_at_shutdown", static_cast<long long>(skipped_at_shutdown_));
     // A shared ledger: fire times this replica could not claim (the ledger did not answer).
     j.field("unclaimed", static_cast<long long>(unclaimed_));
+    // Fire times that passed while lastcall could not fire them (the log says why).
+    j.field("missed_fire_times", static_cast<long long>(missed_));
     // Ledger writes that failed: the run was not started (started), or the record the ledger
     // holds is not the run's ending (the next start turns it interrupted).
     j.key("unrecorded").begin_array();
@@ -1266,13 +1657,35 @@ void JobScheduler::contribute_report(JsonWriter& j) {
     j.end_object();
 }
 
+// The end: every process is reaped. Records still being written get what is left of the grace
+// plus 700 ms (lastcall exits within grace + 1 s of the stop), then the report names what did
+// not land.
+void JobScheduler::settle_records() {
+    if (!ledger_) return;
+    auto now = host_->clock().now();
+    MonoTime until = std::max(now + Millis{250},
+                              drain_started_.value_or(now) + host_->settings().grace + Millis{700});
+    // Claimed, never spawned: the fire time was won and did not run.
+    while (!starts_.empty()) {
+        ToStart s = std::move(starts_.front());
+        starts_.pop_front();
+        --jobs_[s.asked.due.job].claiming;
+        s.asked.ticket->rollback();
+        not_started(s, "not started: " + std::string(kShuttingDown));
+    }
+    ledger_->settle(until);
+    retry_unwritten();
+    ledger_->settle(until);
+}
+
 void JobScheduler::finished(int /*exit_code*/) {
     // Every process is reaped by now: whatever a ticket still covers is gone.
     for (auto& [id, run] : runs_)
         if (run.ticket) run.ticket->release();
     runs_.clear();
-    if (ledger_ && ledger_->shared()) retry_unwritten();  // a last try before the report
-    ledger_.reset();  // the database closes after the last record, before the logs flush
+    // The database closes after the last record, before the logs flush (a thread stuck in the
+    // kernel is left behind, see ~LedgerWorker).
+    ledger_.reset();
 }
 
 }  // namespace lastcall

@@ -600,7 +600,7 @@ struct Jobs {
         REQUIRE(cfg);
         auto ledger = Ledger::open({dir.path, ""}, true);
         REQUIRE(ledger);
-        scheduler.emplace(std::move(cfg->jobs), std::move(*ledger));
+        scheduler.emplace(std::move(cfg->jobs), std::move(*ledger), LedgerWorker::Mode::OnLoop);
         host.deliver_to(&*scheduler);
         REQUIRE(scheduler->attach_host(host));
         auto r = Ledger::open({dir.path, ""}, false);
@@ -878,7 +878,7 @@ struct SharedJobs {
         REQUIRE(real);
         auto cut = std::make_unique<CutOffLedger>(std::move(*real));
         ledger = cut.get();
-        scheduler.emplace(std::move(cfg->jobs), std::move(cut));
+        scheduler.emplace(std::move(cfg->jobs), std::move(cut), LedgerWorker::Mode::OnLoop);
         host.deliver_to(&*scheduler);
         REQUIRE(scheduler->attach_host(host));
         auto r = Ledger::open({dir.path, ""}, false, {"b", "b/1", 3000});

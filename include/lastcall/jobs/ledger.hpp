@@ -121,6 +121,9 @@ struct ClaimRequest {
     // Non-empty: the fire time is not run but recorded skipped with this reason (a held job),
     // by whichever replica claims it first.
     std::string skip_reason;
+    // A first run (not a retry) of a job with a held interrupted run is recorded skipped
+    // (held_reason), in the claim's own step.
+    bool check_hold = false;
 };
 struct Claim {
     enum class Outcome {
@@ -132,7 +135,12 @@ struct Claim {
     std::int64_t id = 0;                 // Started, Skipped
     std::string reason;                  // Skipped: why
     std::vector<std::int64_t> replaced;  // Replace: the runs it interrupted
+    // Started: the job's watermark when it was claimed ($LASTCALL_WATERMARK), read in the same
+    // step so that starting a run needs no second call.
+    std::optional<std::int64_t> watermark;
 };
+// Why a fire time of a job whose run `held` was interrupted (on_interrupted = hold) is skipped.
+std::string held_reason(std::int64_t held);
 
 // Where the ledger lives: a state dir (SQLite, one machine) or a PostgreSQL URL (shared by the
 // replicas of one deployment).
@@ -161,6 +169,13 @@ class Ledger {
     // Several replicas write to it: claims compete and leases expire.
     virtual bool shared() const = 0;
     void set_identity(LedgerIdentity id) { identity_ = std::move(id); }
+    // The deadline of the calls that follow (the ledger worker sets each call's). A backend
+    // that can abandon a call (PostgreSQL: a non-blocking connection polled until then) does so
+    // at the deadline and says so in the error; SQLite cannot interrupt a write stuck in the
+    // kernel, and the worker's own deadline answers for it (jobs/ledger_worker.hpp).
+    virtual void set_deadline(std::optional<std::chrono::steady_clock::time_point> at) {
+        deadline_ = at;
+    }
     const LedgerIdentity& identity() const { return identity_; }
 
     // A new run, in `state` (scheduled, or skipped with its reason). Returns its id.
@@ -171,6 +186,10 @@ class Ledger {
     // it, the concurrency rule is checked against the active runs of every replica, and the
     // winner's row is `started` with this identity's lease. Only the winner records anything.
     virtual Result<Claim> claim(const ClaimRequest& request) = 0;
+    // Several claims (every job due at one instant), each as claim() would; one answer per
+    // request, in order. PostgreSQL makes them one statement: a burst is one round trip, and no
+    // lock is held while the client is away.
+    virtual std::vector<Result<Claim>> claim_all(const std::vector<ClaimRequest>& requests);
     // scheduled -> started. false: refused (the run is no longer scheduled). The scheduler
     // records `started` before it spawns, so the row has no pid yet (NULL), and set_pid names
     // the process right after: a run whose start could not be recorded is never started, and
@@ -227,6 +246,7 @@ class Ledger {
   protected:
     Ledger() = default;
     LedgerIdentity identity_;
+    std::optional<std::chrono::steady_clock::time_point> deadline_;
 };
 
 // The two implementations (ledger_sqlite.cpp, ledger_postgresql.cpp); Ledger::open picks one.

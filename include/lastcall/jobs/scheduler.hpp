@@ -13,19 +13,31 @@
 // grace runs out, before_force() marks every run still in flight `interrupted` before SIGKILL,
 // and its later exit cannot change that record.
 //
+// Never waiting (issue 38): every ledger call goes through the ledger worker
+// (jobs/ledger_worker.hpp), off the event loop, with a deadline; the scheduler hears the answer
+// later, on the loop. So a fire time is: admitted (its ticket) -> claimed (one call for every
+// fire time due at that instant) -> started, a slice of spawns per loop turn. What a run's record
+// could not be written as (an error, or no answer by the deadline: outcome unknown) is kept,
+// written again later, and named in the report; a run is never completed on a guess.
+//
 // With a shared ledger (PostgreSQL, docs/cluster.md) every replica computes the same fire times
 // and claims each one; the row `started` is the claim, so a replica that loses records and runs
-// nothing. A lease tick (every second, or lease/3 if shorter) then:
+// nothing. A lease tick (every second, or lease/3 if shorter; never a second one while the
+// first's call is out) then:
 //   renews the leases of this replica's runs; a run whose lease was taken away (expired and
 //     recorded interrupted by another replica, or replaced) is stopped, with no record of its own;
-//   stops a run whose lease could not be renewed for 2/3 of the lease (a partition: another
-//     replica will soon call it expired), as an interruption, never completed;
 //   turns every run whose lease expired (its replica died) into `interrupted`, and applies the
 //     job's on_interrupted policy: a retry is claimed like a fire time, so exactly one replica
 //     retries it;
 //   writes again the records that could not be written (the database was unreachable).
+// Independently of any call in flight, the timeout timer stops a run whose lease was last
+// confirmed 2/3 of the lease ago (a partition, a hung database: another replica will soon call
+// it expired), as an interruption, never completed, and kills it lease/6 later: gone before the
+// lease can expire anywhere (lease_self_stop()).
 #pragma once
 
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -36,6 +48,7 @@
 #include "lastcall/core/event_loop.hpp"
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/ledger.hpp"
+#include "lastcall/jobs/ledger_worker.hpp"
 #include "lastcall/jobs/run_ending.hpp"
 #include "lastcall/process/stop.hpp"
 #include "lastcall/shutdown/admission.hpp"
@@ -46,7 +59,9 @@ namespace lastcall {
 
 class JobScheduler final : public SupervisorComponent {
   public:
-    JobScheduler(std::vector<JobSpec> jobs, std::unique_ptr<Ledger> ledger);
+    // Mode::OnLoop: the unit tests' (no thread; the ledger's calls run as the host's posted tasks).
+    JobScheduler(std::vector<JobSpec> jobs, std::unique_ptr<Ledger> ledger,
+                 LedgerWorker::Mode mode = LedgerWorker::Mode::Thread);
 
     Status attach(Supervisor& sup) override;
     // The same on any host (the unit tests' fake): what attach() does once it has one.
@@ -56,6 +71,7 @@ class JobScheduler final : public SupervisorComponent {
     void reaped(const Reaped& r) override;
     bool runs_units() const override { return true; }
     bool sent_stop_signal(const ProcInfo& p) const override;
+    void settle_records() override;
     void contribute_report(JsonWriter& j) override;
     void contribute_metrics(MetricsWriter& m) override;
     void finished(int exit_code) override;
@@ -96,13 +112,16 @@ class JobScheduler final : public SupervisorComponent {
         // A shared ledger: when the lease was last renewed (the renewal's start: the database's
         // lease_until is at least this plus the lease).
         std::optional<MonoTime> lease_renewed;
+        std::optional<std::int64_t> watermark;  // the job's, when the run was claimed
     };
     struct JobState {
         JobSpec spec;
         std::optional<cron::sys_seconds> next_fire;
         std::optional<std::int64_t> queued_id;  // overlap = queue: the one waiting run
         std::int64_t queued_at = 0;
+        bool queueing = false;  // the queued run's row is being written
         int running = 0;
+        int claiming = 0;  // fire times of it whose claim is out
     };
     struct Interrupted {
         std::int64_t id;
@@ -112,31 +131,95 @@ class JobScheduler final : public SupervisorComponent {
         std::string reason;
     };
 
+    // A fire time (or a retry) to be claimed, and what it became once claimed.
+    struct Due {
+        std::size_t job = 0;
+        std::int64_t scheduled_at = 0;
+        std::vector<std::int64_t> retry_of;
+        bool keep_staging = false;
+        std::int64_t key_at = 0;
+    };
+    struct Asked {
+        Due due;
+        std::optional<Ticket> ticket;
+        MonoTime claimed_at{};
+    };
+    struct Claimed {
+        Result<Claim> claim{Claim{}};
+        std::vector<std::int64_t> retry_of;  // with the released runs a one-machine fire retries
+        std::int64_t key_at = 0;
+    };
+    struct ToStart {
+        Asked asked;
+        Claim claim;
+        std::vector<std::int64_t> retry_of;
+        std::int64_t key_at = 0;
+    };
+    // What the worker needs of a job to apply its on_interrupted policy.
+    struct JobPolicy {
+        std::string name;
+        OnInterrupted on_interrupted;
+        std::string output;
+    };
+    struct Retry {
+        std::size_t job;
+        std::int64_t scheduled_at;
+        std::vector<std::int64_t> of;
+        bool keep_staging;
+        bool released = false;
+    };
+    struct Hold {
+        std::size_t job = 0;
+        std::int64_t id = 0;
+        std::string staging;
+        bool none = false;  // on_interrupted = none (else: held)
+        std::string error;  // its recovery mark could not be written
+    };
+    struct RecoveryPlan {
+        std::vector<Hold> holds;
+        std::vector<Retry> retries;
+    };
+
+    const Ledger& facts() const { return ledger_->facts(); }
+    Millis call_budget() const;
+    std::vector<JobPolicy> policies() const;
+    static Result<RecoveryPlan> plan_recovery(Ledger& l, const std::vector<JobPolicy>& jobs);
+    void apply_plan(const RecoveryPlan& plan);
     cron::sys_seconds wall_seconds() const;
     void recover();
-    void plan_recovery();
     void on_lease_timer();
-    void renew_leases();
+    void on_tick_answer(const std::vector<std::int64_t>& ids, MonoTime sent, bool ok,
+                        const std::string& error);
+    void lease_self_stop(Run& run, MonoTime now);
+    std::optional<MonoTime> lease_stop_at(const Run& run) const;
     void stop_scope(Run& run, Millis kill_after, const char* cause);
     void stop_round(Run& run);
     Millis lease_kill_after() const;
     void take_away(Run& run, const std::string& why);
     void retry_unwritten();
-    void kill_leftovers(const RunRecord& run);
     void on_fire_timer();
+    void note_missed(const JobState& job, int missed);
     void on_timeout_timer();
     void arm_fire_timer();
     void arm_timeout_timer();
-    void fire(std::size_t job, std::int64_t scheduled_at);
-    void start_run(std::size_t job, std::int64_t scheduled_at,
-                   std::optional<std::int64_t> existing_id,
-                   const std::vector<std::int64_t>& retry_of, bool keep_staging,
-                   std::int64_t key_at = 0);
+    void fire(std::size_t job, std::int64_t scheduled_at, std::vector<Due>& due);
+    void queue_run(std::size_t job, std::int64_t scheduled_at);
+    void claim(std::vector<Due> due);
+    void on_claimed(std::vector<Asked>& asked, Result<std::vector<Claimed>>& answer);
+    void pump_starts();
+    void not_started(const ToStart& s, const std::string& why);
+    void begin_run(std::size_t job, std::int64_t id, std::int64_t scheduled_at, Ticket ticket,
+                   std::optional<MonoTime> claimed_at, const std::vector<std::int64_t>& retry_of,
+                   bool keep_staging, std::int64_t key_at, std::optional<std::int64_t> watermark);
+    void finish_record(std::int64_t id, const std::string& job, RunState to, RunOutcome outcome,
+                       const std::string& reason, std::function<void(Result<bool>)> then);
     void interrupt(Run& run, RunOutcome outcome, const std::string& reason);
     void note_unwritten_row(const std::string& job, RunState state, const std::string& error);
-    void note_unwritten(const Run& run, std::string_view state, const std::string& error);
-    void note_unwritten(const Run& run, RunState to, RunOutcome outcome, const std::string& reason,
+    void note_unwritten(std::int64_t id, const std::string& job, std::string_view state,
                         const std::string& error);
+    void note_unwritten(std::int64_t id, const std::string& job, RunState to, RunOutcome outcome,
+                        const std::string& reason, const std::string& error);
+    void written(std::int64_t id);
     void warn_local_outputs();
     void remove_old_staging(const JobSpec& spec, const std::string& keep);
     void record_skipped(std::size_t job, std::int64_t scheduled_at, const std::string& reason);
@@ -153,27 +236,34 @@ class JobScheduler final : public SupervisorComponent {
     std::vector<std::string> environment(const Run& run, const std::string& staging);
 
     std::vector<JobState> jobs_;
-    std::unique_ptr<Ledger> ledger_;
+    std::unique_ptr<Ledger> opening_;  // the ledger until attach hands it to the worker
+    LedgerWorker::Mode mode_;
+    std::unique_ptr<LedgerWorker> ledger_;
     UnitHost* host_ = nullptr;
     std::unique_ptr<WallTimer> fire_timer_;  // fire times are wall-clock times
     std::unique_ptr<WakeTimer> timeout_timer_;
     std::unique_ptr<WakeTimer> lease_timer_;     // a shared ledger's lease tick
     std::optional<MonoTime> ledger_down_since_;  // the tick's last call to the ledger failed
+    std::string ledger_error_;                   // ... and what it said
+    bool tick_out_ = false;                      // a lease tick's call is out
+    bool rewrite_out_ = false;                   // retry_unwritten's call is out
+    bool counts_out_ = false;                    // the metrics' count is out
+    std::vector<Ledger::JobCount> counts_;       // the last count the ledger gave
     std::map<std::int64_t, Run> runs_;
+    std::deque<ToStart> starts_;  // claimed, to be spawned a slice per loop turn
+    bool pump_posted_ = false;
+    // When the fire timer was armed, by both clocks: a fire time missed is told apart as a clock
+    // step or suspend (the wall clock moved further than the monotonic one) or lastcall running
+    // late (stopped, starved).
+    std::optional<std::pair<MonoTime, WallTime>> fire_armed_;
     // Retries of interrupted runs, started on the first turn of the loop (not from attach(),
     // which runs before the main child exists).
-    struct Retry {
-        std::size_t job;
-        std::int64_t scheduled_at;
-        std::vector<std::int64_t> of;
-        bool keep_staging;
-    };
     struct Unwritten {
         std::int64_t id = 0;  // 0: no row (a claim that could not be written)
         std::string job;
         std::string state;  // the record that could not be written
         std::string error;
-        // A shared ledger writes it again on each lease tick until the grace ends.
+        // Written again (each lease tick, and at the end) until it lands or the grace ends.
         RunState to = RunState::Failed;
         RunOutcome outcome;
         std::string reason;
@@ -185,6 +275,7 @@ class JobScheduler final : public SupervisorComponent {
     std::vector<Interrupted> interrupted_;
     long skipped_at_shutdown_ = 0;
     long unclaimed_ = 0;  // fire times a shared ledger could not be asked to claim
+    long missed_ = 0;     // fire times that passed while lastcall could not fire them
 };
 
 }  // namespace lastcall

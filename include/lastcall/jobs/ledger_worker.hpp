@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+// The run ledger off the event loop (issue 38). An init's real-time duties (forward a signal,
+// reap, enforce the grace) must never wait on I/O lastcall does not control: a PostgreSQL server
+// that hangs, a network that drops packets, a state dir on a stalled disk. So the scheduler never
+// calls the Ledger itself: it hands each call to this worker, which runs it on a thread of its
+// own that owns the ledger (its connection, its SQLite handle), and hears the answer on the loop
+// through an eventfd.
+//
+// Every call has a deadline, enforced twice:
+//   - by the ledger itself where it can be (PostgreSQL: libpq's non-blocking API and poll(2)
+//     with the call's deadline; at the deadline the connection is abandoned and reopened with
+//     back-off on a later call), so the thread is free again;
+//   - by the loop in every case: at the deadline the caller hears "outcome unknown" whether or not
+//     the thread answered (SQLite's write stuck in fsync on a stalled disk cannot be interrupted).
+//     A call still queued behind a stuck one when its deadline passes is never started; one that
+//     was running when its caller gave up delivers its real answer to `late` (when given), so a
+//     claim that did land is not left unowned.
+//
+// Calls run one at a time, in the order given (a run's `started` before its `completed`).
+//
+//   Queued --worker takes it--> Running --answer--> Answered (done(result) on the loop)
+//      |                          |
+//      +--deadline--> Abandoned   +--deadline--> Abandoned: done(unknown) now; late(result)
+//         (never runs)                              when the thread answers
+//
+// Threads: the ledger object is touched only by the worker thread once the worker started (its
+// immutable facts - path, backend, identity, shared - are set before and only read after). The
+// closures given to call() run on the worker thread and must touch nothing but the Ledger and
+// what they captured by value; done/late run on the loop. Nothing else in lastcall is shared.
+// The thread blocks every signal: signals are the loop's (signalfd).
+//
+// In the unit tests (Mode::OnLoop) the call runs on the host's loop as a posted task: the same
+// order and the same "answer after the caller returned" as with the thread, without one.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "lastcall/core/clock.hpp"
+#include "lastcall/core/duration.hpp"
+#include "lastcall/core/error.hpp"
+#include "lastcall/core/fd.hpp"
+#include "lastcall/jobs/ledger.hpp"
+#include "lastcall/unit_host.hpp"
+
+namespace lastcall {
+
+class LedgerWorker {
+  public:
+    enum class Mode { Thread, OnLoop };
+
+    // Takes the ledger. Thread: starts the thread (its signals blocked) and watches its eventfd
+    // on the host's loop.
+    static Result<std::unique_ptr<LedgerWorker>> start(std::unique_ptr<Ledger> ledger,
+                                                       UnitHost& host, Mode mode);
+    ~LedgerWorker();
+    LedgerWorker(const LedgerWorker&) = delete;
+    LedgerWorker& operator=(const LedgerWorker&) = delete;
+
+    // The ledger's immutable facts (path, backend, shared, identity): safe from the loop.
+    const Ledger& facts() const { return *ledger_; }
+
+    // Runs `work` on the ledger within `budget`; `done` hears its result on the loop, or an error
+    // "no answer within ..." (the outcome unknown) at the deadline. `late`, if given, hears the
+    // real result of a call whose caller had already been told "unknown".
+    template <typename T>
+    void call(std::string what, Millis budget, std::function<Result<T>(Ledger&)> work,
+              std::function<void(Result<T>)> done, std::function<void(Result<T>)> late = {}) {
+        // The thread fills the slot, then hands the job back under the mutex: the loop reads it
+        // only after that hand-over.
+        auto slot = std::make_shared<std::optional<Result<T>>>();
+        auto on_done = std::make_shared<std::function<void(Result<T>)>>(std::move(done));
+        auto job = std::make_shared<Job>();
+        job->what = std::move(what);
+        job->budget = budget;
+        job->work = [slot, w = std::move(work)](Ledger& l) { slot->emplace(w(l)); };
+        job->deliver = [slot, on_done] { (*on_done)(std::move(**slot)); };
+        job->unknown = [on_done](const std::string& why) { (*on_done)(Result<T>(Error{why})); };
+        if (late) job->deliver_late = [slot, l = std::move(late)] { l(std::move(**slot)); };
+        submit(std::move(job));
+    }
+
+    // Calls not yet answered (queued or running).
+    std::size_t in_flight() const { return pending_.size(); }
+    // At the end of lastcall's life: waits for every pending call's answer, each at most until
+    // its own deadline and all at most until `until`; those still unanswered then are told
+    // "unknown". Runs done() (and their follow-up calls) as the answers come.
+    void settle(MonoTime until);
+
+  private:
+    struct Job {
+        std::uint64_t seq = 0;
+        std::string what;
+        Millis budget{0};
+        MonoTime deadline{};
+        std::chrono::steady_clock::time_point thread_deadline{};
+        std::function<void(Ledger&)> work;
+        std::function<void()> deliver;
+        std::function<void(const std::string&)> unknown;
+        std::function<void()> deliver_late;
+        bool abandoned = false;  // guarded by mu_: the caller was told "unknown"
+        bool ran = false;        // guarded by mu_: the thread took it
+    };
+
+    LedgerWorker(std::unique_ptr<Ledger> ledger, UnitHost& host, Mode mode)
+        : ledger_(std::move(ledger)), host_(host), mode_(mode) {}
+    void submit(std::shared_ptr<Job> job);
+    void thread_main();
+    void on_answers();
+    void on_deadline();
+    void arm_deadline();
+    void abandon(const std::shared_ptr<Job>& job);
+    void answer(const std::shared_ptr<Job>& job);
+
+    std::unique_ptr<Ledger> ledger_;
+    UnitHost& host_;
+    Mode mode_;
+    std::uint64_t next_seq_ = 1;
+    std::map<std::uint64_t, std::shared_ptr<Job>> pending_;  // the loop's view: unanswered calls
+    std::unique_ptr<WakeTimer> deadline_timer_;
+
+    // Thread mode.
+    UniqueFd wake_;  // eventfd: answers are waiting
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::shared_ptr<Job>> queue_;    // guarded by mu_
+    std::deque<std::shared_ptr<Job>> answers_;  // guarded by mu_
+    bool stopping_ = false;                     // guarded by mu_
+    bool busy_ = false;                         // guarded by mu_: a call is running
+    std::thread thread_;
+};
+
+}  // namespace lastcall
