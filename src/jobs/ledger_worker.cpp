@@ -20,9 +20,10 @@ Result<std::unique_ptr<LedgerWorker>> LedgerWorker::start(std::unique_ptr<Ledger
     if (!timer) return timer.error();
     w->deadline_timer_ = std::move(*timer);
     if (mode == Mode::OnLoop) return w;
-    w->wake_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!w->wake_) return sys_error("eventfd (ledger worker)", errno);
-    if (auto st = host.watch(w->wake_.get(), EPOLLIN, [raw = w.get()](auto) { raw->on_answers(); });
+    w->shared_->wake = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!w->shared_->wake) return sys_error("eventfd (ledger worker)", errno);
+    if (auto st = host.watch(w->shared_->wake.get(), EPOLLIN,
+                             [raw = w.get()](auto) { raw->on_answers(); });
         !st)
         return st.error();
     // Every signal blocked in the new thread (it inherits the mask at creation): a signal sent to
@@ -31,10 +32,10 @@ Result<std::unique_ptr<LedgerWorker>> LedgerWorker::start(std::unique_ptr<Ledger
     ::sigfillset(&all);
     ::pthread_sigmask(SIG_SETMASK, &all, &old);
     try {
-        w->thread_ = std::thread([raw = w.get()] { raw->thread_main(); });
+        w->thread_ = std::thread(thread_main, w->shared_);
     } catch (const std::system_error& e) {
         ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-        host.unwatch(w->wake_.get());
+        host.unwatch(w->shared_->wake.get());
         return Error{std::string("start the ledger worker thread: ") + e.what()};
     }
     ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
@@ -43,25 +44,24 @@ Result<std::unique_ptr<LedgerWorker>> LedgerWorker::start(std::unique_ptr<Ledger
 
 LedgerWorker::~LedgerWorker() {
     if (mode_ == Mode::OnLoop) return;
-    host_.unwatch(wake_.get());
+    host_.unwatch(shared_->wake.get());
     bool stuck;
     {
-        std::lock_guard lock(mu_);
-        stopping_ = true;
+        std::lock_guard lock(shared_->mu);
+        shared_->stopping = true;
         // The calls no one took yet are dropped: their callers heard "unknown" in settle().
-        queue_.clear();
-        stuck = busy_;
+        shared_->queue.clear();
+        stuck = shared_->busy;
     }
-    cv_.notify_all();
+    shared_->cv.notify_all();
     if (!stuck) {
         thread_.join();
         return;
     }
     // A call still runs past every deadline: the thread is blocked in the kernel (SQLite's write
-    // on a stalled disk). lastcall must not wait for it: the thread and the ledger it holds are
-    // left behind, and the process's exit ends them.
+    // on a stalled disk). lastcall must not wait for it: the thread is left behind with the
+    // shared state it holds, ends when its call returns, and the process's exit ends it sooner.
     thread_.detach();
-    (void)ledger_.release();
 }
 
 void LedgerWorker::submit(std::shared_ptr<Job> job) {
@@ -73,52 +73,61 @@ void LedgerWorker::submit(std::shared_ptr<Job> job) {
     if (mode_ == Mode::OnLoop) {
         host_.post([this, job] {
             if (!pending_.count(job->seq)) return;  // abandoned meanwhile
-            ledger_->set_deadline(job->thread_deadline);
-            job->work(*ledger_);
+            job->ran = true;
+            shared_->ledger->set_deadline(job->thread_deadline);
+            job->work(*shared_->ledger);
             answer(job);
         });
         return;
     }
     {
-        std::lock_guard lock(mu_);
-        queue_.push_back(std::move(job));
+        std::lock_guard lock(shared_->mu);
+        shared_->queue.push_back(std::move(job));
     }
-    cv_.notify_one();
+    shared_->cv.notify_one();
 }
 
-void LedgerWorker::thread_main() {
-    std::unique_lock lock(mu_);
+void LedgerWorker::thread_main(std::shared_ptr<Shared> s) {
+    std::unique_lock lock(s->mu);
     for (;;) {
-        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-        if (stopping_) return;
-        auto job = std::move(queue_.front());
-        queue_.pop_front();
+        s->cv.wait(lock, [&] { return s->stopping || !s->queue.empty(); });
+        if (s->stopping) return;
+        auto job = std::move(s->queue.front());
+        s->queue.pop_front();
         // A call its caller gave up on before it began is never begun: a claim or a write the
         // loop reported "unknown" must not land long after (and calls must not pile up behind a
         // stuck one).
-        if (job->abandoned) continue;
+        // It goes back to the loop all the same: its closures (and what they hold, admission
+        // tickets among them) are destroyed on the loop's thread, never on this one.
+        if (job->abandoned) {
+            s->answers.push_back(std::move(job));
+            continue;
+        }
         job->ran = true;
-        busy_ = true;
+        s->busy = true;
         lock.unlock();
-        ledger_->set_deadline(job->thread_deadline);
-        job->work(*ledger_);
+        s->ledger->set_deadline(job->thread_deadline);
+        job->work(*s->ledger);
         lock.lock();
-        busy_ = false;
-        answers_.push_back(std::move(job));
+        s->busy = false;
+        // Nobody listens any more. What the job holds was settled on the loop (settle(): every
+        // caller was answered), so dropping it here touches nothing of the loop's.
+        if (s->stopping) return;
+        s->answers.push_back(std::move(job));
         std::uint64_t one = 1;
         // The eventfd's counter cannot overflow at one per call; EAGAIN would only mean "already
         // readable".
-        [[maybe_unused]] auto n = ::write(wake_.get(), &one, sizeof one);
+        [[maybe_unused]] auto n = ::write(s->wake.get(), &one, sizeof one);
     }
 }
 
 void LedgerWorker::on_answers() {
     std::uint64_t count;
-    [[maybe_unused]] auto n = ::read(wake_.get(), &count, sizeof count);
+    [[maybe_unused]] auto n = ::read(shared_->wake.get(), &count, sizeof count);
     std::deque<std::shared_ptr<Job>> batch;
     {
-        std::lock_guard lock(mu_);
-        batch.swap(answers_);
+        std::lock_guard lock(shared_->mu);
+        batch.swap(shared_->answers);
     }
     for (auto& job : batch) answer(job);
     arm_deadline();
@@ -129,13 +138,14 @@ void LedgerWorker::answer(const std::shared_ptr<Job>& job) {
         job->deliver();
         return;
     }
-    if (job->deliver_late) job->deliver_late();
+    // Abandoned: the real answer of a call that did run, for the caller that wants it.
+    if (job->ran && job->deliver_late) job->deliver_late();
 }
 
 void LedgerWorker::abandon(const std::shared_ptr<Job>& job) {
     bool ran;
     if (mode_ == Mode::Thread) {
-        std::lock_guard lock(mu_);
+        std::lock_guard lock(shared_->mu);
         job->abandoned = true;
         ran = job->ran;
     } else {
@@ -169,8 +179,8 @@ void LedgerWorker::settle(MonoTime until) {
         // The unit tests' host: every call answers now, in order.
         while (!pending_.empty()) {
             auto job = pending_.begin()->second;
-            ledger_->set_deadline(job->thread_deadline);
-            job->work(*ledger_);
+            shared_->ledger->set_deadline(job->thread_deadline);
+            job->work(*shared_->ledger);
             answer(job);
         }
         return;
@@ -184,7 +194,7 @@ void LedgerWorker::settle(MonoTime until) {
             on_deadline();
             continue;
         }
-        pollfd pfd{wake_.get(), POLLIN, 0};
+        pollfd pfd{shared_->wake.get(), POLLIN, 0};
         auto ms = std::chrono::ceil<Millis>(next - now).count();
         int r = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(ms, 1000)));
         if (r > 0) on_answers();

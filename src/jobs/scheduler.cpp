@@ -1584,19 +1584,22 @@ void JobScheduler::before_force() {
     }
 }
 
+void JobScheduler::refresh_counts() {
+    if (counts_out_) return;
+    counts_out_ = true;
+    ledger_->call<std::vector<Ledger::JobCount>>(
+        "count runs", call_budget(), [](Ledger& l) { return l.count_runs(); },
+        [this](Result<std::vector<Ledger::JobCount>> r) {
+            counts_out_ = false;
+            if (r) counts_ = std::move(*r);  // else the next write asks again
+        });
+}
+
 void JobScheduler::contribute_metrics(MetricsWriter& m) {
     if (!ledger_) return;
     // The count is the ledger's answer to the previous write's request: a slow query delays
-    // the numbers, never the loop.
-    if (!counts_out_) {
-        counts_out_ = true;
-        ledger_->call<std::vector<Ledger::JobCount>>(
-            "count runs", call_budget(), [](Ledger& l) { return l.count_runs(); },
-            [this](Result<std::vector<Ledger::JobCount>> r) {
-                counts_out_ = false;
-                if (r) counts_ = std::move(*r);  // else the next write asks again
-            });
-    }
+    // the numbers, never the loop. (The last write's count was settled with the records.)
+    if (!settled_) refresh_counts();
     std::map<std::string, std::int64_t> last_success;
     for (const auto& c : counts_) {
         m.sample("lastcall_job_runs_total", "counter", "Runs of each job in the ledger, by state",
@@ -1676,6 +1679,12 @@ void JobScheduler::settle_records() {
     ledger_->settle(until);
     retry_unwritten();
     ledger_->settle(until);
+    // The metrics file lastcall leaves counts every record written above (a count asked for
+    // earlier may predate them: a new one is asked for, answered after them).
+    counts_out_ = false;
+    refresh_counts();
+    ledger_->settle(until);
+    settled_ = true;
 }
 
 void JobScheduler::finished(int /*exit_code*/) {

@@ -5,6 +5,8 @@
 // whose deadline it passes in deadline order. Nothing here sleeps or forks.
 #pragma once
 
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -171,8 +173,22 @@ class FakeHost final : public UnitHost {
         auto t = std::make_unique<FakeWall>(walls_, std::move(on_expiry));
         return std::unique_ptr<WallTimer>(std::move(t));
     }
-    Status watch(int, std::uint32_t, std::function<void(std::uint32_t)>) override { return Ok{}; }
-    void unwatch(int) override {}
+    Status watch(int fd, std::uint32_t, std::function<void(std::uint32_t)> h) override {
+        watched_[fd] = std::move(h);
+        return Ok{};
+    }
+    void unwatch(int fd) override { watched_.erase(fd); }
+    // What the loop's epoll would do for the descriptors watched (the ledger worker's eventfd):
+    // waits up to `timeout_ms` for one to be readable and runs its handlers. false: none was.
+    bool pump_watched(int timeout_ms) {
+        std::vector<pollfd> fds;
+        for (const auto& [fd, h] : watched_) fds.push_back(pollfd{fd, POLLIN, 0});
+        if (fds.empty() || ::poll(fds.data(), fds.size(), timeout_ms) <= 0) return false;
+        for (const auto& p : fds)
+            if (p.revents && watched_.count(p.fd)) watched_[p.fd](EPOLLIN);
+        run_posted();
+        return true;
+    }
     void post(std::function<void()> task) override { posted_.push_back(std::move(task)); }
     std::unique_ptr<UnitScope> new_scope(const std::string& unit) override {
         return std::make_unique<Scope>(this, unit, next_scope_fd_++);
@@ -305,6 +321,7 @@ class FakeHost final : public UnitHost {
     std::map<pid_t, FakeProc> procs_;
     std::map<std::string, int> scope_fds_;
     std::vector<std::function<void()>> posted_;
+    std::map<int, std::function<void(std::uint32_t)>> watched_;
     pid_t next_pid_ = 1000;
     int next_scope_fd_ = 5000;
 };

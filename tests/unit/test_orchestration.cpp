@@ -21,6 +21,7 @@
 #include "lastcall/jobs/scheduler.hpp"
 #include "lastcall/services/service_manager.hpp"
 #include "lastcall/services/services.hpp"
+#include "stallable_ledger.hpp"
 
 using namespace lastcall;
 using namespace std::chrono_literals;
@@ -788,86 +789,6 @@ command = ["sync"]
 
 namespace {
 
-// A shared ledger whose database can be cut off: the SQLite ledger underneath, every call
-// failing as an unreachable server fails while `down` is set.
-class CutOffLedger final : public Ledger {
-  public:
-    explicit CutOffLedger(std::unique_ptr<Ledger> real) : real_(std::move(real)) {
-        set_identity(real_->identity());
-    }
-    bool down = false;
-
-    std::string_view backend() const override { return "postgresql"; }
-    const std::string& path() const override { return real_->path(); }
-    bool shared() const override { return true; }
-    Result<std::int64_t> add(std::string_view job, std::int64_t at, RunState state,
-                             std::string_view reason,
-                             std::optional<std::int64_t> retry_of) override {
-        return cut<std::int64_t>([&] { return real_->add(job, at, state, reason, retry_of); });
-    }
-    Result<Claim> claim(const ClaimRequest& r) override {
-        return cut<Claim>([&] { return real_->claim(r); });
-    }
-    Result<bool> start(std::int64_t id) override {
-        return cut<bool>([&] { return real_->start(id); });
-    }
-    Status set_pid(std::int64_t id, std::int64_t pid) override {
-        return cut<Ok>([&] { return real_->set_pid(id, pid); });
-    }
-    Result<bool> finish(std::int64_t id, RunState to, RunOutcome o,
-                        std::string_view reason) override {
-        return cut<bool>([&] { return real_->finish(id, to, o, reason); });
-    }
-    Result<bool> complete(std::int64_t id, RunOutcome o) override {
-        return cut<bool>([&] { return real_->complete(id, o); });
-    }
-    Result<std::vector<std::int64_t>> renew(const std::vector<std::int64_t>& ids) override {
-        return cut<std::vector<std::int64_t>>([&] { return real_->renew(ids); });
-    }
-    Result<std::vector<RunRecord>> expire_leases() override {
-        return cut<std::vector<RunRecord>>([&] { return real_->expire_leases(); });
-    }
-    Result<std::optional<std::int64_t>> watermark(std::string_view job) override {
-        return cut<std::optional<std::int64_t>>([&] { return real_->watermark(job); });
-    }
-    Result<std::vector<RunRecord>> list(const RunFilter& f) override {
-        return cut<std::vector<RunRecord>>([&] { return real_->list(f); });
-    }
-    Result<std::vector<JobCount>> count_runs() override {
-        return cut<std::vector<JobCount>>([&] { return real_->count_runs(); });
-    }
-    Result<std::optional<RunRecord>> get(std::int64_t id) override {
-        return cut<std::optional<RunRecord>>([&] { return real_->get(id); });
-    }
-    Result<std::vector<RunRecord>> interrupt_unfinished(std::string_view reason) override {
-        return cut<std::vector<RunRecord>>([&] { return real_->interrupt_unfinished(reason); });
-    }
-    Result<std::vector<RunRecord>> awaiting_recovery() override {
-        return cut<std::vector<RunRecord>>([&] { return real_->awaiting_recovery(); });
-    }
-    Result<std::optional<RunRecord>> held_run(std::string_view job) override {
-        return cut<std::optional<RunRecord>>([&] { return real_->held_run(job); });
-    }
-    Status set_recovery(std::int64_t id, std::string_view recovery) override {
-        return cut<Ok>([&] { return real_->set_recovery(id, recovery); });
-    }
-    Result<std::int64_t> add_retry(std::string_view job, std::int64_t at,
-                                   const std::vector<std::int64_t>& ids) override {
-        return cut<std::int64_t>([&] { return real_->add_retry(job, at, ids); });
-    }
-    Result<bool> release(std::int64_t id) override {
-        return cut<bool>([&] { return real_->release(id); });
-    }
-
-  private:
-    template <typename T, typename F>
-    Result<T> cut(F&& call) {
-        if (down) return Error{"postgresql://db/jobs: connect: Connection refused"};
-        return call();
-    }
-    std::unique_ptr<Ledger> real_;
-};
-
 // A scheduler on a shared ledger with a 3 s lease (2 s to lose it, a kill 500 ms after its stop
 // signal), as replica "a".
 struct SharedJobs {
@@ -876,7 +797,7 @@ struct SharedJobs {
         REQUIRE(cfg);
         auto real = Ledger::open({dir.path, ""}, true, {"a", "a/1", 3000});
         REQUIRE(real);
-        auto cut = std::make_unique<CutOffLedger>(std::move(*real));
+        auto cut = std::make_unique<StallableLedger>(std::move(*real), true);
         ledger = cut.get();
         scheduler.emplace(std::move(cfg->jobs), std::move(cut), LedgerWorker::Mode::OnLoop);
         host.deliver_to(&*scheduler);
@@ -898,7 +819,7 @@ struct SharedJobs {
 
     TempDir dir;
     FakeHost host;
-    CutOffLedger* ledger = nullptr;
+    StallableLedger* ledger = nullptr;
     std::optional<JobScheduler> scheduler;
     std::unique_ptr<Ledger> other;  // another replica on the same ledger
 };

@@ -66,7 +66,7 @@ class LedgerWorker {
     LedgerWorker& operator=(const LedgerWorker&) = delete;
 
     // The ledger's immutable facts (path, backend, shared, identity): safe from the loop.
-    const Ledger& facts() const { return *ledger_; }
+    const Ledger& facts() const { return *shared_->ledger; }
 
     // Runs `work` on the ledger within `budget`; `done` hears its result on the loop, or an error
     // "no answer within ..." (the outcome unknown) at the deadline. `late`, if given, hears the
@@ -106,36 +106,43 @@ class LedgerWorker {
         std::function<void()> deliver;
         std::function<void(const std::string&)> unknown;
         std::function<void()> deliver_late;
-        bool abandoned = false;  // guarded by mu_: the caller was told "unknown"
-        bool ran = false;        // guarded by mu_: the thread took it
+        bool abandoned = false;  // guarded by Shared::mu: the caller was told "unknown"
+        bool ran = false;        // guarded by Shared::mu: the thread took it
+    };
+
+    // What the thread and the loop share. The thread holds it too: a thread left behind, stuck
+    // in the kernel past every deadline (~LedgerWorker), finds it intact when it returns.
+    struct Shared {
+        std::unique_ptr<Ledger> ledger;
+        UniqueFd wake;  // eventfd: answers are waiting
+        std::mutex mu;
+        std::condition_variable cv;
+        std::deque<std::shared_ptr<Job>> queue;    // guarded by mu
+        std::deque<std::shared_ptr<Job>> answers;  // guarded by mu
+        bool stopping = false;                     // guarded by mu
+        bool busy = false;                         // guarded by mu: a call is running
     };
 
     LedgerWorker(std::unique_ptr<Ledger> ledger, UnitHost& host, Mode mode)
-        : ledger_(std::move(ledger)), host_(host), mode_(mode) {}
+        : shared_(std::make_shared<Shared>()), host_(host), mode_(mode) {
+        shared_->ledger = std::move(ledger);
+    }
     void submit(std::shared_ptr<Job> job);
-    void thread_main();
+    static void thread_main(std::shared_ptr<Shared> s);
     void on_answers();
     void on_deadline();
     void arm_deadline();
     void abandon(const std::shared_ptr<Job>& job);
     void answer(const std::shared_ptr<Job>& job);
 
-    std::unique_ptr<Ledger> ledger_;
+    std::shared_ptr<Shared> shared_;
     UnitHost& host_;
     Mode mode_;
     std::uint64_t next_seq_ = 1;
     std::map<std::uint64_t, std::shared_ptr<Job>> pending_;  // the loop's view: unanswered calls
     std::unique_ptr<WakeTimer> deadline_timer_;
 
-    // Thread mode.
-    UniqueFd wake_;  // eventfd: answers are waiting
-    std::mutex mu_;
-    std::condition_variable cv_;
-    std::deque<std::shared_ptr<Job>> queue_;    // guarded by mu_
-    std::deque<std::shared_ptr<Job>> answers_;  // guarded by mu_
-    bool stopping_ = false;                     // guarded by mu_
-    bool busy_ = false;                         // guarded by mu_: a call is running
-    std::thread thread_;
+    std::thread thread_;  // Mode::Thread
 };
 
 }  // namespace lastcall

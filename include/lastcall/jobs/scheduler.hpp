@@ -197,6 +197,7 @@ class JobScheduler final : public SupervisorComponent {
     Millis lease_kill_after() const;
     void take_away(Run& run, const std::string& why);
     void retry_unwritten();
+    void refresh_counts();
     void on_fire_timer();
     void note_missed(const JobState& job, int missed);
     void on_timeout_timer();
@@ -248,6 +249,7 @@ class JobScheduler final : public SupervisorComponent {
     bool tick_out_ = false;                      // a lease tick's call is out
     bool rewrite_out_ = false;                   // retry_unwritten's call is out
     bool counts_out_ = false;                    // the metrics' count is out
+    bool settled_ = false;                       // settle_records() ran: no more calls
     std::vector<Ledger::JobCount> counts_;       // the last count the ledger gave
     std::map<std::int64_t, Run> runs_;
     std::deque<ToStart> starts_;  // claimed, to be spawned a slice per loop turn

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+// The ledger worker (jobs/ledger_worker.hpp) with its real thread, over a real SQLite ledger
+// that the test can stall as a hung server or a stalled disk would: the loop hears every answer
+// later, on the loop, and an answer that does not come by the call's deadline is "unknown" at the
+// deadline, whatever the thread is doing. The fake host's clock is advanced to the deadline; the
+// thread's answers are waited for on its eventfd (FakeHost::pump_watched), never with a sleep.
+#include <catch2/catch.hpp>
+
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "fake_host.hpp"
+#include "lastcall/jobs/ledger_worker.hpp"
+#include "stallable_ledger.hpp"
+
+using namespace lastcall;
+using lastcall::test::FakeHost;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Dir {
+    Dir() {
+        char tmpl[] = "/tmp/lastcall-worker-XXXXXX";
+        REQUIRE(::mkdtemp(tmpl));
+        path = tmpl;
+    }
+    ~Dir() { std::filesystem::remove_all(path); }
+    std::string path;
+};
+
+// A worker with its thread over a stallable SQLite ledger, and a second handle on the same file
+// to read what landed.
+struct Worker {
+    Worker() {
+        auto real = Ledger::open({dir.path, ""}, true);
+        REQUIRE(real);
+        auto wrapped = std::make_unique<StallableLedger>(std::move(*real), false);
+        ledger = wrapped.get();
+        auto w = LedgerWorker::start(std::move(wrapped), host, LedgerWorker::Mode::Thread);
+        REQUIRE(w);
+        worker = std::move(*w);
+        auto r = Ledger::open({dir.path, ""}, false);
+        REQUIRE(r);
+        reader = std::move(*r);
+    }
+    // Runs the loop's side until `done` holds: each answer arrives on the worker's eventfd.
+    template <typename F>
+    void pump_until(F&& done) {
+        while (!done()) REQUIRE(host.pump_watched(10000));
+    }
+    // The thread has begun `n` calls (one of them is stalled now).
+    void wait_for_calls(int n) {
+        while (ledger->calls() < n) std::this_thread::yield();
+    }
+    std::size_t rows() { return reader->list({})->size(); }
+
+    Dir dir;
+    FakeHost host;
+    StallableLedger* ledger = nullptr;
+    std::unique_ptr<LedgerWorker> worker;
+    std::unique_ptr<Ledger> reader;
+};
+
+std::function<Result<std::int64_t>(Ledger&)> add_skipped(std::int64_t at) {
+    return [at](Ledger& l) { return l.add("backup", at, RunState::Skipped, "test"); };
+}
+
+}  // namespace
+
+TEST_CASE("a ledger call is answered on the loop after its caller returned, never inside it",
+          "[ledger_worker]") {
+    Worker w;
+    std::optional<Result<std::int64_t>> answer;
+    w.worker->call<std::int64_t>("add", 2000ms, add_skipped(60),
+                                 [&](Result<std::int64_t> r) { answer.emplace(std::move(r)); });
+    CHECK_FALSE(answer);  // not inside call(): the caller's state is never re-entered
+    w.pump_until([&] { return answer.has_value(); });
+    REQUIRE(*answer);
+    CHECK(**answer == 1);
+    CHECK(w.rows() == 1);
+    CHECK(w.worker->in_flight() == 0);
+}
+
+TEST_CASE("calls run one at a time in the order given", "[ledger_worker]") {
+    Worker w;
+    std::vector<std::int64_t> ids;
+    for (int i = 0; i < 5; ++i)
+        w.worker->call<std::int64_t>("add", 2000ms, add_skipped(60 * (i + 1)),
+                                     [&](Result<std::int64_t> r) { ids.push_back(*r); });
+    w.pump_until([&] { return ids.size() == 5; });
+    CHECK(ids == std::vector<std::int64_t>{1, 2, 3, 4, 5});
+}
+
+TEST_CASE(
+    "a call the ledger does not answer by its deadline is answered unknown at the deadline, "
+    "while the thread is still stuck in it",
+    "[ledger_worker]") {
+    Worker w;
+    w.ledger->stall();
+    std::optional<Result<std::int64_t>> answer;
+    std::optional<Result<std::int64_t>> late;
+    w.worker->call<std::int64_t>(
+        "record run 7 completed", 2000ms, add_skipped(60),
+        [&](Result<std::int64_t> r) { answer.emplace(std::move(r)); },
+        [&](Result<std::int64_t> r) { late.emplace(std::move(r)); });
+    w.wait_for_calls(1);
+    w.host.advance(1999ms);
+    CHECK_FALSE(answer);
+    w.host.advance(1ms);
+    REQUIRE(answer);
+    REQUIRE_FALSE(*answer);
+    CHECK_THAT(answer->error().message,
+               Catch::StartsWith("record run 7 completed: no answer within 2s (abandoned: its "
+                                 "outcome is unknown)"));
+    // The thread's real answer comes when the ledger does, to the one who asked for it.
+    w.ledger->unstall();
+    w.pump_until([&] { return late.has_value(); });
+    REQUIRE(*late);
+    CHECK(w.rows() == 1);
+}
+
+TEST_CASE("a call still queued behind a stuck one when its deadline passes is never begun",
+          "[ledger_worker]") {
+    Worker w;
+    w.ledger->stall();
+    int answered = 0;
+    std::optional<Result<std::int64_t>> second;
+    w.worker->call<std::int64_t>("first", 2000ms, add_skipped(60),
+                                 [&](Result<std::int64_t>) { ++answered; });
+    w.wait_for_calls(1);
+    w.worker->call<std::int64_t>("second", 1000ms, add_skipped(120), [&](Result<std::int64_t> r) {
+        ++answered;
+        second.emplace(std::move(r));
+    });
+    w.host.advance(1000ms);
+    REQUIRE(second);
+    REQUIRE_FALSE(*second);
+    CHECK_THAT(second->error().message,
+               Catch::Contains("not attempted: the ledger was still busy with an earlier call"));
+    w.host.advance(1000ms);
+    CHECK(answered == 2);
+    w.ledger->unstall();
+    // A third call goes through once the first returned: the second was skipped, not run.
+    std::optional<Result<std::int64_t>> third;
+    w.worker->call<std::int64_t>("third", 2000ms, add_skipped(180),
+                                 [&](Result<std::int64_t> r) { third.emplace(std::move(r)); });
+    w.pump_until([&] { return third.has_value(); });
+    REQUIRE(*third);
+    auto rows = *w.reader->list({});
+    REQUIRE(rows.size() == 2);
+    for (const auto& r : rows) CHECK(r.scheduled_at != 120);
+    CHECK(w.ledger->calls() == 2);
+}
+
+TEST_CASE(
+    "settling at the end stops waiting at its bound, and a stuck thread does not hold "
+    "lastcall's exit",
+    "[ledger_worker]") {
+    Worker w;
+    w.ledger->stall();
+    std::optional<Result<std::int64_t>> answer;
+    w.worker->call<std::int64_t>("record run 3 interrupted", 60000ms, add_skipped(60),
+                                 [&](Result<std::int64_t> r) { answer.emplace(std::move(r)); });
+    w.wait_for_calls(1);
+    // The fake clock does not move by itself: `until` is already past, as at the grace's end.
+    w.worker->settle(w.host.clock().now());
+    REQUIRE(answer);
+    CHECK_FALSE(*answer);
+    // The worker goes while its thread is stuck in the ledger: it is left behind, not joined.
+    StallableLedger* ledger = w.ledger;
+    w.worker.reset();
+    ledger->unstall();  // the detached thread holds the ledger: it returns and ends on its own
+}
