@@ -53,7 +53,8 @@ test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(TEST_JOBS)
 
 # The whole suite (unit and end to end) against an ASan+UBSan build. (No TSan build: lastcall is
-# single-threaded, see shutdown/admission.hpp.) Sanitizer reports go to files, not to stderr: an e2e test that expects lastcall to
+# single-threaded but for the ledger worker, whose only shared state is one mutex-guarded queue,
+# see shutdown/admission.hpp and jobs/ledger_worker.hpp.) Sanitizer reports go to files, not to stderr: an e2e test that expects lastcall to
 # die (SIGKILL, exit codes) would not notice a report in a log it does not read. Any report file
 # fails the target, whatever ctest said. The directory is world-writable because some tests run
 # lastcall as nobody.

@@ -755,7 +755,10 @@ bool Supervisor::send_stop_and_mark(const ProcInfo& p, int sig) {
 void Supervisor::on_pre_stop_output() {
     if (!pre_stop_out_) return;
     char buf[4096];
-    for (;;) {
+    // At most 64 KiB per turn of the loop, as a service's output (on_output): a hook that writes
+    // as fast as it can must not keep a signal, a reap or the grace's timer waiting. epoll is
+    // level-triggered: the rest is read on the next turn.
+    for (int reads = 0; reads < 16; ++reads) {
         ssize_t n = ::read(pre_stop_out_.get(), buf, sizeof buf);
         if (n > 0) {
             pre_stop_partial_.append(buf, static_cast<size_t>(n));
@@ -764,6 +767,10 @@ void Supervisor::on_pre_stop_output() {
                 if (nl > 0) pre_stop_last_line_ = pre_stop_partial_.substr(0, nl);
                 spdlog::debug("pre-stop: {}", pre_stop_partial_.substr(0, nl));
                 pre_stop_partial_.erase(0, nl + 1);
+            }
+            if (pre_stop_partial_.size() > 65536) {  // a line without end: kept in part
+                pre_stop_last_line_ = pre_stop_partial_.substr(0, 4096);
+                pre_stop_partial_.clear();
             }
             continue;
         }

@@ -208,11 +208,18 @@ bool drop_privileges(const Credentials& c, bool no_new_privs, SpawnStage& failed
                 return fail_with(failed, SpawnStage::Capabilities, errno);
         }
     }
-    // Order matters: groups and gid while still privileged, uid last.
-    if (::setgroups(c.groups.size(), c.groups.data()) < 0)
+    // Order matters: groups and gid while still privileged, uid last. The raw system calls, as
+    // glibc's own posix_spawn child makes them: glibc's wrappers apply a credential change to
+    // every thread of the process they believe they are in (a signal to each, and a wait for its
+    // answer), and a child made by a raw clone3 believes it is lastcall, whose ledger worker
+    // thread (jobs/ledger_worker.hpp) is not in the child. The kernel's calls change this one
+    // thread, which is the whole child.
+    if (::syscall(SYS_setgroups, c.groups.size(), c.groups.data()) < 0)
         return fail_with(failed, SpawnStage::Setgroups, errno);
-    if (::setresgid(c.gid, c.gid, c.gid) < 0) return fail_with(failed, SpawnStage::Setgid, errno);
-    if (::setresuid(c.uid, c.uid, c.uid) < 0) return fail_with(failed, SpawnStage::Setuid, errno);
+    if (::syscall(SYS_setresgid, c.gid, c.gid, c.gid) < 0)
+        return fail_with(failed, SpawnStage::Setgid, errno);
+    if (::syscall(SYS_setresuid, c.uid, c.uid, c.uid) < 0)
+        return fail_with(failed, SpawnStage::Setuid, errno);
     uid_t ru, eu, su;
     gid_t rg, eg, sg;
     if (::getresuid(&ru, &eu, &su) != 0 || ::getresgid(&rg, &eg, &sg) != 0 || ru != c.uid ||

@@ -247,8 +247,10 @@ struct CloneArgs {
 constexpr std::uint64_t kCloneIntoCgroup = 0x200000000ULL;
 
 // Like fork(), but the child starts life in the cgroup. -1 if the kernel refuses (ENOSYS,
-// E2BIG, EINVAL, seccomp): the caller then forks. Only called single-threaded, so the child's
-// glibc state is a faithful copy, except for the cached thread id (see run_child).
+// E2BIG, EINVAL, seccomp): the caller then forks. Only called from the loop's thread; the child's
+// glibc state is a copy of lastcall's, so it believes in threads it does not have (the ledger
+// worker's): it makes only system calls that glibc passes straight through, and changes its
+// credentials with the raw calls (drop_privileges), never glibc's setxid broadcast.
 pid_t clone_into_cgroup(int cgroup_dir_fd) {
     CloneArgs args{};
     args.flags = kCloneIntoCgroup;
@@ -283,9 +285,10 @@ int child_main(void* p) {
 // does), instead of a copy of it. A fork copies the page tables (0.4-0.5 ms on the
 // paravirtualised VM of bench/results, catatonit's fork costs the same), and write-protects
 // every private page, so that each page lastcall writes afterwards costs it one more fault.
-// Safe because lastcall is suspended until the child's exec or _exit (so the child's writes,
-// errno and the LISTEN_PID slot, race nothing), lastcall is single-threaded (no lock can be held
-// by another thread), and the child runs on a stack of its own (g_child_stack): on lastcall's
+// Safe because the spawning thread is suspended until the child's exec or _exit (so the child's
+// writes, errno and the LISTEN_PID slot, race nothing: the ledger worker's thread, the only
+// other one, touches neither), the child takes no lock (only system calls), and the child runs
+// on a stack of its own (g_child_stack): on lastcall's
 // stack it would overwrite the frames lastcall returns through. Not under
 // AddressSanitizer: its shadow memory would be shared too, and left poisoned by the child's
 // frames.
@@ -303,7 +306,7 @@ int child_main(void* p) {
 // The child's stack: run_child makes only system calls, a few frames deep (glibc's posix_spawn
 // gives its child 32 KiB too).
 constexpr std::size_t kChildStack = 32 * 1024;
-// Static, not in spawn()'s frame: one buffer serves every spawn (lastcall has one thread, and
+// Static, not in spawn()'s frame: one buffer serves every spawn (only the loop's thread spawns, and
 // CLONE_VFORK holds it until the child has left the buffer by its exec or _exit). In the frame
 // it pushed everything spawn() calls 32 KiB further down lastcall's stack, two fresh pages
 // (two page faults, ~15 us each on a paravirtualised VM) on every start; here the child touches

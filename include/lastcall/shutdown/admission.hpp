@@ -11,10 +11,12 @@
 // A ticket dropped without being started is a rollback, not a release: it never ran.
 //
 // Single-threaded on purpose: every admission, start, release and the drain's check happen on
-// lastcall's one event loop thread (the services, the scheduler, the main child; libmicrohttpd
-// runs on that loop too), so "one step" needs no lock. The first version had a mutex, a condition
-// variable and a threaded stress test under TSan for workers that never existed. A threaded
-// caller would need the lock back: nothing here is safe to call from two threads.
+// lastcall's event loop thread (the services, the scheduler, the main child; libmicrohttpd runs
+// on that loop too), so "one step" needs no lock. The ledger worker's thread
+// (jobs/ledger_worker.hpp) never sees a ticket: its calls' answers, and with them the tickets of
+// the fire times they claimed, are handled and dropped on the loop. The first version had a mutex,
+// a condition variable and a threaded stress test under TSan for workers that never existed. A
+// threaded caller would need the lock back: nothing here is safe to call from two threads.
 #pragma once
 
 #include <chrono>
