@@ -168,6 +168,7 @@ Result<Components> create_components(const Options& options, Configuration& conf
         if (!ledger) return Error{"run ledger: " + ledger.error().message};
         c.scheduler =
             std::make_unique<JobScheduler>(std::move(config.jobs.jobs), std::move(*ledger));
+        if (config.jobs.retention) c.scheduler->set_retention(*config.jobs.retention);
     }
     std::vector<SupervisorComponent*> metric_sources{c.scheduler.get()};
     if (!c.services->empty()) metric_sources.push_back(c.services.get());

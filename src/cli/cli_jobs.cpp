@@ -2,10 +2,13 @@
 // The `runs` and `jobs` subcommands. CLI11 parses them here, as cli.cpp does for the main line.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 #include "lastcall/cli/cli11_app.hpp"
 #include "lastcall/cli/jobs_cli.hpp"
+#include "lastcall/core/atomic_file.hpp"
+#include "lastcall/core/duration.hpp"
 #include "lastcall/core/json.hpp"
 #include "lastcall/core/signals.hpp"
 #include "lastcall/core/text_table.hpp"
@@ -137,23 +140,107 @@ int runs_release(long long id, const LedgerLocation& where, bool located) {
     return 0;
 }
 
+// `lastcall runs check`, from inside a job: is this run still the job's to finish? The run id
+// and its owner come from the run's environment; the ledger from --ledger/--state-dir/--config,
+// else from the environment too. 0: the run is `started` and this replica's; 1: it is not (one
+// line says what the ledger holds), or the ledger could not say.
+int runs_check(const LedgerLocation& given, bool located) {
+    const char* id_text = std::getenv("LASTCALL_RUN_ID");
+    const char* owner = std::getenv("LASTCALL_RUN_OWNER");
+    if (!id_text || !*id_text || !owner) {
+        std::fprintf(stderr,
+                     "lastcall runs check: LASTCALL_RUN_ID and LASTCALL_RUN_OWNER are not set: "
+                     "run it from inside a job\n");
+        return 2;
+    }
+    LedgerLocation where = given;
+    if (!located) {
+        const char* url = std::getenv("LASTCALL_LEDGER_URL");
+        const char* path = std::getenv("LASTCALL_LEDGER");
+        if (url && is_postgresql_url(url))
+            where = LedgerLocation{"", url};
+        else if (path && is_postgresql_url(path))
+            where = LedgerLocation{"", path};
+        else if (path && *path)
+            where = LedgerLocation{dir_of(path), ""};
+    }
+    long long id = std::strtoll(id_text, nullptr, 10);
+    auto ledger = Ledger::open(where, false);
+    if (!ledger) {
+        std::fprintf(stderr, "lastcall runs check: %s\n", ledger.error().message.c_str());
+        return 1;
+    }
+    auto current = (*ledger)->is_current(id, owner);
+    if (!current) {
+        std::fprintf(stderr, "lastcall runs check: %s\n", current.error().message.c_str());
+        return 1;
+    }
+    if (*current) return 0;
+    auto rec = (*ledger)->get(id);
+    std::string held = rec && *rec ? std::string(to_string((*rec)->state)) +
+                                         ((*rec)->reason.empty() ? "" : " (" + (*rec)->reason + ")")
+                                   : "no such run";
+    std::fprintf(stderr,
+                 "lastcall runs check: run %lld is no longer this run's to finish: the ledger "
+                 "records it %s\n",
+                 id, held.c_str());
+    return 1;
+}
+
+int runs_prune(const std::string& before, const LedgerLocation& where, bool located) {
+    auto age = parse_duration(before);
+    if (!age) {
+        std::fprintf(stderr, "lastcall runs prune: --before: %s\n", age.error().message.c_str());
+        return 2;
+    }
+    auto ledger = Ledger::open(where, false);
+    if (!ledger) {
+        std::fprintf(stderr, "lastcall runs prune: %s%s\n", ledger.error().message.c_str(),
+                     where_else(located).c_str());
+        return 1;
+    }
+    // In batches: each one a short transaction, however large the history.
+    std::int64_t cutoff = unix_ms_now() - age->count(), total = 0;
+    for (;;) {
+        auto n = (*ledger)->prune(cutoff, 1000);
+        if (!n) {
+            std::fprintf(stderr, "lastcall runs prune: %s (%lld run(s) removed before)\n",
+                         n.error().message.c_str(), static_cast<long long>(total));
+            return 1;
+        }
+        total += *n;
+        if (*n < 1000) break;
+    }
+    std::printf("removed %lld final run(s) that ended more than %s ago\n",
+                static_cast<long long>(total), format_duration(*age).c_str());
+    return 0;
+}
+
 }  // namespace
 
 int run_runs(const std::vector<std::string>& args) {
     CLI::App app{"lastcall runs: print the run ledger.", "lastcall runs"};
     set_usage(app,
               "Usage: lastcall runs [OPTIONS]\n"
-              "       lastcall runs release RUN_ID [OPTIONS]");
+              "       lastcall runs release RUN_ID [OPTIONS]\n"
+              "       lastcall runs check [OPTIONS]\n"
+              "       lastcall runs prune --before AGE [OPTIONS]");
     GlobalOptions global;  // accepted before or after the name; runs prints no log lines
     add_global_options(app, global);
     std::string job, state, state_dir, config, crontab, url;
     bool json = false;
     long long release_id = 0;
+    std::string since, before;
+    std::size_t limit = 0;
     app.add_option("--job", job, "Only this job's runs");
     app.add_option("--state", state, "Only runs in this state")
         ->check(CLI::IsMember(
             {"scheduled", "started", "completed", "failed", "interrupted", "skipped"}));
     app.add_flag("--json", json, "A JSON array instead of a table");
+    app.add_option(
+        "--limit", limit,
+        "At most this many runs, the newest (default 50 for the table, all with --json)");
+    app.add_option("--since", since, "Only runs created within this long (\"10m\", \"2d\")");
     app.add_option("--state-dir", state_dir, "Directory of the run ledger");
     app.add_option("--ledger", url,
                    "A postgresql:// ledger shared by replicas: runs of every replica, with its id");
@@ -163,6 +250,12 @@ int run_runs(const std::vector<std::string>& args) {
         app.add_subcommand("release", "Let a held job run again: its interrupted run is retried");
     release->add_option("run_id", release_id, "The interrupted run")->required();
     release->fallthrough();  // --state-dir/--config may come after the run id too
+    CLI::App* check = app.add_subcommand(
+        "check", "From inside a job: exit 0 while its run is still started and this replica's");
+    check->fallthrough();
+    CLI::App* prune = app.add_subcommand("prune", "Remove final runs that ended before an age");
+    prune->add_option("--before", before, "The age (\"30d\")")->required();
+    prune->fallthrough();
     if (auto code = parse_subcommand(app, args, "runs")) return *code;
     auto where = ledger_of(url, state_dir, config, crontab);
     if (!where) {
@@ -171,6 +264,8 @@ int run_runs(const std::vector<std::string>& args) {
     }
     bool located = !url.empty() || !state_dir.empty() || !config.empty() || !crontab.empty();
     if (release->parsed()) return runs_release(release_id, *where, located);
+    if (check->parsed()) return runs_check(*where, located);
+    if (prune->parsed()) return runs_prune(before, *where, located);
     auto ledger = Ledger::open(*where, false);
     if (!ledger) {
         std::fprintf(stderr, "lastcall runs: %s%s\n", ledger.error().message.c_str(),
@@ -180,6 +275,19 @@ int run_runs(const std::vector<std::string>& args) {
     RunFilter filter;
     filter.job = job;
     if (!state.empty()) filter.state = parse_run_state(state);
+    if (!since.empty()) {
+        auto d = parse_duration(since);
+        if (!d) {
+            std::fprintf(stderr, "lastcall runs: --since: %s\n", d.error().message.c_str());
+            return 2;
+        }
+        filter.since_ms = unix_ms_now() - d->count();
+    }
+    // The table is read by people: the newest 50 unless asked; JSON is read by programs: all.
+    if (limit > 0)
+        filter.limit = limit;
+    else if (!json)
+        filter.limit = 50;
     auto runs = (*ledger)->list(filter);
     if (!runs) {
         std::fprintf(stderr, "lastcall runs: %s\n", runs.error().message.c_str());

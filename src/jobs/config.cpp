@@ -259,6 +259,13 @@ Result<JobsConfig> parse_jobs_toml(std::string_view text, const std::string& pat
             if (!d) return at(path, v, key, d.error().message);
             if (*d < kMinLease) return at(path, v, key, "must be at least 3s");
             config.lease = *d;
+        } else if (key == "retention") {
+            auto s = v.value_exact<std::string>();
+            if (!s) return at(path, v, key, "expected a duration string such as \"30d\"");
+            auto d = parse_duration(*s);
+            if (!d) return at(path, v, key, d.error().message);
+            if (*d < Millis{1000}) return at(path, v, key, "must be at least 1s");
+            config.retention = *d;
         } else if (key == "timezone") {
             auto s = v.value_exact<std::string>();
             if (!s) return at(path, v, key, "expected a time zone name such as \"Europe/Berlin\"");
@@ -529,6 +536,7 @@ Result<JobsSetup> load_jobs(const Options& options, const std::string* config_te
         config_dir = config->state_dir;
         setup.ledger_url = std::move(config->ledger);
         if (config->lease) setup.lease = *config->lease;
+        setup.retention = config->retention;
     }
     if (!options.ledger_url.empty()) {
         if (!is_postgresql_url(options.ledger_url))

@@ -193,6 +193,81 @@ CREATE TABLE IF NOT EXISTS lastcall.starts (
 );
 )sql";
 
+// The schema's version, in lastcall.schema_version (issue 39). 1: the tables of kSchema, before
+// versions were recorded (a database with lastcall.starts and no version table). Each migration
+// moves one version forward, under the schema's advisory lock, and records its version in the
+// same implicit transaction; a lastcall finds a version above its own and refuses to start
+// (its writes would miss what the newer schema requires).
+constexpr int kSchemaVersion = 2;
+// 1 -> 2: the version table; terminal rows immutable and deleted only by `lastcall runs prune`;
+// the index prune walks; the replicas' heartbeats (what tells a lease that lapsed because the
+// ledger itself was unreachable from one whose replica stopped renewing it); the fencing check.
+constexpr const char* kMigrationTo2 = R"sql(
+SELECT pg_advisory_xact_lock(7294017321);
+CREATE TABLE IF NOT EXISTS lastcall.schema_version (
+    version    INTEGER PRIMARY KEY,
+    applied_ms BIGINT  NOT NULL
+);
+-- A terminal run is final in every column: what it records is the record. Its recovery moves
+-- forward only (none yet -> held, none, retried or released; held -> released; released ->
+-- retried). A run is deleted only by `lastcall runs prune` (which sets lastcall.prune in its
+-- transaction), and only once terminal.
+CREATE OR REPLACE FUNCTION lastcall.terminal_runs_are_final() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        IF coalesce(current_setting('lastcall.prune', true), '') <> 'on'
+           OR OLD.state NOT IN ('completed', 'failed', 'interrupted', 'skipped') THEN
+            RAISE EXCEPTION 'run % is kept: runs are removed only by `lastcall runs prune`, '
+                'once final', OLD.id USING ERRCODE = 'check_violation';
+        END IF;
+        RETURN OLD;
+    END IF;
+    IF OLD.state NOT IN ('completed', 'failed', 'interrupted', 'skipped') THEN
+        RETURN NEW;
+    END IF;
+    IF (NEW.id, NEW.job, NEW.scheduled_at, NEW.state, NEW.pid, NEW.created_ms, NEW.started_ms,
+        NEW.ended_ms, NEW.exit_code, NEW.signal, NEW.reason, NEW.retry_of, NEW.replica,
+        NEW.owner, NEW.lease_until_ms)
+       IS DISTINCT FROM
+       (OLD.id, OLD.job, OLD.scheduled_at, OLD.state, OLD.pid, OLD.created_ms, OLD.started_ms,
+        OLD.ended_ms, OLD.exit_code, OLD.signal, OLD.reason, OLD.retry_of, OLD.replica,
+        OLD.owner, OLD.lease_until_ms) THEN
+        RAISE EXCEPTION 'run % is final (%): its record is not rewritten', OLD.id, OLD.state
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.recovery IS DISTINCT FROM OLD.recovery AND NOT (
+        (OLD.recovery IS NULL AND NEW.recovery IN ('held', 'none', 'retried', 'released'))
+        OR (OLD.recovery = 'held' AND NEW.recovery = 'released')
+        OR (OLD.recovery = 'released' AND NEW.recovery = 'retried')) THEN
+        RAISE EXCEPTION 'run %: recovery % cannot become %', OLD.id, OLD.recovery, NEW.recovery
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END $fn$;
+CREATE OR REPLACE TRIGGER runs_terminal_are_final BEFORE UPDATE OR DELETE ON lastcall.runs
+    FOR EACH ROW EXECUTE FUNCTION lastcall.terminal_runs_are_final();
+CREATE INDEX IF NOT EXISTS runs_final_by_end ON lastcall.runs (ended_ms)
+    WHERE state IN ('completed', 'failed', 'interrupted', 'skipped');
+CREATE INDEX IF NOT EXISTS runs_by_replica ON lastcall.runs (replica, job, state);
+CREATE TABLE IF NOT EXISTS lastcall.replicas (
+    owner   TEXT   PRIMARY KEY,
+    replica TEXT   NOT NULL,
+    seen_ms BIGINT NOT NULL
+);
+-- Fencing: true while run_id is `started` and owned by owner ($LASTCALL_RUN_OWNER). Called in
+-- the job's own transaction it also locks the row (FOR SHARE) until that transaction ends, so
+-- no replica can record the run interrupted between the check and the job's commit.
+CREATE OR REPLACE FUNCTION lastcall.run_is_current(run_id bigint, run_owner text)
+RETURNS boolean LANGUAGE sql VOLATILE AS $fn$
+    SELECT EXISTS (SELECT 1 FROM lastcall.runs r WHERE r.id = run_id AND r.owner = run_owner
+                   AND r.state = 'started' FOR SHARE)
+$fn$;
+INSERT INTO lastcall.schema_version (version, applied_ms)
+    VALUES (2, (extract(epoch from clock_timestamp()) * 1000)::bigint)
+    ON CONFLICT (version) DO NOTHING;
+)sql";
+
 constexpr const char* kColumns =
     "id, job, scheduled_at, state, pid, created_ms, started_ms, ended_ms, exit_code, signal, "
     "reason, retry_of, coalesce(recovery, ''), replica, lease_until_ms";
@@ -463,6 +538,9 @@ class PostgresLedger final : public Ledger {
                              std::optional<std::int64_t> retry_of = {}) override;
     Result<Claim> claim(const ClaimRequest& request) override;
     std::vector<Result<Claim>> claim_all(const std::vector<ClaimRequest>& requests) override;
+    Result<std::int64_t> prune(std::int64_t before_ms, std::size_t batch) override;
+    Status heartbeat() override;
+    Result<bool> is_current(std::int64_t id, std::string_view owner) override;
     Result<bool> start(std::int64_t id) override;
     Status set_pid(std::int64_t id, std::int64_t pid) override;
     Result<bool> finish(std::int64_t id, RunState to, RunOutcome outcome,
@@ -490,6 +568,8 @@ class PostgresLedger final : public Ledger {
           values_(std::move(values)),
           display_(std::move(display)) {}
     Status connect();
+    Status migrate();
+    Status probe_claim();
     std::chrono::steady_clock::time_point call_deadline() const;
     bool wait_socket(short events) const;
     void abandon(const std::string& why);
@@ -573,18 +653,10 @@ Result<std::unique_ptr<Ledger>> PostgresLedger::open(const std::string& url, boo
     if (exclusive) {
         // Once created, the schema is only used: a database user without CREATE (or not the
         // owner of the tables) can run lastcall once an administrator created them.
-        auto exists =
-            ledger->run("look for the schema", "SELECT to_regclass('lastcall.starts') IS NOT NULL");
-        if (!exists) return exists.error();
-        if (exists->text(0, 0) != "t")
-            if (auto r = ledger->run("create schema", kSchema); !r) return r.error();
-        auto claims = ledger->run(
-            "look for the claim function",
-            std::string("SELECT to_regprocedure('") + kClaimFunctionSignature + "') IS NOT NULL");
-        if (!claims) return claims.error();
-        if (claims->text(0, 0) != "t")
-            if (auto r = ledger->run("create the claim functions", kClaimFunctions); !r)
-                return r.error();
+        if (auto st = ledger->migrate(); !st) return st.error();
+        // A claim-shaped write now, rolled back: a role without the rights a claim needs fails
+        // the start, instead of a replica that looks healthy and never runs a job.
+        if (auto st = ledger->probe_claim(); !st) return st.error();
         // A real write now: an unreachable or read-only database fails the start.
         if (auto r = ledger->run("record start",
                                  "INSERT INTO lastcall.starts (replica, pid, at_ms) "
@@ -595,6 +667,103 @@ Result<std::unique_ptr<Ledger>> PostgresLedger::open(const std::string& url, boo
             return r.error();
     }
     return std::unique_ptr<Ledger>(std::move(ledger));
+}
+
+// The schema as this version needs it: created on a new database, moved forward from an older
+// version, refused when newer. Several replicas may start together: each step takes the
+// schema's advisory lock and is written to be run twice.
+Status PostgresLedger::migrate() {
+    auto found = run("look for the schema",
+                     "SELECT to_regclass('lastcall.starts') IS NOT NULL, "
+                     "to_regclass('lastcall.schema_version') IS NOT NULL");
+    if (!found) return found.error();
+    int version = 0;
+    if (found->text(0, 1) == "t") {
+        auto v = run("read the schema version",
+                     "SELECT coalesce(max(version), 1) FROM lastcall.schema_version");
+        if (!v) return v.error();
+        version = static_cast<int>(v->num(0, 0));
+    } else if (found->text(0, 0) == "t") {
+        version = 1;
+    }
+    if (version > kSchemaVersion)
+        return error("schema", "schema version " + std::to_string(version) +
+                                   " is newer than this lastcall's (" +
+                                   std::to_string(kSchemaVersion) +
+                                   "): a newer lastcall wrote it; run that version (or newer) "
+                                   "on every replica");
+    // Once created, the schema is only used: a database user without CREATE (or not the owner of
+    // the tables) can run lastcall once an administrator created or migrated them.
+    if (version < 1)
+        if (auto r = run("create schema", kSchema); !r) return r.error();
+    if (version < 2)
+        if (auto r = run("migrate the schema to version 2", kMigrationTo2); !r) return r.error();
+    auto claims =
+        run("look for the claim function",
+            std::string("SELECT to_regprocedure('") + kClaimFunctionSignature + "') IS NOT NULL");
+    if (!claims) return claims.error();
+    if (claims->text(0, 0) != "t")
+        if (auto r = run("create the claim functions", kClaimFunctions); !r) return r.error();
+    return Ok{};
+}
+
+// What a claim writes, written and rolled back: the insert of a `started` row and its update.
+Status PostgresLedger::probe_claim() {
+    auto done = transaction("check the rights a claim needs", [&]() -> Result<bool> {
+        auto ins =
+            run("check the rights a claim needs",
+                "INSERT INTO lastcall.runs (job, scheduled_at, state, created_ms, "
+                "started_ms, replica, owner) VALUES ('lastcall start-up check', -1, "
+                "'started', 0, 0, $1, $2) RETURNING id",
+                {p(std::string_view(identity_.replica)), p(std::string_view(identity_.owner))});
+        if (!ins) return ins.error();
+        auto upd = run("check the rights a claim needs",
+                       "UPDATE lastcall.runs SET pid = 0, lease_until_ms = 0 WHERE id = $1",
+                       {p(ins->num(0, 0))});
+        if (!upd) return upd.error();
+        return false;  // rolled back: nothing of it stays
+    });
+    if (!done) return done.error();
+    return Ok{};
+}
+
+// This replica reached the ledger now (its tick): expire_leases tells by these whether the ledger
+// itself was unreachable when a lease lapsed.
+Status PostgresLedger::heartbeat() {
+    auto r = run("heartbeat",
+                 "INSERT INTO lastcall.replicas (owner, replica, seen_ms) VALUES ($1, $2, " +
+                     std::string(kDbNowMs) +
+                     ") ON CONFLICT (owner) DO UPDATE SET seen_ms = excluded.seen_ms",
+                 {p(std::string_view(identity_.owner)), p(std::string_view(identity_.replica))});
+    if (!r) return r.error();
+    return Ok{};
+}
+
+Result<bool> PostgresLedger::is_current(std::int64_t id, std::string_view owner) {
+    auto r = run("check run " + std::to_string(id), "SELECT lastcall.run_is_current($1, $2)",
+                 {p(id), p(owner)});
+    if (!r) return r.error();
+    return r->text(0, 0) == "t";
+}
+
+// Terminal runs that ended before `before_ms`, at most `batch` of them, oldest first: one
+// statement, so one short transaction per batch however large the history.
+Result<std::int64_t> PostgresLedger::prune(std::int64_t before_ms, std::size_t batch) {
+    std::int64_t removed = 0;
+    auto done = transaction("prune runs", [&]() -> Result<bool> {
+        // The trigger lets this transaction, and only it, delete final runs.
+        if (auto r = run("prune runs", "SET LOCAL lastcall.prune = 'on'"); !r) return r.error();
+        auto r = run("prune runs",
+                     "DELETE FROM lastcall.runs WHERE id IN (SELECT id FROM lastcall.runs WHERE "
+                     "state IN ('completed', 'failed', 'interrupted', 'skipped') AND ended_ms < "
+                     "$1 ORDER BY ended_ms LIMIT $2)",
+                     {p(before_ms), p(static_cast<std::int64_t>(batch))});
+        if (!r) return r.error();
+        removed = r->affected();
+        return true;
+    });
+    if (!done) return done.error();
+    return removed;
 }
 
 // The call's deadline: the worker's (set_deadline), or kDefaultCallBudget from now for a call
@@ -871,7 +1040,8 @@ Result<bool> PostgresLedger::start(std::int64_t id) {
 
 Status PostgresLedger::set_pid(std::int64_t id, std::int64_t pid) {
     auto r = run("set pid of run " + std::to_string(id),
-                 "UPDATE lastcall.runs SET pid = $1 WHERE id = $2", {p(pid), p(id)});
+                 "UPDATE lastcall.runs SET pid = $1 WHERE id = $2 AND state = 'started'",
+                 {p(pid), p(id)});
     if (!r) return r.error();
     return Ok{};
 }
@@ -920,13 +1090,25 @@ Result<std::vector<std::int64_t>> PostgresLedger::renew(const std::vector<std::i
 
 Result<std::vector<RunRecord>> PostgresLedger::expire_leases() {
     // One statement: a renewal that commits first keeps its run (READ COMMITTED re-reads the
-    // row's lease after waiting for it).
+    // row's lease after waiting for it). A lease lapsed at lease_until_ms; if no replica at all
+    // reached the ledger between then and now (the newest heartbeat is older: the database was
+    // down or cut off from everyone, its owner included), the lapse says nothing about the
+    // owner, and the run gets a fresh period (this caller's lease) instead of expiring: its owner
+    // writes what it owes on its first tick after the outage (records first), or stops renewing
+    // and the run expires a lease later. The caller's own heartbeat comes after this statement.
     auto r = run("expire leases",
-                 "UPDATE lastcall.runs SET state = 'interrupted', ended_ms = $1, reason = "
-                 "'lease expired: replica ' || replica || ' stopped renewing it' WHERE state IN "
-                 "('scheduled', 'started') AND lease_until_ms IS NOT NULL AND lease_until_ms < " +
-                     std::string(kDbNowMs) + " RETURNING " + kColumns,
-                 {p(unix_ms_now())});
+                 "WITH seen AS (SELECT coalesce(max(seen_ms), 0) AS at FROM lastcall.replicas), "
+                 "lapsed AS (SELECT r.id, r.lease_until_ms < seen.at AS expired FROM "
+                 "lastcall.runs r, seen WHERE r.state IN ('scheduled', 'started') AND "
+                 "r.lease_until_ms IS NOT NULL AND r.lease_until_ms < " +
+                     std::string(kDbNowMs) +
+                     "), fresh AS (UPDATE lastcall.runs SET lease_until_ms = " + kDbNowMs +
+                     " + $2 WHERE id IN (SELECT id FROM lapsed WHERE NOT expired) AND $2 > 0) "
+                     "UPDATE lastcall.runs SET state = 'interrupted', ended_ms = $1, reason = "
+                     "'lease expired: replica ' || replica || ' stopped renewing it' WHERE id IN "
+                     "(SELECT id FROM lapsed WHERE expired) RETURNING " +
+                     kColumns,
+                 {p(unix_ms_now()), p(identity_.lease_ms)});
     if (!r) return r.error();
     std::vector<RunRecord> out;
     for (int i = 0; i < r->rows(); ++i) out.push_back(read_row(*r, i));
@@ -954,10 +1136,20 @@ Result<std::vector<RunRecord>> PostgresLedger::select(const std::string& where,
 }
 
 Result<std::vector<RunRecord>> PostgresLedger::list(const RunFilter& filter) {
-    // NULL parameters match everything: one statement for every filter.
-    return select("($1::text IS NULL OR job = $1) AND ($2::text IS NULL OR state = $2)",
-                  {filter.job.empty() ? std::nullopt : p(std::string_view(filter.job)),
-                   filter.state ? p(to_string(*filter.state)) : std::nullopt});
+    // NULL parameters match everything: one statement for every filter. A limit keeps the
+    // newest runs (by id), still printed oldest first.
+    auto r = run("select runs",
+                 std::string("SELECT * FROM (SELECT ") + kColumns +
+                     " FROM lastcall.runs WHERE ($1::text IS NULL OR job = $1) AND ($2::text IS "
+                     "NULL OR state = $2) AND ($3::bigint IS NULL OR created_ms >= $3) ORDER BY "
+                     "id DESC LIMIT $4) newest ORDER BY 1",
+                 {filter.job.empty() ? std::nullopt : p(std::string_view(filter.job)),
+                  filter.state ? p(to_string(*filter.state)) : std::nullopt, p(filter.since_ms),
+                  filter.limit ? p(static_cast<std::int64_t>(*filter.limit)) : std::nullopt});
+    if (!r) return r.error();
+    std::vector<RunRecord> out;
+    for (int i = 0; i < r->rows(); ++i) out.push_back(read_row(*r, i));
+    return out;
 }
 
 Result<std::vector<Ledger::JobCount>> PostgresLedger::count_runs() {
@@ -1007,7 +1199,8 @@ Result<std::optional<RunRecord>> PostgresLedger::held_run(std::string_view job) 
 
 Status PostgresLedger::set_recovery(std::int64_t id, std::string_view recovery) {
     auto r = run("set recovery of run " + std::to_string(id),
-                 "UPDATE lastcall.runs SET recovery = $1 WHERE id = $2", {p(recovery), p(id)});
+                 "UPDATE lastcall.runs SET recovery = $1 WHERE id = $2 AND recovery IS NULL",
+                 {p(recovery), p(id)});
     if (!r) return r.error();
     return Ok{};
 }

@@ -200,6 +200,8 @@ class SqliteLedger final : public Ledger {
     Result<std::int64_t> add_retry(std::string_view job, std::int64_t scheduled_at,
                                    const std::vector<std::int64_t>& interrupted) override;
     Result<bool> release(std::int64_t id) override;
+    Result<std::int64_t> prune(std::int64_t before_ms, std::size_t batch) override;
+    Result<bool> is_current(std::int64_t id, std::string_view owner) override;
 
   private:
     SqliteLedger(SqliteHandle db, std::string path, UniqueFd lock)
@@ -654,19 +656,46 @@ Result<std::optional<std::int64_t>> SqliteLedger::watermark(std::string_view job
 }
 
 Result<std::vector<RunRecord>> SqliteLedger::list(const RunFilter& filter) {
-    std::string sql = std::string("SELECT ") + kColumns + " FROM runs WHERE 1";
+    // A limit keeps the newest runs (by id), still printed oldest first.
+    std::string sql = std::string("SELECT * FROM (SELECT ") + kColumns + " FROM runs WHERE 1";
     if (!filter.job.empty()) sql += " AND job = ?1";
     if (filter.state) sql += " AND state = ?2";
-    sql += " ORDER BY id";
+    if (filter.since_ms) sql += " AND created_ms >= ?3";
+    sql += " ORDER BY id DESC";
+    if (filter.limit) sql += " LIMIT ?4";
+    sql += ") ORDER BY 1";
     Stmt s(db_.get(), sql);
     if (!s.ok()) return sql_error("prepare list runs");
     if (!filter.job.empty()) s.bind(1, filter.job);
     if (filter.state) s.bind(2, to_string(*filter.state));
+    if (filter.since_ms) s.bind(3, *filter.since_ms);
+    if (filter.limit) s.bind(4, static_cast<std::int64_t>(*filter.limit));
     std::vector<RunRecord> out;
     int rc;
     while ((rc = s.step()) == SQLITE_ROW) out.push_back(read_row(s.get()));
     if (rc != SQLITE_DONE) return sql_error("list runs");
     return out;
+}
+
+Result<std::int64_t> SqliteLedger::prune(std::int64_t before_ms, std::size_t batch) {
+    Stmt s(db_.get(),
+           "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE state IN ('completed', "
+           "'failed', 'interrupted', 'skipped') AND ended_ms < ?1 ORDER BY ended_ms LIMIT ?2)");
+    if (!s.ok()) return sql_error("prepare prune runs");
+    s.bind(1, before_ms);
+    s.bind(2, static_cast<std::int64_t>(batch));
+    if (s.step() != SQLITE_DONE) return sql_error("prune runs");
+    return static_cast<std::int64_t>(sq->changes(db_.get()));
+}
+
+Result<bool> SqliteLedger::is_current(std::int64_t id, std::string_view owner) {
+    Stmt s(db_.get(), "SELECT 1 FROM runs WHERE id = ?1 AND owner = ?2 AND state = 'started'");
+    if (!s.ok()) return sql_error("prepare check run");
+    s.bind(1, id);
+    s.bind(2, owner);
+    int rc = s.step();
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return sql_error("check run " + std::to_string(id));
+    return rc == SQLITE_ROW;
 }
 
 Result<std::vector<Ledger::JobCount>> SqliteLedger::count_runs() {

@@ -18,10 +18,12 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <map>
 
 #include "lastcall/core/atomic_file.hpp"
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/json.hpp"
+#include "lastcall/core/read_file.hpp"
 #include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/signals.hpp"
 #include "lastcall/core/timefmt.hpp"
@@ -45,6 +47,8 @@ constexpr Millis kCallBudget{2000};
 constexpr Millis kRecoveryBudget{8000};
 // Claimed runs spawned per loop turn: a signal, a reap or a timer waits for one slice at most.
 constexpr std::size_t kStartsPerSlice = 32;
+// Final runs removed per prune call (`retention`).
+constexpr std::size_t kPruneBatch = 1000;
 
 Concurrency concurrency_of(Overlap o) {
     switch (o) {
@@ -169,6 +173,64 @@ std::vector<std::string> kill_leftovers(const std::string& ledger_path, const Ru
     return said;
 }
 
+// The pid in an owner token ("replica/<pid>-<random>", core/instance.hpp), or -1.
+pid_t owner_pid(const std::string& owner) {
+    auto slash = owner.rfind('/');
+    if (slash == std::string::npos) return -1;
+    return static_cast<pid_t>(std::strtol(owner.c_str() + slash + 1, nullptr, 10));
+}
+
+// Is the lastcall that owned a run still alive on this machine? Its pid, if it is a lastcall
+// (a pid can be reused, by anything: only another lastcall counts as the owner).
+bool owner_alive(const std::string& owner) {
+    pid_t pid = owner_pid(owner);
+    if (pid <= 0 || ::kill(pid, 0) != 0) return false;
+    auto comm = read_file("/proc/" + std::to_string(pid) + "/comm");
+    return comm && comm->rfind("lastcall", 0) == 0;
+}
+
+// A replica restarted on the same machine (lastcall not PID 1: under systemd, `docker run
+// --init`, a VM): the runs of its previous instance may have left processes that outlived it
+// (pdeathsig reaches only a run's leader). They are found by the variables every run's processes
+// get (this ledger, this replica's name, the run's owner) and killed unless their owner is a
+// live lastcall (two replicas of one name on one machine), before this replica claims anything:
+// the retry of such a run must not run beside it. Runs on the ledger worker's thread.
+std::vector<std::string> kill_predecessors_leftovers(const std::string& ledger_path,
+                                                     const LedgerIdentity& me) {
+    std::vector<std::string> said;
+    auto found = processes_with_environment(
+        {"LASTCALL_LEDGER=" + ledger_path, "LASTCALL_REPLICA=" + me.replica},
+        {"LASTCALL_RUN_ID", "LASTCALL_RUN_OWNER"});
+    std::map<std::string, std::pair<std::string, std::vector<ProcessRef>>> killed;  // by run
+    for (const auto& f : found) {
+        const std::string& run = f.values[0];
+        const std::string& owner = f.values[1];
+        if (owner == me.owner || owner_alive(owner)) continue;
+        auto ref = ProcessRef::open(f.info);
+        if (!ref || !ref->signal(SIGKILL)) continue;
+        auto& entry = killed[run];
+        entry.first += (entry.first.empty() ? "" : ", ") + std::to_string(f.info.pid);
+        entry.second.push_back(std::move(*ref));
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (auto& [run, entry] : killed) {
+        said.push_back("run " + run + ": killed " + std::to_string(entry.second.size()) +
+                       " process(es) a previous lastcall of replica " + me.replica +
+                       " left running (" + entry.first + ")");
+        for (const auto& ref : entry.second) {
+            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                deadline - std::chrono::steady_clock::now());
+            pollfd pfd{ref.pidfd(), POLLIN, 0};
+            if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) == 0) {
+                said.push_back("run " + run + ": pid " + std::to_string(ref.pid()) +
+                               " did not end within 2s of SIGKILL");
+                break;
+            }
+        }
+    }
+    return said;
+}
+
 }  // namespace
 
 JobScheduler::JobScheduler(std::vector<JobSpec> jobs, std::unique_ptr<Ledger> ledger,
@@ -200,6 +262,12 @@ Status JobScheduler::attach_host(UnitHost& host) {
                      facts().identity().replica,
                      format_duration(Millis{facts().identity().lease_ms}));
         warn_local_outputs();
+    }
+    if (retention_) {
+        auto prune = host.new_timer([this] { on_prune_timer(); });
+        if (!prune) return prune.error();
+        prune_timer_ = std::move(*prune);
+        (void)prune_timer_->arm(host_->clock().now());
     }
     recover();
     auto now = wall_seconds();
@@ -241,11 +309,15 @@ void JobScheduler::recover() {
         RecoveryPlan plan;
     };
     std::string path = facts().path();
-    // On the worker: the leftovers' kill waits for them (at most 2 s), the loop does not.
+    bool shared = facts().shared();
+    LedgerIdentity me = facts().identity();
+    // On the worker: the leftovers' kill waits for them (at most 2 s), the loop does not. The
+    // calls after it (the first claims) begin only once it returned.
     ledger_->call<Recovered>(
         "run ledger recovery", kRecoveryBudget,
-        [path, jobs = policies()](Ledger& l) -> Result<Recovered> {
+        [path, shared, me, jobs = policies()](Ledger& l) -> Result<Recovered> {
             Recovered out;
+            if (shared) out.leftovers = kill_predecessors_leftovers(path, me);
             auto fixed =
                 l.interrupt_unfinished("lastcall stopped before the run ended (killed or crashed)");
             if (!fixed) return fixed.error();
@@ -675,6 +747,10 @@ std::vector<std::string> JobScheduler::environment(const Run& run, const std::st
     // With the run id, what identifies the run's processes to a later lastcall on this ledger
     // (kill_leftovers); not part of the documented interface.
     env.set("LASTCALL_LEDGER", facts().path());
+    // Fencing (`lastcall runs check`, lastcall.run_is_current()): who holds the run; and, with
+    // the ledger, what a restarted replica finds its predecessor's leftovers by.
+    env.set("LASTCALL_RUN_OWNER", facts().identity().owner);
+    env.set("LASTCALL_REPLICA", facts().identity().replica);
     env.set("LASTCALL_SCHEDULED_TIME", iso_utc(run.scheduled_at));
     // One key for a fire time and all its retries (also after `runs release`): what a job uses
     // to make its side effects idempotent.
@@ -1301,6 +1377,8 @@ void JobScheduler::on_lease_timer() {
             auto expired = l.expire_leases();
             if (!expired) return expired.error();
             t.expired = std::move(*expired);
+            // After the expiry: it reads the heartbeats from before this tick.
+            if (auto st = l.heartbeat(); !st) return st.error();
             if (plan) {
                 auto p = plan_recovery(l, jobs);
                 if (!p) return p.error();
@@ -1363,6 +1441,7 @@ void JobScheduler::retry_unwritten() {
     struct Answer {
         std::optional<std::string> error;  // the write failed again
         bool written = false;              // it landed (now, or earlier after all)
+        bool accepted = false;             // ... by this write
         std::string held;                  // else: what the ledger holds instead
     };
     std::vector<Item> items;
@@ -1385,6 +1464,7 @@ void JobScheduler::retry_unwritten() {
                     continue;
                 }
                 auto rec = l.get(it.id);
+                a.accepted = *done;
                 a.written = *done || (rec && *rec && (*rec)->state == it.to);
                 if (!a.written)
                     a.held = rec && *rec ? std::string(to_string((*rec)->state)) + " (" +
@@ -1413,8 +1493,17 @@ void JobScheduler::retry_unwritten() {
                 }
                 u->retry = false;
                 if (a.written) {
-                    spdlog::info("job {}: run {} recorded {} (late: the ledger was unreachable)",
-                                 u->job, u->id, to_string(u->to));
+                    // Exactly what the ledger accepted: this write, or an earlier one whose
+                    // answer was lost (the refusal then finds the state this replica meant).
+                    if (a.accepted)
+                        spdlog::info(
+                            "job {}: run {} recorded {} (late: the ledger was unreachable)", u->job,
+                            u->id, to_string(u->to));
+                    else
+                        spdlog::info(
+                            "job {}: run {}: the late `{}` was refused: the ledger already "
+                            "records it {} (an earlier write landed after all)",
+                            u->job, u->id, to_string(u->to), to_string(u->to));
                     u->state.clear();  // written: dropped below
                     continue;
                 }
@@ -1582,6 +1671,29 @@ void JobScheduler::before_force() {
         if (run.first == Intervention::Timeout) continue;
         interrupt(run, {}, reason);
     }
+}
+
+// `retention`: final runs that ended longer ago are removed, kPruneBatch at a time, so no call
+// holds the ledger long however large the history; a full batch is followed by the next one a
+// second later, else the next pass comes after half the retention (at most a minute).
+void JobScheduler::on_prune_timer() {
+    if (prune_out_ || settled_) return;
+    prune_out_ = true;
+    std::int64_t before = unix_ms_now() - retention_->count();
+    ledger_->call<std::int64_t>(
+        "prune runs", call_budget(), [before](Ledger& l) { return l.prune(before, kPruneBatch); },
+        [this](Result<std::int64_t> r) {
+            prune_out_ = false;
+            if (!r)
+                spdlog::warn("run ledger: prune: {}", r.error().message);
+            else if (*r > 0)
+                spdlog::debug("run ledger: pruned {} run(s) older than {}", *r,
+                              format_duration(*retention_));
+            bool more = r && *r >= static_cast<std::int64_t>(kPruneBatch);
+            Millis next = more ? Millis{1000}
+                               : std::clamp<Millis>(*retention_ / 2, Millis{1000}, Millis{60000});
+            (void)prune_timer_->arm(host_->clock().now() + next);
+        });
 }
 
 void JobScheduler::refresh_counts() {

@@ -681,24 +681,37 @@ bool is_alive(const ProcInfo& p) {
     return numeric_entries("/proc/" + std::to_string(p.pid) + "/task").size() > 1;
 }
 
-std::vector<ProcInfo> processes_with_environment(const std::vector<std::string>& entries) {
-    std::vector<ProcInfo> out;
+std::vector<FoundProcess> processes_with_environment(const std::vector<std::string>& entries,
+                                                     const std::vector<std::string>& read) {
+    std::vector<FoundProcess> out;
     pid_t self = ::getpid();
     for (pid_t pid : numeric_entries("/proc")) {
         if (pid == self) continue;
         std::string env = read_kernel_file("/proc/" + std::to_string(pid) + "/environ");
         if (env.empty()) continue;  // gone, a kernel thread, or not ours to read
         std::size_t found = 0;
+        std::vector<std::string> values(read.size());
         for (std::size_t pos = 0; pos < env.size();) {
             std::size_t end = env.find('\0', pos);
             if (end == std::string::npos) end = env.size();
             std::string_view var(env.data() + pos, end - pos);
             for (const auto& e : entries) found += var == e;
+            for (std::size_t i = 0; i < read.size(); ++i)
+                if (var.size() > read[i].size() && var.substr(0, read[i].size()) == read[i] &&
+                    var[read[i].size()] == '=')
+                    values[i] = std::string(var.substr(read[i].size() + 1));
             pos = end + 1;
         }
         if (found < entries.size()) continue;
-        if (auto info = read_proc_stat(pid); info && is_alive(*info)) out.push_back(*info);
+        if (auto info = read_proc_stat(pid); info && is_alive(*info))
+            out.push_back({*info, std::move(values)});
     }
+    return out;
+}
+
+std::vector<ProcInfo> processes_with_environment(const std::vector<std::string>& entries) {
+    std::vector<ProcInfo> out;
+    for (auto& f : processes_with_environment(entries, {})) out.push_back(f.info);
     return out;
 }
 

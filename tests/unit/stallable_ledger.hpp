@@ -96,6 +96,12 @@ class StallableLedger final : public Ledger {
                                    const std::vector<std::int64_t>& ids) override {
         return cut<std::int64_t>([&] { return real_->add_retry(job, at, ids); });
     }
+    Result<std::int64_t> prune(std::int64_t before_ms, std::size_t batch) override {
+        return cut<std::int64_t>([&] { return real_->prune(before_ms, batch); });
+    }
+    Result<bool> is_current(std::int64_t id, std::string_view owner) override {
+        return cut<bool>([&] { return real_->is_current(id, owner); });
+    }
     Result<bool> release(std::int64_t id) override {
         return cut<bool>([&] { return real_->release(id); });
     }

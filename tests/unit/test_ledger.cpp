@@ -303,6 +303,26 @@ TEMPLATE_TEST_CASE("concurrency replace interrupts the active run of another rep
     CHECK_FALSE(*a->complete(old.id, {0, {}}));
 }
 
+TEST_CASE(
+    "a lease that lapsed while no replica reached the ledger gets a fresh period instead of "
+    "expiring",
+    "[ledger][lease]") {
+    Postgres db;
+    if (!db.available()) return;
+    // Every replica was cut off (the database down): replica a's lease lapsed meanwhile, and the
+    // first replica back must not call a run interrupted whose owner could not say it ended.
+    auto a = db.open(replica("a", 1));
+    auto b = db.another(replica("b", 30'000));
+    REQUIRE(b->heartbeat());  // the last anyone reached it, before the outage
+    auto run = *a->claim(fire("backup", 3600));
+    REQUIRE(run.outcome == Claim::Outcome::Started);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the 1 ms lease
+    CHECK(b->expire_leases()->empty());
+    // The owner writes what it owes on its first tick back: its record stands.
+    CHECK(*a->complete(run.id, {0, {}}));
+    CHECK((*b->get(run.id))->state == RunState::Completed);
+}
+
 TEMPLATE_TEST_CASE("an expired lease makes the run interrupted, and it is retried exactly once",
                    "[ledger][lease]", Sqlite, Postgres) {
     TestType db;
@@ -314,6 +334,9 @@ TEMPLATE_TEST_CASE("an expired lease makes the run interrupted, and it is retrie
     auto run = *dead->claim(fire("backup", 3600));
     REQUIRE(run.outcome == Claim::Outcome::Started);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the 1 ms lease
+    // The live replicas reached the ledger after the lease lapsed (their ticks' heartbeats):
+    // the ledger was there, its replica was not.
+    REQUIRE(b->heartbeat());
     auto expired = *b->expire_leases();
     REQUIRE(expired.size() == 1);
     CHECK(expired[0].id == run.id);
@@ -401,4 +424,81 @@ TEMPLATE_TEST_CASE("the metrics count a shared ledger's runs per replica, a loca
     REQUIRE(counts.size() == 1);
     CHECK(counts[0].state == "completed");
     CHECK(counts[0].runs == (a->shared() ? 1 : 2));
+}
+
+TEST_CASE("a final run is final in every column, and only prune removes it", "[ledger][pg]") {
+    Postgres db;
+    if (!db.available()) return;
+    auto a = db.open();
+    auto run = *a->claim(fire("backup", 3600));
+    REQUIRE(*a->complete(run.id, {0, {}}));
+    const std::string id = std::to_string(run.id);
+    CHECK_FALSE(db.sql("UPDATE lastcall.runs SET reason = 'rewritten' WHERE id = " + id));
+    CHECK_FALSE(db.sql("UPDATE lastcall.runs SET exit_code = 1 WHERE id = " + id));
+    CHECK_FALSE(db.sql("UPDATE lastcall.runs SET replica = 'other' WHERE id = " + id));
+    CHECK_FALSE(db.sql("DELETE FROM lastcall.runs WHERE id = " + id));
+    CHECK((*a->get(run.id))->reason.empty());
+    // A run still open is not pruned; a final one that ended before the cutoff is.
+    auto open_run = *a->claim(fire("backup", 7200));
+    REQUIRE(open_run.outcome == Claim::Outcome::Started);
+    CHECK(*a->prune(unix_ms_now() + 1000, 1000) == 1);
+    CHECK_FALSE(*a->get(run.id));
+    CHECK(*a->get(open_run.id));
+}
+
+TEMPLATE_TEST_CASE("prune removes final runs older than the cutoff, a batch at a time", "[ledger]",
+                   Sqlite, Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    auto a = db.open();
+    for (int i = 1; i <= 5; ++i) {
+        auto run = *a->claim(fire("backup", 60 * i));
+        REQUIRE(*a->finish(run.id, RunState::Failed, {1, {}}, "exit 1"));
+    }
+    auto future = unix_ms_now() + 1000;
+    CHECK(*a->prune(future, 2) == 2);
+    CHECK(*a->prune(future, 2) == 2);
+    CHECK(*a->prune(future, 2) == 1);
+    CHECK(a->list({})->empty());
+    CHECK(*a->prune(unix_ms_now() - 60'000, 2) == 0);
+}
+
+TEMPLATE_TEST_CASE("a run is current while it is started and its owner's", "[ledger]", Sqlite,
+                   Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    auto a = db.open(replica("a", 30'000));
+    auto run = *a->claim(fire("backup", 3600));
+    const std::string owner = a->identity().owner;
+    CHECK(*a->is_current(run.id, owner));
+    CHECK_FALSE(*a->is_current(run.id, "someone else"));
+    REQUIRE(*a->finish(run.id, RunState::Interrupted, {}, "lease lost"));
+    CHECK_FALSE(*a->is_current(run.id, owner));
+}
+
+TEST_CASE("a ledger whose schema is newer than this lastcall's is refused at open",
+          "[ledger][pg]") {
+    Postgres db;
+    if (!db.available()) return;
+    { auto a = db.open(); }
+    REQUIRE(db.sql("UPDATE lastcall.schema_version SET version = 999"));
+    auto again = Ledger::open({"", db.url}, true, replica("b"));
+    REQUIRE_FALSE(again);
+    CHECK_THAT(again.error().message, Catch::Contains("schema version 999 is newer"));
+}
+
+TEST_CASE("a list keeps the newest runs up to its limit, and those created since a time",
+          "[ledger]") {
+    Sqlite db;
+    auto a = db.open();
+    for (int i = 1; i <= 4; ++i) (void)*a->claim(fire("backup", 60 * i));
+    RunFilter newest;
+    newest.limit = 2;
+    auto two = *a->list(newest);
+    REQUIRE(two.size() == 2);
+    CHECK(two[0].id == 3);
+    CHECK(two[1].id == 4);
+    RunFilter since;
+    since.since_ms = unix_ms_now() + 60'000;
+    CHECK(a->list(since)->empty());
 }

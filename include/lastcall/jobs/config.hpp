@@ -65,6 +65,9 @@ struct JobsConfig {
     std::string state_dir;        // top-level `state_dir`; empty: the default
     std::string ledger;           // top-level `ledger`: a postgresql:// URL; empty: SQLite
     std::optional<Millis> lease;  // top-level `lease`: a shared ledger's run lease
+    // top-level `retention`: final runs older than this are pruned from the ledger while
+    // lastcall runs (none: kept until `lastcall runs prune`)
+    std::optional<Millis> retention;
 };
 
 // A claimed run's lease in a shared ledger when the config sets none, and its bounds.
@@ -96,6 +99,7 @@ struct JobsSetup {
     std::string state_dir;
     std::string ledger_url;  // --ledger, else the config's `ledger`; empty: SQLite in state_dir
     Millis lease = kDefaultLease;
+    std::optional<Millis> retention;
 };
 // config_text: the text of --config when the caller has read it already (main reads it once
 // for the services and the jobs: a config from a pipe has one reader); else the file is read.

@@ -86,8 +86,10 @@ struct RunOutcome {
 };
 
 struct RunFilter {
-    std::string job;                // empty: all jobs
-    std::optional<RunState> state;  // nullopt: all states
+    std::string job;                       // empty: all jobs
+    std::optional<RunState> state;         // nullopt: all states
+    std::optional<std::int64_t> since_ms;  // only runs created at or after (Unix ms)
+    std::optional<std::size_t> limit;      // only the newest this many (still oldest first)
 };
 
 // Wall-clock time in Unix milliseconds: the times of a record.
@@ -226,6 +228,15 @@ class Ledger {
     };
     virtual Result<std::vector<JobCount>> count_runs() = 0;
     virtual Result<std::optional<RunRecord>> get(std::int64_t id) = 0;
+
+    // Final runs that ended before `before_ms`, at most `batch`, oldest first (`lastcall runs
+    // prune`, `retention`): how many went. The only way a run leaves the ledger.
+    virtual Result<std::int64_t> prune(std::int64_t before_ms, std::size_t batch) = 0;
+    // A shared ledger: this replica reached the ledger now (each lease tick). What tells a lease
+    // that lapsed while the ledger itself was unreachable from one its replica stopped renewing.
+    virtual Status heartbeat() { return Ok{}; }
+    // Fencing (`lastcall runs check`): the run is `started` and `owner`'s.
+    virtual Result<bool> is_current(std::int64_t id, std::string_view owner) = 0;
 
     // At start: every run a previous owner left scheduled or started, without a lease, becomes
     // interrupted (a run with a lease is another replica's until its lease expires).

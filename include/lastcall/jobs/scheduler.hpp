@@ -63,6 +63,9 @@ class JobScheduler final : public SupervisorComponent {
     JobScheduler(std::vector<JobSpec> jobs, std::unique_ptr<Ledger> ledger,
                  LedgerWorker::Mode mode = LedgerWorker::Mode::Thread);
 
+    // Final runs older than this are pruned while lastcall runs (`retention`), a batch at a time.
+    void set_retention(Millis retention) { retention_ = retention; }
+
     Status attach(Supervisor& sup) override;
     // The same on any host (the unit tests' fake): what attach() does once it has one.
     Status attach_host(UnitHost& host);
@@ -198,6 +201,7 @@ class JobScheduler final : public SupervisorComponent {
     void take_away(Run& run, const std::string& why);
     void retry_unwritten();
     void refresh_counts();
+    void on_prune_timer();
     void on_fire_timer();
     void note_missed(const JobState& job, int missed);
     void on_timeout_timer();
@@ -250,7 +254,10 @@ class JobScheduler final : public SupervisorComponent {
     bool rewrite_out_ = false;                   // retry_unwritten's call is out
     bool counts_out_ = false;                    // the metrics' count is out
     bool settled_ = false;                       // settle_records() ran: no more calls
-    std::vector<Ledger::JobCount> counts_;       // the last count the ledger gave
+    std::optional<Millis> retention_;
+    std::unique_ptr<WakeTimer> prune_timer_;
+    bool prune_out_ = false;
+    std::vector<Ledger::JobCount> counts_;  // the last count the ledger gave
     std::map<std::int64_t, Run> runs_;
     std::deque<ToStart> starts_;  // claimed, to be spawned a slice per loop turn
     bool pump_posted_ = false;

@@ -235,6 +235,13 @@ std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& ou
 // ("NAME=value", exact): the processes of a unit that a previous lastcall left behind, found by
 // the variables it gave them when it is no longer there to ask.
 std::vector<ProcInfo> processes_with_environment(const std::vector<std::string>& entries);
+// The same, with the values of the variables named in `read` ("" when a process has none).
+struct FoundProcess {
+    ProcInfo info;
+    std::vector<std::string> values;  // in the order of `read`
+};
+std::vector<FoundProcess> processes_with_environment(const std::vector<std::string>& entries,
+                                                     const std::vector<std::string>& read);
 
 // One reaped process.
 struct Reaped {
