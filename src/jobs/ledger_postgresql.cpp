@@ -198,7 +198,7 @@ CREATE TABLE IF NOT EXISTS lastcall.starts (
 // moves one version forward, under the schema's advisory lock, and records its version in the
 // same implicit transaction; a lastcall finds a version above its own and refuses to start
 // (its writes would miss what the newer schema requires).
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 // 1 -> 2: the version table; terminal rows immutable and deleted only by `lastcall runs prune`;
 // the index prune walks; the replicas' heartbeats (what tells a lease that lapsed because the
 // ledger itself was unreachable from one whose replica stopped renewing it); the fencing check.
@@ -268,9 +268,75 @@ INSERT INTO lastcall.schema_version (version, applied_ms)
     ON CONFLICT (version) DO NOTHING;
 )sql";
 
+// 2 -> 3: the deployment key (`cluster`): a fire time is one per (cluster, job, time), each
+// cluster has its own watermarks, and a replica's heartbeat says which cluster it serves and
+// which command each of its jobs runs (what a replica with the same key and another command is
+// refused by). Rows from before keep the key '' (the key of no config: `cluster = ""`).
+constexpr const char* kMigrationTo3 = R"sql(
+SELECT pg_advisory_xact_lock(7294017321);
+ALTER TABLE lastcall.runs ADD COLUMN IF NOT EXISTS cluster TEXT NOT NULL DEFAULT '';
+DROP INDEX IF EXISTS lastcall.runs_one_per_fire;
+CREATE UNIQUE INDEX IF NOT EXISTS runs_one_per_cluster_fire
+    ON lastcall.runs (cluster, job, scheduled_at) WHERE retry_of IS NULL AND state <> 'skipped';
+CREATE INDEX IF NOT EXISTS runs_by_cluster_fire ON lastcall.runs (cluster, job, scheduled_at);
+CREATE INDEX IF NOT EXISTS runs_started_by_cluster_job ON lastcall.runs (cluster, job)
+    WHERE state = 'started';
+CREATE TABLE IF NOT EXISTS lastcall.cluster_watermarks (
+    cluster      TEXT   NOT NULL,
+    job          TEXT   NOT NULL,
+    scheduled_at BIGINT NOT NULL,
+    run_id       BIGINT NOT NULL,
+    PRIMARY KEY (cluster, job)
+);
+INSERT INTO lastcall.cluster_watermarks (cluster, job, scheduled_at, run_id)
+    SELECT '', job, scheduled_at, run_id FROM lastcall.watermarks ON CONFLICT DO NOTHING;
+CREATE OR REPLACE TRIGGER cluster_watermarks_never_move_back
+    BEFORE UPDATE ON lastcall.cluster_watermarks
+    FOR EACH ROW EXECUTE FUNCTION lastcall.watermark_never_moves_back();
+ALTER TABLE lastcall.replicas ADD COLUMN IF NOT EXISTS cluster TEXT NOT NULL DEFAULT '';
+ALTER TABLE lastcall.replicas ADD COLUMN IF NOT EXISTS jobs TEXT NOT NULL DEFAULT '';
+-- The final-run rule covers the new column too.
+CREATE OR REPLACE FUNCTION lastcall.terminal_runs_are_final() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        IF coalesce(current_setting('lastcall.prune', true), '') <> 'on'
+           OR OLD.state NOT IN ('completed', 'failed', 'interrupted', 'skipped') THEN
+            RAISE EXCEPTION 'run % is kept: runs are removed only by `lastcall runs prune`, '
+                'once final', OLD.id USING ERRCODE = 'check_violation';
+        END IF;
+        RETURN OLD;
+    END IF;
+    IF OLD.state NOT IN ('completed', 'failed', 'interrupted', 'skipped') THEN
+        RETURN NEW;
+    END IF;
+    IF (NEW.id, NEW.cluster, NEW.job, NEW.scheduled_at, NEW.state, NEW.pid, NEW.created_ms,
+        NEW.started_ms, NEW.ended_ms, NEW.exit_code, NEW.signal, NEW.reason, NEW.retry_of,
+        NEW.replica, NEW.owner, NEW.lease_until_ms)
+       IS DISTINCT FROM
+       (OLD.id, OLD.cluster, OLD.job, OLD.scheduled_at, OLD.state, OLD.pid, OLD.created_ms,
+        OLD.started_ms, OLD.ended_ms, OLD.exit_code, OLD.signal, OLD.reason, OLD.retry_of,
+        OLD.replica, OLD.owner, OLD.lease_until_ms) THEN
+        RAISE EXCEPTION 'run % is final (%): its record is not rewritten', OLD.id, OLD.state
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.recovery IS DISTINCT FROM OLD.recovery AND NOT (
+        (OLD.recovery IS NULL AND NEW.recovery IN ('held', 'none', 'retried', 'released'))
+        OR (OLD.recovery = 'held' AND NEW.recovery = 'released')
+        OR (OLD.recovery = 'released' AND NEW.recovery = 'retried')) THEN
+        RAISE EXCEPTION 'run %: recovery % cannot become %', OLD.id, OLD.recovery, NEW.recovery
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END $fn$;
+INSERT INTO lastcall.schema_version (version, applied_ms)
+    VALUES (3, (extract(epoch from clock_timestamp()) * 1000)::bigint)
+    ON CONFLICT (version) DO NOTHING;
+)sql";
+
 constexpr const char* kColumns =
     "id, job, scheduled_at, state, pid, created_ms, started_ms, ended_ms, exit_code, signal, "
-    "reason, retry_of, coalesce(recovery, ''), replica, lease_until_ms";
+    "reason, retry_of, coalesce(recovery, ''), replica, lease_until_ms, cluster";
 
 // A claim is one statement (issue 38): the function takes each job's advisory lock, checks and
 // inserts, and the statement's own transaction releases the locks when it ends, on the server,
@@ -279,17 +345,17 @@ constexpr const char* kColumns =
 // trip. Inside a VOLATILE plpgsql function every statement takes a new snapshot (READ
 // COMMITTED), so the check after the lock sees what the lock's previous holder committed. The
 // versioned names let replicas of different versions share a database.
-// claim_one_v1 raises LC001 to say "lost, undo what this claim marked" (a retry whose runs
-// another replica retried first, or that must wait for a free slot); claim_runs_v1 catches it in
+// claim_one_v2 raises LC001 to say "lost, undo what this claim marked" (a retry whose runs
+// another replica retried first, or that must wait for a free slot); claim_runs_v2 catches it in
 // a subtransaction, for retries only (a subtransaction per claim of a burst would cost more than
 // the claim).
 constexpr const char* kClaimFunctionSignature =
-    "lastcall.claim_runs_v1(text[],bigint[],text[],text[],text[],boolean[],text,text,bigint,"
-    "bigint)";
+    "lastcall.claim_runs_v2(text,text[],bigint[],text[],text[],text[],boolean[],text,text,"
+    "bigint,bigint)";
 constexpr const char* kClaimFunctions = R"sql(
 SELECT pg_advisory_xact_lock(7294017321);
-CREATE OR REPLACE FUNCTION lastcall.claim_one_v1(
-    p_job text, p_at bigint, p_retry bigint[], p_concurrency text, p_skip text,
+CREATE OR REPLACE FUNCTION lastcall.claim_one_v2(
+    p_cluster text, p_job text, p_at bigint, p_retry bigint[], p_concurrency text, p_skip text,
     p_check_hold boolean, p_replica text, p_owner text, p_lease bigint, p_now bigint,
     OUT o_outcome text, OUT o_run_id bigint, OUT o_reason text, OUT o_replaced bigint[],
     OUT o_watermark bigint)
@@ -301,15 +367,16 @@ DECLARE
     v_n int;
 BEGIN
     o_outcome := 'lost'; o_reason := ''; o_replaced := '{}';
-    PERFORM pg_advisory_xact_lock(hashtextextended('lastcall.job.' || p_job, 0));
+    PERFORM pg_advisory_xact_lock(hashtextextended('lastcall.job.' || p_cluster || '.' || p_job, 0));
     IF cardinality(p_retry) = 0 THEN
-        IF EXISTS (SELECT 1 FROM lastcall.runs r WHERE r.job = p_job AND r.scheduled_at = p_at
+        IF EXISTS (SELECT 1 FROM lastcall.runs r WHERE r.cluster = p_cluster AND r.job = p_job
+                   AND r.scheduled_at = p_at
                    AND r.retry_of IS NULL) THEN
             RETURN;
         END IF;
         IF p_skip = '' AND p_check_hold THEN
-            SELECT r.id INTO v_held FROM lastcall.runs r WHERE r.job = p_job
-                AND r.state = 'interrupted' AND r.recovery = 'held' ORDER BY r.id LIMIT 1;
+            SELECT r.id INTO v_held FROM lastcall.runs r WHERE r.cluster = p_cluster
+                AND r.job = p_job AND r.state = 'interrupted' AND r.recovery = 'held' ORDER BY r.id LIMIT 1;
             IF v_held IS NOT NULL THEN
                 p_skip := format('held: run %s was interrupted; `lastcall runs release %s` '
                                  'lets the job run again', v_held, v_held);
@@ -324,31 +391,32 @@ BEGIN
         END IF;
     END IF;
     IF p_skip <> '' AND cardinality(p_retry) = 0 THEN
-        INSERT INTO lastcall.runs (job, scheduled_at, state, created_ms, ended_ms, reason,
-                                   replica, owner)
-            VALUES (p_job, p_at, 'skipped', p_now, p_now, p_skip, p_replica, p_owner)
+        INSERT INTO lastcall.runs (cluster, job, scheduled_at, state, created_ms, ended_ms,
+                                   reason, replica, owner)
+            VALUES (p_cluster, p_job, p_at, 'skipped', p_now, p_now, p_skip, p_replica, p_owner)
             RETURNING id INTO o_run_id;
         o_outcome := 'skipped'; o_reason := p_skip;
         RETURN;
     END IF;
     SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}') INTO v_active FROM lastcall.runs r
-        WHERE r.job = p_job AND r.state = 'started'
+        WHERE r.cluster = p_cluster AND r.job = p_job AND r.state = 'started'
         AND (r.lease_until_ms IS NULL OR r.lease_until_ms > v_db_now);
     IF cardinality(v_active) > 0 AND p_concurrency = 'forbid' THEN
         IF cardinality(p_retry) > 0 THEN
             RAISE EXCEPTION 'waits for a free slot' USING ERRCODE = 'LC001';
         END IF;
         o_reason := format('run %s is still running (concurrency = forbid)', v_active[1]);
-        INSERT INTO lastcall.runs (job, scheduled_at, state, created_ms, ended_ms, reason,
-                                   replica, owner)
-            VALUES (p_job, p_at, 'skipped', p_now, p_now, o_reason, p_replica, p_owner)
+        INSERT INTO lastcall.runs (cluster, job, scheduled_at, state, created_ms, ended_ms,
+                                   reason, replica, owner)
+            VALUES (p_cluster, p_job, p_at, 'skipped', p_now, p_now, o_reason, p_replica,
+                    p_owner)
             RETURNING id INTO o_run_id;
         o_outcome := 'skipped';
         RETURN;
     END IF;
-    INSERT INTO lastcall.runs (job, scheduled_at, state, pid, created_ms, started_ms, retry_of,
-                               replica, owner, lease_until_ms)
-        VALUES (p_job, p_at, 'started', NULL, p_now, p_now, p_retry[cardinality(p_retry)],
+    INSERT INTO lastcall.runs (cluster, job, scheduled_at, state, pid, created_ms, started_ms,
+                               retry_of, replica, owner, lease_until_ms)
+        VALUES (p_cluster, p_job, p_at, 'started', NULL, p_now, p_now, p_retry[cardinality(p_retry)],
                 p_replica, p_owner, CASE WHEN p_lease > 0 THEN v_db_now + p_lease END)
         RETURNING id INTO o_run_id;
     o_outcome := 'started';
@@ -361,11 +429,12 @@ BEGIN
             WHERE r.id = ANY(v_active) AND r.state = 'started' RETURNING r.id)
         SELECT coalesce(array_agg(u.id ORDER BY u.id), '{}') INTO o_replaced FROM u;
     END IF;
-    SELECT w.scheduled_at INTO o_watermark FROM lastcall.watermarks w WHERE w.job = p_job;
+    SELECT w.scheduled_at INTO o_watermark FROM lastcall.cluster_watermarks w
+        WHERE w.cluster = p_cluster AND w.job = p_job;
 END
 $fn$;
-CREATE OR REPLACE FUNCTION lastcall.claim_runs_v1(
-    p_job text[], p_at bigint[], p_retry text[], p_concurrency text[], p_skip text[],
+CREATE OR REPLACE FUNCTION lastcall.claim_runs_v2(
+    p_cluster text, p_job text[], p_at bigint[], p_retry text[], p_concurrency text[], p_skip text[],
     p_check_hold boolean[], p_replica text, p_owner text, p_lease bigint, p_now bigint)
 RETURNS TABLE (o_k int, o_outcome text, o_run_id bigint, o_reason text, o_replaced bigint[],
                o_watermark bigint)
@@ -378,11 +447,11 @@ BEGIN
         v_retry := CASE WHEN coalesce(p_retry[i], '') = '' THEN '{}'::bigint[]
                         ELSE string_to_array(p_retry[i], ',')::bigint[] END;
         IF cardinality(v_retry) = 0 THEN
-            SELECT * INTO v FROM lastcall.claim_one_v1(p_job[i], p_at[i], v_retry,
+            SELECT * INTO v FROM lastcall.claim_one_v2(p_cluster, p_job[i], p_at[i], v_retry,
                 p_concurrency[i], p_skip[i], p_check_hold[i], p_replica, p_owner, p_lease, p_now);
         ELSE
             BEGIN
-                SELECT * INTO v FROM lastcall.claim_one_v1(p_job[i], p_at[i], v_retry,
+                SELECT * INTO v FROM lastcall.claim_one_v2(p_cluster, p_job[i], p_at[i], v_retry,
                     p_concurrency[i], p_skip[i], p_check_hold[i], p_replica, p_owner, p_lease,
                     p_now);
             EXCEPTION WHEN SQLSTATE 'LC001' THEN
@@ -512,6 +581,7 @@ RunRecord read_row(const PgResult& r, int row) {
     out.recovery = r.text(row, 12);
     out.replica = r.text(row, 13);
     out.lease_until_ms = r.opt(row, 14);
+    out.cluster = r.text(row, 15);
     return out;
 }
 
@@ -570,6 +640,7 @@ class PostgresLedger final : public Ledger {
     Status connect();
     Status migrate();
     Status probe_claim();
+    Status check_peers();
     std::chrono::steady_clock::time_point call_deadline() const;
     bool wait_socket(short events) const;
     void abandon(const std::string& why);
@@ -657,6 +728,7 @@ Result<std::unique_ptr<Ledger>> PostgresLedger::open(const std::string& url, boo
         // A claim-shaped write now, rolled back: a role without the rights a claim needs fails
         // the start, instead of a replica that looks healthy and never runs a job.
         if (auto st = ledger->probe_claim(); !st) return st.error();
+        if (auto st = ledger->check_peers(); !st) return st.error();
         // A real write now: an unreachable or read-only database fails the start.
         if (auto r = ledger->run("record start",
                                  "INSERT INTO lastcall.starts (replica, pid, at_ms) "
@@ -698,6 +770,8 @@ Status PostgresLedger::migrate() {
         if (auto r = run("create schema", kSchema); !r) return r.error();
     if (version < 2)
         if (auto r = run("migrate the schema to version 2", kMigrationTo2); !r) return r.error();
+    if (version < 3)
+        if (auto r = run("migrate the schema to version 3", kMigrationTo3); !r) return r.error();
     auto claims =
         run("look for the claim function",
             std::string("SELECT to_regprocedure('") + kClaimFunctionSignature + "') IS NOT NULL");
@@ -727,14 +801,59 @@ Status PostgresLedger::probe_claim() {
     return Ok{};
 }
 
+// Two deployments on one database must not split one job's fire times between them: a live
+// replica (a heartbeat within three leases) under the same cluster key whose job of the same
+// name runs another command means the key is shared by two different things. Refused at start,
+// with what differs.
+Status PostgresLedger::check_peers() {
+    if (identity_.jobs.empty()) return Ok{};
+    auto r = run("look for the cluster's other replicas",
+                 "SELECT replica, jobs FROM lastcall.replicas WHERE cluster = $1 AND owner <> $2 "
+                 "AND seen_ms > " +
+                     std::string(kDbNowMs) + " - $3 ORDER BY seen_ms DESC",
+                 {p(std::string_view(identity_.cluster)), p(std::string_view(identity_.owner)),
+                  p(std::max<std::int64_t>(3 * identity_.lease_ms, 3000))});
+    if (!r) return r.error();
+    // "name\tcommand" lines, one per job.
+    auto commands = [](const std::string& text) {
+        std::map<std::string, std::string> out;
+        std::size_t pos = 0;
+        while (pos < text.size()) {
+            std::size_t end = text.find('\n', pos);
+            if (end == std::string::npos) end = text.size();
+            std::string line = text.substr(pos, end - pos);
+            if (auto tab = line.find('\t'); tab != std::string::npos)
+                out[line.substr(0, tab)] = line.substr(tab + 1);
+            pos = end + 1;
+        }
+        return out;
+    };
+    auto mine = commands(identity_.jobs);
+    for (int i = 0; i < r->rows(); ++i) {
+        for (const auto& [job, command] : commands(r->text(i, 1))) {
+            auto it = mine.find(job);
+            if (it == mine.end() || it->second == command) continue;
+            return error("cluster " + identity_.cluster,
+                         "job " + job + " runs `" + command + "` on live replica " + r->text(i, 0) +
+                             ", and `" + it->second +
+                             "` here: two deployments share the cluster key (give each its own "
+                             "`cluster = \"...\"`), or a rollout changed the command (stop the old "
+                             "replicas first)");
+        }
+    }
+    return Ok{};
+}
+
 // This replica reached the ledger now (its tick): expire_leases tells by these whether the ledger
 // itself was unreachable when a lease lapsed.
 Status PostgresLedger::heartbeat() {
     auto r = run("heartbeat",
-                 "INSERT INTO lastcall.replicas (owner, replica, seen_ms) VALUES ($1, $2, " +
+                 "INSERT INTO lastcall.replicas (owner, replica, seen_ms, cluster, jobs) VALUES "
+                 "($1, $2, " +
                      std::string(kDbNowMs) +
-                     ") ON CONFLICT (owner) DO UPDATE SET seen_ms = excluded.seen_ms",
-                 {p(std::string_view(identity_.owner)), p(std::string_view(identity_.replica))});
+                     ", $3, $4) ON CONFLICT (owner) DO UPDATE SET seen_ms = excluded.seen_ms",
+                 {p(std::string_view(identity_.owner)), p(std::string_view(identity_.replica)),
+                  p(std::string_view(identity_.cluster)), p(std::string_view(identity_.jobs))});
     if (!r) return r.error();
     return Ok{};
 }
@@ -942,12 +1061,12 @@ Result<std::int64_t> PostgresLedger::add(std::string_view job, std::int64_t sche
     std::int64_t now = unix_ms_now();
     auto r = run("insert run of job " + std::string(job),
                  "INSERT INTO lastcall.runs (job, scheduled_at, state, created_ms, ended_ms, "
-                 "reason, retry_of, replica, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
-                 "RETURNING id",
+                 "reason, retry_of, replica, owner, cluster) VALUES ($1, $2, $3, $4, $5, $6, $7, "
+                 "$8, $9, $10) RETURNING id",
                  {p(job), p(scheduled_at), p(to_string(state)), p(now),
                   p(is_terminal(state) ? std::optional<std::int64_t>(now) : std::nullopt),
                   p(reason), p(retry_of), p(std::string_view(identity_.replica)),
-                  p(std::string_view(identity_.owner))});
+                  p(std::string_view(identity_.owner)), p(std::string_view(identity_.cluster))});
     if (!r) return r.error();
     return r->num(0, 0);
 }
@@ -990,12 +1109,13 @@ std::vector<Result<Claim>> PostgresLedger::claim_all(const std::vector<ClaimRequ
         run(what,
             std::string("SELECT o_k, o_outcome, o_run_id, o_reason, o_replaced, o_watermark "
                         "FROM ") +
-                "lastcall.claim_runs_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ORDER BY o_k",
-            {p(std::string_view(text_array(jobs))), p(std::string_view(int_array(at))),
-             p(std::string_view(text_array(retries))), p(std::string_view(text_array(concurrency))),
-             p(std::string_view(text_array(skips))), p(std::string_view(holds)),
-             p(std::string_view(identity_.replica)), p(std::string_view(identity_.owner)),
-             p(identity_.lease_ms), p(unix_ms_now())});
+                "lastcall.claim_runs_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ORDER BY "
+                "o_k",
+            {p(std::string_view(identity_.cluster)), p(std::string_view(text_array(jobs))),
+             p(std::string_view(int_array(at))), p(std::string_view(text_array(retries))),
+             p(std::string_view(text_array(concurrency))), p(std::string_view(text_array(skips))),
+             p(std::string_view(holds)), p(std::string_view(identity_.replica)),
+             p(std::string_view(identity_.owner)), p(identity_.lease_ms), p(unix_ms_now())});
     if (!r) {
         for (auto& o : out) o = r.error();
         return out;
@@ -1061,12 +1181,12 @@ Result<bool> PostgresLedger::complete(std::int64_t id, RunOutcome outcome) {
                  "WITH done AS (UPDATE lastcall.runs SET state = 'completed', ended_ms = $2, "
                  "exit_code = $3, signal = $4, reason = '' WHERE id = $1 AND state IN " +
                      sql_sources_of(RunState::Completed) +
-                     " RETURNING job, scheduled_at, id), "
-                     "moved AS (INSERT INTO lastcall.watermarks (job, scheduled_at, run_id) "
-                     "SELECT job, scheduled_at, id FROM done "
-                     "ON CONFLICT (job) DO UPDATE SET scheduled_at = excluded.scheduled_at, "
-                     "run_id = excluded.run_id "
-                     "WHERE excluded.scheduled_at >= lastcall.watermarks.scheduled_at) "
+                     " RETURNING cluster, job, scheduled_at, id), "
+                     "moved AS (INSERT INTO lastcall.cluster_watermarks (cluster, job, "
+                     "scheduled_at, run_id) SELECT cluster, job, scheduled_at, id FROM done "
+                     "ON CONFLICT (cluster, job) DO UPDATE SET scheduled_at = "
+                     "excluded.scheduled_at, run_id = excluded.run_id "
+                     "WHERE excluded.scheduled_at >= lastcall.cluster_watermarks.scheduled_at) "
                      "SELECT count(*) FROM done",
                  {p(id), p(unix_ms_now()), p(outcome.exit_code), p(outcome.signal)});
     if (!r) return r.error();
@@ -1117,7 +1237,9 @@ Result<std::vector<RunRecord>> PostgresLedger::expire_leases() {
 
 Result<std::optional<std::int64_t>> PostgresLedger::watermark(std::string_view job) {
     auto r = run("read watermark of " + std::string(job),
-                 "SELECT scheduled_at FROM lastcall.watermarks WHERE job = $1", {p(job)});
+                 "SELECT scheduled_at FROM lastcall.cluster_watermarks WHERE cluster = $1 AND "
+                 "job = $2",
+                 {p(std::string_view(identity_.cluster)), p(job)});
     if (!r) return r.error();
     if (r->rows() == 0) return std::optional<std::int64_t>();
     return std::optional<std::int64_t>(r->num(0, 0));
@@ -1141,11 +1263,13 @@ Result<std::vector<RunRecord>> PostgresLedger::list(const RunFilter& filter) {
     auto r = run("select runs",
                  std::string("SELECT * FROM (SELECT ") + kColumns +
                      " FROM lastcall.runs WHERE ($1::text IS NULL OR job = $1) AND ($2::text IS "
-                     "NULL OR state = $2) AND ($3::bigint IS NULL OR created_ms >= $3) ORDER BY "
-                     "id DESC LIMIT $4) newest ORDER BY 1",
+                     "NULL OR state = $2) AND ($3::bigint IS NULL OR created_ms >= $3) AND "
+                     "($5::text IS NULL OR cluster = $5) ORDER BY id DESC LIMIT $4) newest ORDER "
+                     "BY 1",
                  {filter.job.empty() ? std::nullopt : p(std::string_view(filter.job)),
                   filter.state ? p(to_string(*filter.state)) : std::nullopt, p(filter.since_ms),
-                  filter.limit ? p(static_cast<std::int64_t>(*filter.limit)) : std::nullopt});
+                  filter.limit ? p(static_cast<std::int64_t>(*filter.limit)) : std::nullopt,
+                  filter.cluster.empty() ? std::nullopt : p(std::string_view(filter.cluster))});
     if (!r) return r.error();
     std::vector<RunRecord> out;
     for (int i = 0; i < r->rows(); ++i) out.push_back(read_row(*r, i));
@@ -1177,9 +1301,10 @@ Result<std::optional<RunRecord>> PostgresLedger::get(std::int64_t id) {
 Result<std::vector<RunRecord>> PostgresLedger::interrupt_unfinished(std::string_view reason) {
     auto r = run("interrupt unfinished runs",
                  "UPDATE lastcall.runs SET state = 'interrupted', ended_ms = $1, reason = $2 "
-                 "WHERE state IN ('scheduled', 'started') AND lease_until_ms IS NULL RETURNING " +
+                 "WHERE state IN ('scheduled', 'started') AND lease_until_ms IS NULL AND cluster "
+                 "= $3 RETURNING " +
                      std::string(kColumns),
-                 {p(unix_ms_now()), p(reason)});
+                 {p(unix_ms_now()), p(reason), p(std::string_view(identity_.cluster))});
     if (!r) return r.error();
     std::vector<RunRecord> out;
     for (int i = 0; i < r->rows(); ++i) out.push_back(read_row(*r, i));
@@ -1187,11 +1312,14 @@ Result<std::vector<RunRecord>> PostgresLedger::interrupt_unfinished(std::string_
 }
 
 Result<std::vector<RunRecord>> PostgresLedger::awaiting_recovery() {
-    return select("state = 'interrupted' AND (recovery IS NULL OR recovery = 'released')", {});
+    return select(
+        "cluster = $1 AND state = 'interrupted' AND (recovery IS NULL OR recovery = 'released')",
+        {p(std::string_view(identity_.cluster))});
 }
 
 Result<std::optional<RunRecord>> PostgresLedger::held_run(std::string_view job) {
-    auto rows = select("job = $1 AND state = 'interrupted' AND recovery = 'held'", {p(job)});
+    auto rows = select("cluster = $2 AND job = $1 AND state = 'interrupted' AND recovery = 'held'",
+                       {p(job), p(std::string_view(identity_.cluster))});
     if (!rows) return rows.error();
     if (rows->empty()) return std::optional<RunRecord>();
     return std::optional<RunRecord>(std::move(rows->front()));

@@ -7,6 +7,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "lastcall/core/duration.hpp"
@@ -66,7 +67,8 @@ LedgerWorker::~LedgerWorker() {
 
 void LedgerWorker::submit(std::shared_ptr<Job> job) {
     job->seq = next_seq_++;
-    job->deadline = host_.clock().now() + job->budget;
+    // A record's deadline is set when it begins (thread_main); until then only settle() ends it.
+    job->deadline = job->urgent ? host_.clock().now() + job->budget : MonoTime::max();
     job->thread_deadline = std::chrono::steady_clock::now() + job->budget;
     pending_[job->seq] = job;
     arm_deadline();
@@ -82,7 +84,12 @@ void LedgerWorker::submit(std::shared_ptr<Job> job) {
     }
     {
         std::lock_guard lock(shared_->mu);
-        shared_->queue.push_back(std::move(job));
+        auto& q = shared_->queue;
+        // A call goes behind the other calls and ahead of every record.
+        auto at = job->urgent
+                      ? std::find_if(q.begin(), q.end(), [](const auto& j) { return !j->urgent; })
+                      : q.end();
+        q.insert(at, std::move(job));
     }
     shared_->cv.notify_one();
 }
@@ -106,7 +113,8 @@ void LedgerWorker::thread_main(std::shared_ptr<Shared> s) {
         job->ran = true;
         s->busy = true;
         lock.unlock();
-        s->ledger->set_deadline(job->thread_deadline);
+        s->ledger->set_deadline(job->urgent ? job->thread_deadline
+                                            : std::chrono::steady_clock::now() + job->budget);
         job->work(*s->ledger);
         lock.lock();
         s->busy = false;

@@ -45,8 +45,12 @@ constexpr const char* kShuttingDown = "shutting down";
 constexpr Millis kCallBudget{2000};
 // Recovery at start: the previous owner's runs, the kill of their leftovers (up to 2 s), the plan.
 constexpr Millis kRecoveryBudget{8000};
-// Claimed runs spawned per loop turn: a signal, a reap or a timer waits for one slice at most.
-constexpr std::size_t kStartsPerSlice = 32;
+// A slice of the loop's own work on jobs (spawning claimed runs, judging exited ones): at most
+// this many, and no longer than kSlice, so a signal, a reap or a timer waits for one slice at
+// most (a spawn under load takes milliseconds: 32 of them held a SIGUSR1 85-340 ms).
+constexpr std::size_t kStartsPerSlice = 16;
+constexpr std::size_t kExitsPerSlice = 64;
+constexpr Millis kSlice{2};
 // Final runs removed per prune call (`retention`).
 constexpr std::size_t kPruneBatch = 1000;
 
@@ -487,7 +491,7 @@ void JobScheduler::record_skipped(std::size_t job, std::int64_t scheduled_at,
                                   const std::string& reason) {
     const auto& name = jobs_[job].spec.name;
     if (reason == kShuttingDown) ++skipped_at_shutdown_;
-    ledger_->call<std::int64_t>(
+    ledger_->record<std::int64_t>(
         "record a skipped run of job " + name, call_budget(),
         [name, scheduled_at, reason](Ledger& l) {
             return l.add(name, scheduled_at, RunState::Skipped, reason);
@@ -540,7 +544,7 @@ void JobScheduler::queue_run(std::size_t j, std::int64_t scheduled_at) {
     auto& job = jobs_[j];
     job.queueing = true;
     std::string name = job.spec.name;
-    ledger_->call<std::int64_t>(
+    ledger_->record<std::int64_t>(
         "queue a run of job " + name, call_budget(),
         [name, scheduled_at](Ledger& l) {
             return l.add(name, scheduled_at, RunState::Scheduled, "queued behind the running run");
@@ -664,7 +668,7 @@ void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Clai
             // One machine: the fire time's row says why nothing ran.
             std::string name = spec.name;
             std::int64_t at = a.due.scheduled_at;
-            ledger_->call<std::int64_t>(
+            ledger_->record<std::int64_t>(
                 "record the unstarted run of job " + name, call_budget(),
                 [name, at, why](Ledger& l) {
                     return l.add(name, at, RunState::Skipped,
@@ -706,7 +710,10 @@ void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Clai
 // keep a signal, a reap or a timer waiting for more than one slice.
 void JobScheduler::pump_starts() {
     pump_posted_ = false;
-    for (std::size_t n = 0; n < kStartsPerSlice && !starts_.empty(); ++n) {
+    MonoTime began = host_->clock().now();
+    for (std::size_t n = 0; n < kStartsPerSlice && !starts_.empty() &&
+                            (n == 0 || host_->clock().now() - began < kSlice);
+         ++n) {
         ToStart s = std::move(starts_.front());
         starts_.pop_front();
         auto& job = jobs_[s.asked.due.job];
@@ -833,7 +840,7 @@ void JobScheduler::begin_run(std::size_t j, std::int64_t id, std::int64_t schedu
     if (spec.timeout) run.deadline = host_->clock().now() + *spec.timeout;
     std::string name = spec.name;
     std::int64_t pid = run.pid;
-    ledger_->call<Ok>(
+    ledger_->record<Ok>(
         "record the pid of run " + std::to_string(id), call_budget(),
         [id, pid](Ledger& l) { return l.set_pid(id, pid); },
         [name, id, pid](Status st) {
@@ -853,10 +860,13 @@ void JobScheduler::begin_run(std::size_t j, std::int64_t id, std::int64_t schedu
 void JobScheduler::finish_record(std::int64_t id, const std::string& job, RunState to,
                                  RunOutcome outcome, const std::string& reason,
                                  std::function<void(Result<bool>)> then) {
-    ledger_->call<bool>(
+    unconfirmed_.insert(id);
+    ledger_->record<bool>(
         "record run " + std::to_string(id) + " " + std::string(to_string(to)), call_budget(),
         [id, to, outcome, reason](Ledger& l) { return l.finish(id, to, outcome, reason); },
         [this, id, job, to, outcome, reason, then = std::move(then)](Result<bool> done) {
+            // Confirmed, refused, or owed (unwritten_ renews it from here).
+            unconfirmed_.erase(id);
             if (then) return then(std::move(done));
             if (!done) {
                 spdlog::error("job {}: run {}: {}", job, id, done.error().message);
@@ -866,18 +876,39 @@ void JobScheduler::finish_record(std::int64_t id, const std::string& job, RunSta
         });
 }
 
+// Exits are judged in slices after the sweep that reaped them: a burst of a thousand runs
+// ending together (each judged, recorded, its scope checked) does not hold the loop.
 void JobScheduler::reaped(const Reaped& r) {
-    for (auto& [id, run] : runs_) {
-        if (run.phase == Phase::Running && run.pid == r.pid) {
-            on_leader_exit(run, r.status);
-            break;
-        }
-        if (run.phase == Phase::Verifying && run.verify_pid == r.pid) {
-            on_verify_exit(run, r.status);
-            break;
+    exits_.push_back({r.pid, r.status});
+    if (exits_posted_) return;
+    exits_posted_ = true;
+    host_->post([this] { judge_exits(); });
+}
+
+void JobScheduler::judge_exits() {
+    exits_posted_ = false;
+    MonoTime began = host_->clock().now();
+    for (std::size_t n = 0;
+         n < kExitsPerSlice && !exits_.empty() && (n == 0 || host_->clock().now() - began < kSlice);
+         ++n) {
+        auto [pid, status] = exits_.front();
+        exits_.pop_front();
+        for (auto& [id, run] : runs_) {
+            if (run.phase == Phase::Running && run.pid == pid) {
+                on_leader_exit(run, status);
+                break;
+            }
+            if (run.phase == Phase::Verifying && run.verify_pid == pid) {
+                on_verify_exit(run, status);
+                break;
+            }
         }
     }
     release_finished_runs();
+    if (!exits_.empty() && !exits_posted_) {
+        exits_posted_ = true;
+        host_->post([this] { judge_exits(); });
+    }
 }
 
 void JobScheduler::on_leader_exit(Run& run, int status) {
@@ -1070,12 +1101,14 @@ void JobScheduler::complete(Run& run) {
     std::int64_t id = run.id;
     std::string name = spec.name;
     std::string promoted = spec.output.empty() ? "" : ", output promoted to " + spec.output;
-    ledger_->call<bool>(
+    unconfirmed_.insert(id);
+    ledger_->record<bool>(
         "record run " + std::to_string(id) + " completed", call_budget(),
         [id](Ledger& l) {
             return l.complete(id, {0, {}});
         },
         [this, id, name, promoted](Result<bool> done) {
+            unconfirmed_.erase(id);
             if (!done) {
                 // Unknown or failed: reported uncertain and written again, never dropped.
                 note_unwritten(id, name, RunState::Completed, {0, {}}, "", done.error().message);
@@ -1345,9 +1378,14 @@ void JobScheduler::on_lease_timer() {
     // Never a second tick's call behind the first: a slow ledger would pile them up. The runs'
     // self-stop does not wait for either (lease_stop_at, on the timeout timer).
     if (tick_out_) return;
-    std::vector<std::int64_t> ids;
+    // Its running runs, and those whose final record is not confirmed yet (in flight, or to be
+    // written again): nobody may call them expired while their record is on its way.
+    std::set<std::int64_t> renew = unconfirmed_;
     for (const auto& [id, run] : runs_)
-        if (!run.recorded && run.phase != Phase::Lingering) ids.push_back(id);
+        if (!run.recorded && run.phase != Phase::Lingering) renew.insert(id);
+    for (const auto& u : unwritten_)
+        if (u.retry) renew.insert(u.id);
+    std::vector<std::int64_t> ids(renew.begin(), renew.end());
     MonoTime sent = host_->clock().now();
     bool plan = host_->admission().is_open();
     struct Tick {
@@ -1680,7 +1718,7 @@ void JobScheduler::on_prune_timer() {
     if (prune_out_ || settled_) return;
     prune_out_ = true;
     std::int64_t before = unix_ms_now() - retention_->count();
-    ledger_->call<std::int64_t>(
+    ledger_->record<std::int64_t>(
         "prune runs", call_budget(), [before](Ledger& l) { return l.prune(before, kPruneBatch); },
         [this](Result<std::int64_t> r) {
             prune_out_ = false;
@@ -1699,7 +1737,7 @@ void JobScheduler::on_prune_timer() {
 void JobScheduler::refresh_counts() {
     if (counts_out_) return;
     counts_out_ = true;
-    ledger_->call<std::vector<Ledger::JobCount>>(
+    ledger_->record<std::vector<Ledger::JobCount>>(
         "count runs", call_budget(), [](Ledger& l) { return l.count_runs(); },
         [this](Result<std::vector<Ledger::JobCount>> r) {
             counts_out_ = false;
@@ -1780,6 +1818,8 @@ void JobScheduler::settle_records() {
     auto now = host_->clock().now();
     MonoTime until = std::max(now + Millis{250},
                               drain_started_.value_or(now) + host_->settings().grace + Millis{700});
+    // Every process is reaped: the exits not judged yet are judged now, before any record.
+    while (!exits_.empty()) judge_exits();
     // Claimed, never spawned: the fire time was won and did not run.
     while (!starts_.empty()) {
         ToStart s = std::move(starts_.front());

@@ -20,7 +20,7 @@ using lastcall::testing::PgServer;
 namespace {
 
 LedgerIdentity replica(const std::string& name, std::int64_t lease_ms = 0) {
-    return {name, name + "/instance", lease_ms};
+    return {name, name + "/instance", lease_ms, "", ""};
 }
 
 struct Sqlite {
@@ -212,7 +212,7 @@ TEMPLATE_TEST_CASE("the watermark never moves backwards", "[ledger]", Sqlite, Po
     REQUIRE(*l->complete(earlier, {0, {}}));
     CHECK(*l->watermark("j") == 500);
     bool pg = std::string(TestType::kName) == "postgresql";
-    CHECK_FALSE(db.sql(std::string("UPDATE ") + (pg ? "lastcall.watermarks" : "watermarks") +
+    CHECK_FALSE(db.sql(std::string("UPDATE ") + (pg ? "lastcall.cluster_watermarks" : "watermarks") +
                        " SET scheduled_at = 1"));
     CHECK(*l->watermark("j") == 500);
 }
@@ -481,7 +481,7 @@ TEST_CASE("a ledger whose schema is newer than this lastcall's is refused at ope
     Postgres db;
     if (!db.available()) return;
     { auto a = db.open(); }
-    REQUIRE(db.sql("UPDATE lastcall.schema_version SET version = 999"));
+    REQUIRE(db.sql("INSERT INTO lastcall.schema_version VALUES (999, 0)"));
     auto again = Ledger::open({"", db.url}, true, replica("b"));
     REQUIRE_FALSE(again);
     CHECK_THAT(again.error().message, Catch::Contains("schema version 999 is newer"));

@@ -795,14 +795,14 @@ struct SharedJobs {
     explicit SharedJobs(const std::string& toml) {
         auto cfg = parse_jobs_toml(toml, "test.toml");
         REQUIRE(cfg);
-        auto real = Ledger::open({dir.path, ""}, true, {"a", "a/1", 3000});
+        auto real = Ledger::open({dir.path, ""}, true, {"a", "a/1", 3000, "", ""});
         REQUIRE(real);
         auto cut = std::make_unique<StallableLedger>(std::move(*real), true);
         ledger = cut.get();
         scheduler.emplace(std::move(cfg->jobs), std::move(cut), LedgerWorker::Mode::OnLoop);
         host.deliver_to(&*scheduler);
         REQUIRE(scheduler->attach_host(host));
-        auto r = Ledger::open({dir.path, ""}, false, {"b", "b/1", 3000});
+        auto r = Ledger::open({dir.path, ""}, false, {"b", "b/1", 3000, "", ""});
         REQUIRE(r);
         other = std::move(*r);
     }

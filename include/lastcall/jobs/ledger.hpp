@@ -77,6 +77,7 @@ struct RunRecord {
     std::optional<std::int64_t> retry_of;
     std::string recovery;
     std::string replica;                         // who ran it (empty: before replicas)
+    std::string cluster;                         // the deployment key (a shared ledger)
     std::optional<std::int64_t> lease_until_ms;  // a shared ledger's claimed runs
 };
 
@@ -90,6 +91,7 @@ struct RunFilter {
     std::optional<RunState> state;         // nullopt: all states
     std::optional<std::int64_t> since_ms;  // only runs created at or after (Unix ms)
     std::optional<std::size_t> limit;      // only the newest this many (still oldest first)
+    std::string cluster;                   // a shared ledger: only this deployment's
 };
 
 // Wall-clock time in Unix milliseconds: the times of a record.
@@ -111,6 +113,13 @@ struct LedgerIdentity {
     std::string replica;
     std::string owner;
     std::int64_t lease_ms = 0;
+    // A shared ledger: the deployment key (`cluster =`, else derived from the config): fire
+    // times, watermarks and recovery are the cluster's, so two deployments on one database with
+    // a job of the same name each run their own.
+    std::string cluster;
+    // "name\tcommand" lines of this replica's jobs: a live replica with the same key whose job of
+    // the same name runs another command refuses this one's start.
+    std::string jobs;
 };
 
 // One fire time (or the retry of interrupted runs) to be claimed. Every replica computes the

@@ -16,7 +16,12 @@
 //     was running when its caller gave up delivers its real answer to `late` (when given), so a
 //     claim that did land is not left unowned.
 //
-// Calls run one at a time, in the order given (a run's `started` before its `completed`).
+// Calls run one at a time: claims and lease ticks (call()) in the order given, ahead of records
+// (record()), which run in the order given after them. A claim or a renewal is worth something
+// only on time, so its deadline runs from the call; a record is worth writing however late, so
+// its deadline runs from when it begins: a burst of a thousand runs' records over a far database
+// is a backlog, not a thousand failures, and it never holds a renewal behind it. At the end,
+// settle() bounds whatever is left.
 //
 //   Queued --worker takes it--> Running --answer--> Answered (done(result) on the loop)
 //      |                          |
@@ -74,18 +79,15 @@ class LedgerWorker {
     template <typename T>
     void call(std::string what, Millis budget, std::function<Result<T>(Ledger&)> work,
               std::function<void(Result<T>)> done, std::function<void(Result<T>)> late = {}) {
-        // The thread fills the slot, then hands the job back under the mutex: the loop reads it
-        // only after that hand-over.
-        auto slot = std::make_shared<std::optional<Result<T>>>();
-        auto on_done = std::make_shared<std::function<void(Result<T>)>>(std::move(done));
-        auto job = std::make_shared<Job>();
-        job->what = std::move(what);
-        job->budget = budget;
-        job->work = [slot, w = std::move(work)](Ledger& l) { slot->emplace(w(l)); };
-        job->deliver = [slot, on_done] { (*on_done)(std::move(**slot)); };
-        job->unknown = [on_done](const std::string& why) { (*on_done)(Result<T>(Error{why})); };
-        if (late) job->deliver_late = [slot, l = std::move(late)] { l(std::move(**slot)); };
-        submit(std::move(job));
+        enqueue<T>(std::move(what), budget, true, std::move(work), std::move(done),
+                   std::move(late));
+    }
+    // A record (a run's state, its pid, a skipped fire time, a count, a prune): behind the calls,
+    // in order, its budget counted from when it begins.
+    template <typename T>
+    void record(std::string what, Millis budget, std::function<Result<T>(Ledger&)> work,
+                std::function<void(Result<T>)> done) {
+        enqueue<T>(std::move(what), budget, false, std::move(work), std::move(done), {});
     }
 
     // Calls not yet answered (queued or running).
@@ -96,10 +98,30 @@ class LedgerWorker {
     void settle(MonoTime until);
 
   private:
+    template <typename T>
+    void enqueue(std::string what, Millis budget, bool urgent,
+                 std::function<Result<T>(Ledger&)> work, std::function<void(Result<T>)> done,
+                 std::function<void(Result<T>)> late) {
+        // The thread fills the slot, then hands the job back under the mutex: the loop reads it
+        // only after that hand-over.
+        auto slot = std::make_shared<std::optional<Result<T>>>();
+        auto on_done = std::make_shared<std::function<void(Result<T>)>>(std::move(done));
+        auto job = std::make_shared<Job>();
+        job->what = std::move(what);
+        job->budget = budget;
+        job->urgent = urgent;
+        job->work = [slot, w = std::move(work)](Ledger& l) { slot->emplace(w(l)); };
+        job->deliver = [slot, on_done] { (*on_done)(std::move(**slot)); };
+        job->unknown = [on_done](const std::string& why) { (*on_done)(Result<T>(Error{why})); };
+        if (late) job->deliver_late = [slot, l = std::move(late)] { l(std::move(**slot)); };
+        submit(std::move(job));
+    }
+
     struct Job {
         std::uint64_t seq = 0;
         std::string what;
         Millis budget{0};
+        bool urgent = true;  // call(): ahead of records, its deadline from the call
         MonoTime deadline{};
         std::chrono::steady_clock::time_point thread_deadline{};
         std::function<void(Ledger&)> work;

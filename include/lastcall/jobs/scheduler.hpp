@@ -212,6 +212,7 @@ class JobScheduler final : public SupervisorComponent {
     void claim(std::vector<Due> due);
     void on_claimed(std::vector<Asked>& asked, Result<std::vector<Claimed>>& answer);
     void pump_starts();
+    void judge_exits();
     void not_started(const ToStart& s, const std::string& why);
     void begin_run(std::size_t job, std::int64_t id, std::int64_t scheduled_at, Ticket ticket,
                    std::optional<MonoTime> claimed_at, const std::vector<std::int64_t>& retry_of,
@@ -261,6 +262,10 @@ class JobScheduler final : public SupervisorComponent {
     std::map<std::int64_t, Run> runs_;
     std::deque<ToStart> starts_;  // claimed, to be spawned a slice per loop turn
     bool pump_posted_ = false;
+    std::deque<std::pair<pid_t, int>> exits_;  // reaped, to be judged a slice per loop turn
+    bool exits_posted_ = false;
+    // Runs whose final record was sent and not yet confirmed: their leases are still renewed.
+    std::set<std::int64_t> unconfirmed_;
     // When the fire timer was armed, by both clocks: a fire time missed is told apart as a clock
     // step or suspend (the wall clock moved further than the monotonic one) or lastcall running
     // late (stopped, starved).
