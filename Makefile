@@ -18,7 +18,7 @@ BENCH_PKGS := tini dumb-init catatonit hyperfine gnuplot-nox
 # cpack's DEB generator: dpkg-shlibdeps (dpkg-dev) computes Depends, file finds the ELF files.
 PKG_PKGS   := dpkg-dev file
 
-.PHONY: all deps build demo test test-sanitize fuzz package static bench bench-ledger format clean
+.PHONY: all deps build demo test test-sanitize fuzz package static bench bench-ledger bench-never-waits format clean
 
 all: build
 
@@ -104,6 +104,12 @@ bench: package static
 bench-ledger: build
 	cmake --build $(BUILD) --target ledger_bench
 	/usr/bin/python3 bench/ledger.py --tool $(BUILD)/tools/ledger_bench
+
+# The init never waits (issue 38): a signal's delay to the main command while 3 replicas claim a
+# burst of 1,000 jobs on PostgreSQL 0 ms and 50 ms away, and SQLite on a throttled disk (root):
+# <date>-never-waits.md, a section per run.
+bench-never-waits: build
+	/usr/bin/python3 bench/never_waits.py --binary $(BUILD)/lastcall --label "$(or $(LABEL),$$(git rev-parse --short HEAD))" $(BENCH_ARGS)
 
 # The Debian package, in $(BUILD)/packages: /usr/bin/lastcall (static), its dynamic twin in
 # /usr/libexec/lastcall, lastcall(1), docs and examples.

@@ -77,7 +77,11 @@ LedgerIdentity ledger_identity(const Options& options, const JobsSetup& jobs) {
         id.replica = ::gethostname(host, sizeof host - 1) == 0 ? host : "localhost";
     }
     id.owner = id.replica + "/" + instance_id();
-    if (!jobs.ledger_url.empty()) id.lease_ms = jobs.lease.count();
+    if (!jobs.ledger_url.empty()) {
+        id.lease_ms = jobs.lease.count();
+        id.cluster = jobs.cluster ? *jobs.cluster : cluster_key_of(jobs.jobs);
+        id.jobs = job_commands(jobs.jobs);
+    }
     return id;
 }
 

@@ -71,6 +71,8 @@ void print_json(const std::vector<RunRecord>& runs) {
         r.recovery.empty() ? j.null() : j.value(r.recovery);
         j.key("replica");
         r.replica.empty() ? j.null() : j.value(r.replica);
+        j.key("cluster");
+        r.cluster.empty() ? j.null() : j.value(r.cluster);
         j.end_object();
     }
     j.end_array();
@@ -85,6 +87,7 @@ void print_table(const std::vector<RunRecord>& runs, bool with_replica) {
     std::vector<std::vector<std::string>> rows{
         {"ID", "JOB", "STATE", "SCHEDULED", "PID", "ENDED", "EXIT", "REASON"}};
     if (with_replica) rows[0].insert(rows[0].begin() + 4, "REPLICA");
+    if (with_replica) rows[0].insert(rows[0].begin() + 1, "CLUSTER");
     for (const auto& r : runs) {
         std::string exit = r.exit_code ? std::to_string(*r.exit_code)
                            : r.signal  ? std::string(signal_name(*r.signal))
@@ -98,8 +101,10 @@ void print_table(const std::vector<RunRecord>& runs, bool with_replica) {
                         relative_time(r.scheduled_at * 1000, now),
                         r.pid ? std::to_string(*r.pid) : "-",
                         r.ended_ms ? relative_time(*r.ended_ms, now) : "-", exit, reason});
-        if (with_replica)
+        if (with_replica) {
             rows.back().insert(rows.back().begin() + 4, r.replica.empty() ? "-" : r.replica);
+            rows.back().insert(rows.back().begin() + 1, r.cluster.empty() ? "-" : r.cluster);
+        }
     }
     std::fputs(format_table(rows).c_str(), stdout);
 }
@@ -230,7 +235,7 @@ int run_runs(const std::vector<std::string>& args) {
     std::string job, state, state_dir, config, crontab, url;
     bool json = false;
     long long release_id = 0;
-    std::string since, before;
+    std::string since, before, cluster;
     std::size_t limit = 0;
     app.add_option("--job", job, "Only this job's runs");
     app.add_option("--state", state, "Only runs in this state")
@@ -240,6 +245,7 @@ int run_runs(const std::vector<std::string>& args) {
     app.add_option(
         "--limit", limit,
         "At most this many runs, the newest (default 50 for the table, all with --json)");
+    app.add_option("--cluster", cluster, "A shared ledger: only this deployment's runs");
     app.add_option("--since", since, "Only runs created within this long (\"10m\", \"2d\")");
     app.add_option("--state-dir", state_dir, "Directory of the run ledger");
     app.add_option("--ledger", url,
@@ -274,6 +280,7 @@ int run_runs(const std::vector<std::string>& args) {
     }
     RunFilter filter;
     filter.job = job;
+    filter.cluster = cluster;
     if (!state.empty()) filter.state = parse_run_state(state);
     if (!since.empty()) {
         auto d = parse_duration(since);

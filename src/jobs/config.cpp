@@ -259,6 +259,12 @@ Result<JobsConfig> parse_jobs_toml(std::string_view text, const std::string& pat
             if (!d) return at(path, v, key, d.error().message);
             if (*d < kMinLease) return at(path, v, key, "must be at least 3s");
             config.lease = *d;
+        } else if (key == "cluster") {
+            auto s = v.value_exact<std::string>();
+            if (!s) return at(path, v, key, "expected a name such as \"billing-prod\"");
+            if (s->size() > 200 || s->find_first_of("\n\t") != std::string::npos)
+                return at(path, v, key, "expected one line of at most 200 characters");
+            config.cluster = *s;
         } else if (key == "retention") {
             auto s = v.value_exact<std::string>();
             if (!s) return at(path, v, key, "expected a duration string such as \"30d\"");
@@ -510,6 +516,37 @@ std::string resolve_state_dir(const std::string& flag, const std::string& from_c
     return default_state_dir() + "/" + state_dir_name(unit_file);
 }
 
+std::string job_commands(const std::vector<JobSpec>& jobs) {
+    std::vector<std::string> lines;
+    for (const auto& j : jobs) {
+        std::string command;
+        for (const auto& a : j.command) command += (command.empty() ? "" : " ") + a;
+        for (char& c : command)
+            if (c == '\n' || c == '\t') c = ' ';
+        lines.push_back(j.name + "\t" + command);
+    }
+    std::sort(lines.begin(), lines.end());
+    std::string out;
+    for (const auto& l : lines) out += l + "\n";
+    return out;
+}
+
+std::string cluster_key_of(const std::vector<JobSpec>& jobs) {
+    std::vector<std::string> parts;
+    for (const auto& j : jobs) {
+        std::string part = j.name + '\x1f' + j.schedule->expression();
+        for (const auto& a : j.command) part += '\x1f' + a;
+        parts.push_back(part);
+    }
+    std::sort(parts.begin(), parts.end());
+    std::uint64_t h = 1469598103934665603ull;  // FNV-1a: the same jobs, the same key anywhere
+    for (const auto& part : parts)
+        for (unsigned char c : part + '\x1e') h = (h ^ c) * 1099511628211ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    return "jobs-" + std::string(hex, 8);
+}
+
 std::string state_dir_name(const std::string& unit_file) {
     std::string path = real_path(unit_file).value_or(unit_file);
     // FNV-1a of the absolute path: the same file always maps to the same directory, two files
@@ -537,6 +574,7 @@ Result<JobsSetup> load_jobs(const Options& options, const std::string* config_te
         setup.ledger_url = std::move(config->ledger);
         if (config->lease) setup.lease = *config->lease;
         setup.retention = config->retention;
+        setup.cluster = config->cluster;
     }
     if (!options.ledger_url.empty()) {
         if (!is_postgresql_url(options.ledger_url))

@@ -182,6 +182,7 @@ class SqliteLedger final : public Ledger {
                              std::string_view reason,
                              std::optional<std::int64_t> retry_of = {}) override;
     Result<Claim> claim(const ClaimRequest& request) override;
+    std::vector<Result<Claim>> claim_all(const std::vector<ClaimRequest>& requests) override;
     Result<bool> start(std::int64_t id) override;
     Status set_pid(std::int64_t id, std::int64_t pid) override;
     Result<bool> finish(std::int64_t id, RunState to, RunOutcome outcome,
@@ -405,6 +406,33 @@ Result<Claim> SqliteLedger::claim(const ClaimRequest& request) {
         return st.error();
     }
     return claimed;
+}
+
+// A burst in one transaction, so one commit (one fsync) for all of it: on a slow disk a
+// thousand claims of one instant are one write, not a thousand. Each claim in a savepoint of its
+// own: a lost or failed one undoes only its own writes.
+std::vector<Result<Claim>> SqliteLedger::claim_all(const std::vector<ClaimRequest>& requests) {
+    std::vector<Result<Claim>> out;
+    if (requests.size() <= 1) return Ledger::claim_all(requests);
+    if (auto st = exec("BEGIN IMMEDIATE"); !st) {
+        for (std::size_t i = 0; i < requests.size(); ++i) out.push_back(st.error());
+        return out;
+    }
+    for (const auto& r : requests) {
+        if (auto st = exec("SAVEPOINT claim"); !st) {
+            out.push_back(st.error());
+            continue;
+        }
+        auto claimed = claim_locked(r);
+        if (!claimed || claimed->outcome == Claim::Outcome::Lost) (void)exec("ROLLBACK TO claim");
+        (void)exec("RELEASE claim");
+        out.push_back(std::move(claimed));
+    }
+    if (auto st = exec("COMMIT"); !st) {
+        (void)exec("ROLLBACK");
+        for (auto& o : out) o = st.error();
+    }
+    return out;
 }
 
 Result<Claim> SqliteLedger::claim_locked(const ClaimRequest& request) {

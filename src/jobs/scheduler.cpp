@@ -262,8 +262,8 @@ Status JobScheduler::attach_host(UnitHost& host) {
         auto lease = host.new_timer([this] { on_lease_timer(); });
         if (!lease) return lease.error();
         lease_timer_ = std::move(*lease);
-        spdlog::info("run ledger {} is shared: replica {}, lease {}", facts().path(),
-                     facts().identity().replica,
+        spdlog::info("run ledger {} is shared: replica {}, cluster {}, lease {}", facts().path(),
+                     facts().identity().replica, facts().identity().cluster,
                      format_duration(Millis{facts().identity().lease_ms}));
         warn_local_outputs();
     }
@@ -593,6 +593,8 @@ void JobScheduler::claim(std::vector<Due> due) {
     }
     if (requests.empty()) return;
     bool one_machine = !facts().shared();
+    std::vector<std::string> names;
+    for (const auto& r : requests) names.push_back(r.job);
     std::string what = requests.size() == 1
                            ? "claim the run of job " + requests.front().job + " at " +
                                  iso_utc(requests.front().scheduled_at)
@@ -631,11 +633,14 @@ void JobScheduler::claim(std::vector<Due> due) {
         // The answer came after the loop had called it unknown: a fire time this replica won is
         // recorded as not run (its retry follows the job's policy), never left `started` with
         // nobody running it.
-        [this](Result<std::vector<Claimed>> late) {
+        [this, names](Result<std::vector<Claimed>> late) {
             if (!late) return;
-            for (const auto& c : *late) {
+            for (std::size_t i = 0; i < late->size() && i < names.size(); ++i) {
+                const auto& c = (*late)[i];
                 if (!c.claim || c.claim->outcome != Claim::Outcome::Started) continue;
-                finish_record(c.claim->id, "?", RunState::Interrupted, {},
+                spdlog::warn("job {}: run {} was claimed after the claim's deadline: not started",
+                             names[i], c.claim->id);
+                finish_record(c.claim->id, names[i], RunState::Interrupted, {},
                               "not started: its claim was answered after the claim's deadline", {});
             }
         });

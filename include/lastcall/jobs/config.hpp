@@ -68,6 +68,8 @@ struct JobsConfig {
     // top-level `retention`: final runs older than this are pruned from the ledger while
     // lastcall runs (none: kept until `lastcall runs prune`)
     std::optional<Millis> retention;
+    // top-level `cluster`: the deployment key of a shared ledger (none: derived from the jobs)
+    std::optional<std::string> cluster;
 };
 
 // A claimed run's lease in a shared ledger when the config sets none, and its bounds.
@@ -100,7 +102,15 @@ struct JobsSetup {
     std::string ledger_url;  // --ledger, else the config's `ledger`; empty: SQLite in state_dir
     Millis lease = kDefaultLease;
     std::optional<Millis> retention;
+    std::optional<std::string> cluster;  // `cluster =`; none: cluster_key_of(jobs)
 };
+// A shared ledger's deployment key when the config names none: "jobs-" and 8 hex digits of a
+// hash of every job's name, schedule and command, so that two deployments whose jobs differ
+// never share fire times by accident (and a rollout that changes a command changes the key:
+// name it with `cluster =` to keep one across such rollouts).
+std::string cluster_key_of(const std::vector<JobSpec>& jobs);
+// "name\tcommand" lines: what a replica says it runs, for the cluster's other replicas.
+std::string job_commands(const std::vector<JobSpec>& jobs);
 // config_text: the text of --config when the caller has read it already (main reads it once
 // for the services and the jobs: a config from a pipe has one reader); else the file is read.
 Result<JobsSetup> load_jobs(const Options& options, const std::string* config_text = nullptr);
