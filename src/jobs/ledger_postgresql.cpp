@@ -639,6 +639,7 @@ class PostgresLedger final : public Ledger {
           display_(std::move(display)) {}
     Status connect();
     Status migrate();
+    std::string connect_url() const override;
     Status probe_claim();
     Status check_peers();
     std::chrono::steady_clock::time_point call_deadline() const;
@@ -739,6 +740,29 @@ Result<std::unique_ptr<Ledger>> PostgresLedger::open(const std::string& url, boo
             return r.error();
     }
     return std::unique_ptr<Ledger>(std::move(ledger));
+}
+
+// A URL that connects as this ledger does, without the password (a job's `lastcall runs check`
+// finds the server with it; the password, if any, comes from its own PGPASSWORD or .pgpass):
+// every keyword as a query parameter, percent-encoded (a Unix socket's directory as host).
+std::string PostgresLedger::connect_url() const {
+    std::string out = "postgresql://";
+    char sep = '?';
+    for (std::size_t i = 0; i < keys_.size(); ++i) {
+        if (keys_[i] == "password") continue;
+        out += sep + keys_[i] + "=";
+        sep = '&';
+        for (unsigned char c : values_[i]) {
+            if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+                out += static_cast<char>(c);
+            } else {
+                char hex[4];
+                std::snprintf(hex, sizeof hex, "%%%02X", c);
+                out += hex;
+            }
+        }
+    }
+    return out;
 }
 
 // The schema as this version needs it: created on a new database, moved forward from an older
@@ -1210,15 +1234,17 @@ Result<std::vector<std::int64_t>> PostgresLedger::renew(const std::vector<std::i
 
 Result<std::vector<RunRecord>> PostgresLedger::expire_leases() {
     // One statement: a renewal that commits first keeps its run (READ COMMITTED re-reads the
-    // row's lease after waiting for it). A lease lapsed at lease_until_ms; if no replica at all
-    // reached the ledger between then and now (the newest heartbeat is older: the database was
-    // down or cut off from everyone, its owner included), the lapse says nothing about the
-    // owner, and the run gets a fresh period (this caller's lease) instead of expiring: its owner
-    // writes what it owes on its first tick after the outage (records first), or stops renewing
-    // and the run expires a lease later. The caller's own heartbeat comes after this statement.
+    // row's lease after waiting for it). The owner last renewed the lease at about
+    // lease_until_ms - lease; a replica that reached the ledger half a lease after that (the
+    // newest heartbeat, ticks a second apart) shows the ledger was there while the owner did not
+    // renew: the run expires. If no replica at all reached the ledger since (the database was
+    // down or cut off from everyone, its owner included), the lapse says nothing about the owner,
+    // and the run gets a fresh period (this caller's lease) instead: its owner writes what it
+    // owes on its first tick after the outage (records first), or stops renewing and the run
+    // expires a lease later. The caller's own heartbeat comes after this statement.
     auto r = run("expire leases",
                  "WITH seen AS (SELECT coalesce(max(seen_ms), 0) AS at FROM lastcall.replicas), "
-                 "lapsed AS (SELECT r.id, r.lease_until_ms < seen.at AS expired FROM "
+                 "lapsed AS (SELECT r.id, r.lease_until_ms - $2 / 2 < seen.at AS expired FROM "
                  "lastcall.runs r, seen WHERE r.state IN ('scheduled', 'started') AND "
                  "r.lease_until_ms IS NOT NULL AND r.lease_until_ms < " +
                      std::string(kDbNowMs) +

@@ -762,6 +762,7 @@ std::vector<std::string> JobScheduler::environment(const Run& run, const std::st
     // Fencing (`lastcall runs check`, lastcall.run_is_current()): who holds the run; and, with
     // the ledger, what a restarted replica finds its predecessor's leftovers by.
     env.set("LASTCALL_RUN_OWNER", facts().identity().owner);
+    if (auto url = facts().connect_url(); !url.empty()) env.set("LASTCALL_LEDGER_URL", url);
     env.set("LASTCALL_REPLICA", facts().identity().replica);
     env.set("LASTCALL_SCHEDULED_TIME", iso_utc(run.scheduled_at));
     // One key for a fire time and all its retries (also after `runs release`): what a job uses

@@ -177,6 +177,8 @@ class Ledger {
     virtual std::string_view backend() const = 0;
     // What to show: the database's path, or the URL without its password.
     virtual const std::string& path() const = 0;
+    // A URL another process can open this ledger with (no password): "" for SQLite (its path).
+    virtual std::string connect_url() const { return ""; }
     // Several replicas write to it: claims compete and leases expire.
     virtual bool shared() const = 0;
     void set_identity(LedgerIdentity id) { identity_ = std::move(id); }
