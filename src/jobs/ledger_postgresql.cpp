@@ -249,7 +249,6 @@ CREATE OR REPLACE TRIGGER runs_terminal_are_final BEFORE UPDATE OR DELETE ON las
     FOR EACH ROW EXECUTE FUNCTION lastcall.terminal_runs_are_final();
 CREATE INDEX IF NOT EXISTS runs_final_by_end ON lastcall.runs (ended_ms)
     WHERE state IN ('completed', 'failed', 'interrupted', 'skipped');
-CREATE INDEX IF NOT EXISTS runs_by_replica ON lastcall.runs (replica, job, state);
 CREATE TABLE IF NOT EXISTS lastcall.replicas (
     owner   TEXT   PRIMARY KEY,
     replica TEXT   NOT NULL,
@@ -329,6 +328,48 @@ BEGIN
     END IF;
     RETURN NEW;
 END $fn$;
+-- The metrics' runs per replica, job and state, kept by the database as runs are written: the
+-- metrics read a row per job and state, never the history (a scan took 0.2-0.5 s at 1M runs).
+CREATE TABLE IF NOT EXISTS lastcall.run_counts (
+    replica           TEXT   NOT NULL,
+    job               TEXT   NOT NULL,
+    state             TEXT   NOT NULL,
+    runs              BIGINT NOT NULL,
+    last_completed_ms BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (replica, job, state)
+);
+CREATE OR REPLACE FUNCTION lastcall.count_runs_by_state() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        UPDATE lastcall.run_counts SET runs = runs - 1
+            WHERE replica = OLD.replica AND job = OLD.job AND state = OLD.state;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO lastcall.run_counts AS c (replica, job, state, runs, last_completed_ms)
+            VALUES (NEW.replica, NEW.job, NEW.state, 1,
+                    CASE WHEN NEW.state = 'completed' THEN coalesce(NEW.ended_ms, 0) ELSE 0 END)
+            ON CONFLICT (replica, job, state) DO UPDATE SET runs = c.runs + 1,
+                last_completed_ms = greatest(c.last_completed_ms, excluded.last_completed_ms);
+    END IF;
+    RETURN NULL;
+END $fn$;
+DO $do$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM lastcall.schema_version WHERE version >= 3) THEN
+        INSERT INTO lastcall.run_counts (replica, job, state, runs, last_completed_ms)
+            SELECT replica, job, state, count(*),
+                   coalesce(max(CASE WHEN state = 'completed' THEN ended_ms END), 0)
+            FROM lastcall.runs GROUP BY replica, job, state
+            ON CONFLICT DO NOTHING;
+    END IF;
+END $do$;
+CREATE OR REPLACE TRIGGER runs_counted AFTER INSERT OR DELETE ON lastcall.runs
+    FOR EACH ROW EXECUTE FUNCTION lastcall.count_runs_by_state();
+CREATE OR REPLACE TRIGGER runs_counted_moves AFTER UPDATE ON lastcall.runs
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.replica IS DISTINCT FROM
+                       NEW.replica OR OLD.job IS DISTINCT FROM NEW.job)
+    EXECUTE FUNCTION lastcall.count_runs_by_state();
 INSERT INTO lastcall.schema_version (version, applied_ms)
     VALUES (3, (extract(epoch from clock_timestamp()) * 1000)::bigint)
     ON CONFLICT (version) DO NOTHING;
@@ -1304,11 +1345,11 @@ Result<std::vector<RunRecord>> PostgresLedger::list(const RunFilter& filter) {
 
 Result<std::vector<Ledger::JobCount>> PostgresLedger::count_runs() {
     // This replica's runs only: each replica exports its own metrics, and Prometheus' sum over
-    // the replicas is then the deployment's count (the whole ledger would count each run N times).
+    // the replicas is then the deployment's count (the whole ledger would count each run N
+    // times). From the counts the database keeps (lastcall.run_counts), a row per job and state.
     auto r = run("count runs",
-                 "SELECT job, state, COUNT(*), COALESCE(MAX(CASE WHEN state = 'completed' THEN "
-                 "ended_ms END), 0) FROM lastcall.runs WHERE replica = $1 GROUP BY job, state "
-                 "ORDER BY job, state",
+                 "SELECT job, state, runs, last_completed_ms FROM lastcall.run_counts WHERE "
+                 "replica = $1 AND (runs > 0 OR last_completed_ms > 0) ORDER BY job, state",
                  {p(std::string_view(identity_.replica))});
     if (!r) return r.error();
     std::vector<JobCount> out;
