@@ -86,6 +86,17 @@ std::string held_reason(std::int64_t held) {
            std::to_string(held) + "` lets the job run again";
 }
 
+Result<std::vector<bool>> Ledger::finish_all(const std::vector<Ending>& endings) {
+    std::vector<bool> out;
+    for (const auto& e : endings) {
+        auto done = e.to == RunState::Completed ? complete(e.id, e.outcome)
+                                                : finish(e.id, e.to, e.outcome, e.reason);
+        if (!done) return done.error();
+        out.push_back(*done);
+    }
+    return out;
+}
+
 std::vector<Result<Claim>> Ledger::claim_all(const std::vector<ClaimRequest>& requests) {
     std::vector<Result<Claim>> out;
     out.reserve(requests.size());

@@ -51,6 +51,8 @@ constexpr Millis kRecoveryBudget{8000};
 constexpr std::size_t kStartsPerSlice = 16;
 constexpr std::size_t kExitsPerSlice = 64;
 constexpr Millis kSlice{2};
+// Final records per ledger call at most (flush_endings).
+constexpr std::size_t kEndingsPerBatch = 500;
 // Final runs removed per prune call (`retention`).
 constexpr std::size_t kPruneBatch = 1000;
 
@@ -866,20 +868,15 @@ void JobScheduler::begin_run(std::size_t j, std::int64_t id, std::int64_t schedu
 void JobScheduler::finish_record(std::int64_t id, const std::string& job, RunState to,
                                  RunOutcome outcome, const std::string& reason,
                                  std::function<void(Result<bool>)> then) {
-    unconfirmed_.insert(id);
-    ledger_->record<bool>(
-        "record run " + std::to_string(id) + " " + std::string(to_string(to)), call_budget(),
-        [id, to, outcome, reason](Ledger& l) { return l.finish(id, to, outcome, reason); },
-        [this, id, job, to, outcome, reason, then = std::move(then)](Result<bool> done) {
-            // Confirmed, refused, or owed (unwritten_ renews it from here).
-            unconfirmed_.erase(id);
-            if (then) return then(std::move(done));
-            if (!done) {
-                spdlog::error("job {}: run {}: {}", job, id, done.error().message);
-                if (is_terminal(to))
-                    note_unwritten(id, job, to, outcome, reason, done.error().message);
-            }
-        });
+    queue_ending(Ledger::Ending{id, to, outcome, reason},
+                 [this, id, job, to, outcome, reason, then = std::move(then)](Result<bool> done) {
+                     if (then) return then(std::move(done));
+                     if (!done) {
+                         spdlog::error("job {}: run {}: {}", job, id, done.error().message);
+                         if (is_terminal(to))
+                             note_unwritten(id, job, to, outcome, reason, done.error().message);
+                     }
+                 });
 }
 
 // Exits are judged in slices after the sweep that reaped them: a burst of a thousand runs
@@ -1107,26 +1104,58 @@ void JobScheduler::complete(Run& run) {
     std::int64_t id = run.id;
     std::string name = spec.name;
     std::string promoted = spec.output.empty() ? "" : ", output promoted to " + spec.output;
-    unconfirmed_.insert(id);
-    ledger_->record<bool>(
-        "record run " + std::to_string(id) + " completed", call_budget(),
-        [id](Ledger& l) {
-            return l.complete(id, {0, {}});
-        },
-        [this, id, name, promoted](Result<bool> done) {
-            unconfirmed_.erase(id);
-            if (!done) {
-                // Unknown or failed: reported uncertain and written again, never dropped.
-                note_unwritten(id, name, RunState::Completed, {0, {}}, "", done.error().message);
-                spdlog::error("job {}: run {} completed but not recorded: {}", name, id,
-                              done.error().message);
-            } else if (!*done) {
-                spdlog::warn(
-                    "job {}: run {}: `completed` refused, the run already has a final state", name,
-                    id);
-            } else {
-                spdlog::info("job {}: run {} completed{}", name, id, promoted);
+    queue_ending(Ledger::Ending{id, RunState::Completed, {0, {}}, ""}, [this, id, name, promoted](
+                                                                           Result<bool> done) {
+        if (!done) {
+            // Unknown or failed: reported uncertain and written again, never dropped.
+            note_unwritten(id, name, RunState::Completed, {0, {}}, "", done.error().message);
+            spdlog::error("job {}: run {} completed but not recorded: {}", name, id,
+                          done.error().message);
+        } else if (!*done) {
+            spdlog::warn("job {}: run {}: `completed` refused, the run already has a final state",
+                         name, id);
+        } else {
+            spdlog::info("job {}: run {} completed{}", name, id, promoted);
+        }
+    });
+}
+
+// Final records go to the ledger in batches: the ones made while a batch is with the ledger wait
+// and go together as the next, one call (one statement, one commit) for all. A slow ledger makes
+// the batches larger, not the backlog longer.
+void JobScheduler::queue_ending(Ledger::Ending ending, std::function<void(Result<bool>)> answer) {
+    unconfirmed_.insert(ending.id);
+    endings_.push_back({std::move(ending), std::move(answer)});
+    if (endings_out_ || endings_posted_) return;
+    endings_posted_ = true;
+    host_->post([this] { flush_endings(); });  // after this turn's other endings
+}
+
+void JobScheduler::flush_endings() {
+    endings_posted_ = false;
+    if (endings_out_ || endings_.empty() || !ledger_) return;
+    auto batch = std::make_shared<std::vector<PendingEnding>>();
+    std::size_t n = std::min(endings_.size(), kEndingsPerBatch);
+    std::move(endings_.begin(), endings_.begin() + static_cast<std::ptrdiff_t>(n),
+              std::back_inserter(*batch));
+    endings_.erase(endings_.begin(), endings_.begin() + static_cast<std::ptrdiff_t>(n));
+    std::vector<Ledger::Ending> list;
+    for (const auto& p : *batch) list.push_back(p.ending);
+    endings_out_ = true;
+    ledger_->record<std::vector<bool>>(
+        list.size() == 1
+            ? "record run " + std::to_string(list[0].id) + " " + std::string(to_string(list[0].to))
+            : "record " + std::to_string(list.size()) + " run endings",
+        call_budget(), [list](Ledger& l) { return l.finish_all(list); },
+        [this, batch](Result<std::vector<bool>> r) {
+            endings_out_ = false;
+            for (std::size_t i = 0; i < batch->size(); ++i) {
+                auto& p = (*batch)[i];
+                // Confirmed, refused, or owed (unwritten_ renews it from here).
+                unconfirmed_.erase(p.ending.id);
+                p.answer(r ? Result<bool>(i < r->size() && (*r)[i]) : Result<bool>(r.error()));
             }
+            flush_endings();  // what came meanwhile
         });
 }
 
@@ -1834,6 +1863,7 @@ void JobScheduler::settle_records() {
         s.asked.ticket->rollback();
         not_started(s, "not started: " + std::string(kShuttingDown));
     }
+    flush_endings();
     ledger_->settle(until);
     retry_unwritten();
     ledger_->settle(until);

@@ -504,3 +504,24 @@ TEST_CASE("a list keeps the newest runs up to its limit, and those created since
     since.since_ms = unix_ms_now() + 60'000;
     CHECK(a->list(since)->empty());
 }
+
+TEMPLATE_TEST_CASE("a batch of endings records each as its own call would, in one step",
+                   "[ledger]", Sqlite, Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    auto a = db.open();
+    auto r1 = *a->claim(fire("backup", 60));
+    auto r2 = *a->claim(fire("backup", 120));
+    auto r3 = *a->claim(fire("report", 60));
+    REQUIRE(*a->finish(r3.id, RunState::Interrupted, {}, "lease lost"));
+    auto done = a->finish_all({{r1.id, RunState::Completed, {0, {}}, ""},
+                               {r2.id, RunState::Completed, {0, {}}, ""},
+                               {r3.id, RunState::Completed, {0, {}}, ""},
+                               {r1.id, RunState::Failed, {1, {}}, "again"}});
+    REQUIRE(done);
+    CHECK(*done == std::vector<bool>{true, true, false, false});
+    CHECK((*a->get(r1.id))->state == RunState::Completed);
+    CHECK((*a->get(r3.id))->state == RunState::Interrupted);  // final: refused
+    CHECK(**a->watermark("backup") == 120);                   // the latest completed fire time
+    CHECK_FALSE(*a->watermark("report"));
+}

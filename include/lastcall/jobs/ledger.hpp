@@ -215,6 +215,16 @@ class Ledger {
     // started -> completed and the job's watermark, in one transaction. Call only after the
     // artifact (if any) was promoted. false: refused, and the watermark did not move.
     virtual Result<bool> complete(std::int64_t id, RunOutcome outcome) = 0;
+    // Several final records at once (a burst of runs ending together), each as complete()
+    // (to = completed) or finish() would, in one transaction: one answer per record, in order
+    // (false: refused). PostgreSQL makes them one statement, SQLite one commit.
+    struct Ending {
+        std::int64_t id = 0;
+        RunState to = RunState::Completed;
+        RunOutcome outcome;
+        std::string reason;
+    };
+    virtual Result<std::vector<bool>> finish_all(const std::vector<Ending>& endings);
 
     // Extends the lease of these runs (this identity's, still `started`) by the identity's lease,
     // measured by the database's clock. Returns the ids it still holds: a run missing from the

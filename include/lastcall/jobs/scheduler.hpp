@@ -219,6 +219,8 @@ class JobScheduler final : public SupervisorComponent {
                    bool keep_staging, std::int64_t key_at, std::optional<std::int64_t> watermark);
     void finish_record(std::int64_t id, const std::string& job, RunState to, RunOutcome outcome,
                        const std::string& reason, std::function<void(Result<bool>)> then);
+    void queue_ending(Ledger::Ending ending, std::function<void(Result<bool>)> answer);
+    void flush_endings();
     void interrupt(Run& run, RunOutcome outcome, const std::string& reason);
     void note_unwritten_row(const std::string& job, RunState state, const std::string& error);
     void note_unwritten(std::int64_t id, const std::string& job, std::string_view state,
@@ -266,6 +268,14 @@ class JobScheduler final : public SupervisorComponent {
     bool exits_posted_ = false;
     // Runs whose final record was sent and not yet confirmed: their leases are still renewed.
     std::set<std::int64_t> unconfirmed_;
+    // Final records waiting for the batch in flight (one call, one statement, for all of them).
+    struct PendingEnding {
+        Ledger::Ending ending;
+        std::function<void(Result<bool>)> answer;
+    };
+    std::vector<PendingEnding> endings_;
+    bool endings_posted_ = false;  // a flush is posted
+    bool endings_out_ = false;     // a batch is with the ledger
     // When the fire timer was armed, by both clocks: a fire time missed is told apart as a clock
     // step or suspend (the wall clock moved further than the monotonic one) or lastcall running
     // late (stopped, starved).
