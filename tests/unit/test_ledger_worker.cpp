@@ -173,3 +173,42 @@ TEST_CASE(
     w.worker.reset();
     ledger->unstall();  // the detached thread holds the ledger: it returns and ends on its own
 }
+
+TEST_CASE("a claim goes ahead of the records queued before it, and records keep their order",
+          "[ledger_worker]") {
+    Worker w;
+    w.ledger->stall();
+    std::vector<std::string> order;
+    auto note = [&](const char* what) {
+        return [&order, what](Result<std::int64_t>) { order.push_back(what); };
+    };
+    // The first record is taken by the thread and stalls; the rest queue behind it.
+    w.worker->record<std::int64_t>("record 1", 2000ms, add_skipped(60), note("record 1"));
+    w.wait_for_calls(1);
+    w.worker->record<std::int64_t>("record 2", 2000ms, add_skipped(120), note("record 2"));
+    w.worker->record<std::int64_t>("record 3", 2000ms, add_skipped(180), note("record 3"));
+    w.worker->call<std::int64_t>("claim", 60000ms, add_skipped(240), note("claim"));
+    w.ledger->unstall();
+    w.pump_until([&] { return order.size() == 4; });
+    CHECK(order == std::vector<std::string>{"record 1", "claim", "record 2", "record 3"});
+}
+
+TEST_CASE("a record queued longer than its budget is not failed: its budget runs from its start",
+          "[ledger_worker]") {
+    Worker w;
+    w.ledger->stall();
+    std::optional<Result<std::int64_t>> first, second;
+    w.worker->record<std::int64_t>("record 1", 2000ms, add_skipped(60),
+                                   [&](Result<std::int64_t> r) { first.emplace(std::move(r)); });
+    w.wait_for_calls(1);
+    w.worker->record<std::int64_t>("record 2", 2000ms, add_skipped(120),
+                                   [&](Result<std::int64_t> r) { second.emplace(std::move(r)); });
+    w.host.advance(5000ms);  // both past their budgets, by the loop's clock
+    CHECK_FALSE(first);
+    CHECK_FALSE(second);
+    w.ledger->unstall();
+    w.pump_until([&] { return first && second; });
+    CHECK(*first);
+    CHECK(*second);
+    CHECK(w.rows() == 2);
+}
