@@ -196,84 +196,28 @@ CREATE TABLE IF NOT EXISTS lastcall.starts (
 
 // The schema's version, in lastcall.schema_version (issue 39). 1: the tables of kSchema, before
 // versions were recorded (a database with lastcall.starts and no version table). Each migration
-// moves one version forward, under the schema's advisory lock, and records its version in the
-// same implicit transaction; a lastcall finds a version above its own and refuses to start
-// (its writes would miss what the newer schema requires).
-constexpr int kSchemaVersion = 3;
-// 1 -> 2: the version table; terminal rows immutable and deleted only by `lastcall runs prune`;
-// the index prune walks; the replicas' heartbeats (what tells a lease that lapsed because the
-// ledger itself was unreachable from one whose replica stopped renewing it); the fencing check.
+// moves one version forward, under the schema's advisory lock, idempotent (replicas that start
+// together may both run it), and records its version in the same implicit transaction; a
+// lastcall that finds a version above its own refuses to start (its writes would miss what the
+// newer schema requires).
+constexpr int kSchemaVersion = 2;
+// 1 -> 2:
+//   the version table;
+//   the deployment key (`cluster`): a fire time is one per (cluster, job, time), each cluster has
+//     its own watermarks; rows from before keep the key '' (`cluster = ""`);
+//   the replicas' heartbeats, with their cluster and their jobs' commands (what tells a lease
+//     that lapsed because the ledger itself was unreachable from one whose replica stopped
+//     renewing it, and what a replica with the same key and another command is refused by);
+//   final runs immutable in every column, deleted only by `lastcall runs prune`, and the index
+//     prune walks;
+//   the fencing check;
+//   the metrics' counts, kept by triggers.
 constexpr const char* kMigrationTo2 = R"sql(
 SELECT pg_advisory_xact_lock(7294017321);
 CREATE TABLE IF NOT EXISTS lastcall.schema_version (
     version    INTEGER PRIMARY KEY,
     applied_ms BIGINT  NOT NULL
 );
--- A terminal run is final in every column: what it records is the record. Its recovery moves
--- forward only (none yet -> held, none, retried or released; held -> released; released ->
--- retried). A run is deleted only by `lastcall runs prune` (which sets lastcall.prune in its
--- transaction), and only once terminal.
-CREATE OR REPLACE FUNCTION lastcall.terminal_runs_are_final() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
-BEGIN
-    IF TG_OP = 'DELETE' THEN
-        IF coalesce(current_setting('lastcall.prune', true), '') <> 'on'
-           OR OLD.state NOT IN ('completed', 'failed', 'interrupted', 'skipped') THEN
-            RAISE EXCEPTION 'run % is kept: runs are removed only by `lastcall runs prune`, '
-                'once final', OLD.id USING ERRCODE = 'check_violation';
-        END IF;
-        RETURN OLD;
-    END IF;
-    IF OLD.state NOT IN ('completed', 'failed', 'interrupted', 'skipped') THEN
-        RETURN NEW;
-    END IF;
-    IF (NEW.id, NEW.job, NEW.scheduled_at, NEW.state, NEW.pid, NEW.created_ms, NEW.started_ms,
-        NEW.ended_ms, NEW.exit_code, NEW.signal, NEW.reason, NEW.retry_of, NEW.replica,
-        NEW.owner, NEW.lease_until_ms)
-       IS DISTINCT FROM
-       (OLD.id, OLD.job, OLD.scheduled_at, OLD.state, OLD.pid, OLD.created_ms, OLD.started_ms,
-        OLD.ended_ms, OLD.exit_code, OLD.signal, OLD.reason, OLD.retry_of, OLD.replica,
-        OLD.owner, OLD.lease_until_ms) THEN
-        RAISE EXCEPTION 'run % is final (%): its record is not rewritten', OLD.id, OLD.state
-            USING ERRCODE = 'check_violation';
-    END IF;
-    IF NEW.recovery IS DISTINCT FROM OLD.recovery AND NOT (
-        (OLD.recovery IS NULL AND NEW.recovery IN ('held', 'none', 'retried', 'released'))
-        OR (OLD.recovery = 'held' AND NEW.recovery = 'released')
-        OR (OLD.recovery = 'released' AND NEW.recovery = 'retried')) THEN
-        RAISE EXCEPTION 'run %: recovery % cannot become %', OLD.id, OLD.recovery, NEW.recovery
-            USING ERRCODE = 'check_violation';
-    END IF;
-    RETURN NEW;
-END $fn$;
-CREATE OR REPLACE TRIGGER runs_terminal_are_final BEFORE UPDATE OR DELETE ON lastcall.runs
-    FOR EACH ROW EXECUTE FUNCTION lastcall.terminal_runs_are_final();
-CREATE INDEX IF NOT EXISTS runs_final_by_end ON lastcall.runs (ended_ms)
-    WHERE state IN ('completed', 'failed', 'interrupted', 'skipped');
-CREATE TABLE IF NOT EXISTS lastcall.replicas (
-    owner   TEXT   PRIMARY KEY,
-    replica TEXT   NOT NULL,
-    seen_ms BIGINT NOT NULL
-);
--- Fencing: true while run_id is `started` and owned by owner ($LASTCALL_RUN_OWNER). Called in
--- the job's own transaction it also locks the row (FOR SHARE) until that transaction ends, so
--- no replica can record the run interrupted between the check and the job's commit.
-CREATE OR REPLACE FUNCTION lastcall.run_is_current(run_id bigint, run_owner text)
-RETURNS boolean LANGUAGE sql VOLATILE AS $fn$
-    SELECT EXISTS (SELECT 1 FROM lastcall.runs r WHERE r.id = run_id AND r.owner = run_owner
-                   AND r.state = 'started' FOR SHARE)
-$fn$;
-INSERT INTO lastcall.schema_version (version, applied_ms)
-    VALUES (2, (extract(epoch from clock_timestamp()) * 1000)::bigint)
-    ON CONFLICT (version) DO NOTHING;
-)sql";
-
-// 2 -> 3: the deployment key (`cluster`): a fire time is one per (cluster, job, time), each
-// cluster has its own watermarks, and a replica's heartbeat says which cluster it serves and
-// which command each of its jobs runs (what a replica with the same key and another command is
-// refused by). Rows from before keep the key '' (the key of no config: `cluster = ""`).
-constexpr const char* kMigrationTo3 = R"sql(
-SELECT pg_advisory_xact_lock(7294017321);
 ALTER TABLE lastcall.runs ADD COLUMN IF NOT EXISTS cluster TEXT NOT NULL DEFAULT '';
 DROP INDEX IF EXISTS lastcall.runs_one_per_fire;
 CREATE UNIQUE INDEX IF NOT EXISTS runs_one_per_cluster_fire
@@ -281,6 +225,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS runs_one_per_cluster_fire
 CREATE INDEX IF NOT EXISTS runs_by_cluster_fire ON lastcall.runs (cluster, job, scheduled_at);
 CREATE INDEX IF NOT EXISTS runs_started_by_cluster_job ON lastcall.runs (cluster, job)
     WHERE state = 'started';
+CREATE INDEX IF NOT EXISTS runs_final_by_end ON lastcall.runs (ended_ms)
+    WHERE state IN ('completed', 'failed', 'interrupted', 'skipped');
 CREATE TABLE IF NOT EXISTS lastcall.cluster_watermarks (
     cluster      TEXT   NOT NULL,
     job          TEXT   NOT NULL,
@@ -293,9 +239,17 @@ INSERT INTO lastcall.cluster_watermarks (cluster, job, scheduled_at, run_id)
 CREATE OR REPLACE TRIGGER cluster_watermarks_never_move_back
     BEFORE UPDATE ON lastcall.cluster_watermarks
     FOR EACH ROW EXECUTE FUNCTION lastcall.watermark_never_moves_back();
-ALTER TABLE lastcall.replicas ADD COLUMN IF NOT EXISTS cluster TEXT NOT NULL DEFAULT '';
-ALTER TABLE lastcall.replicas ADD COLUMN IF NOT EXISTS jobs TEXT NOT NULL DEFAULT '';
--- The final-run rule covers the new column too.
+CREATE TABLE IF NOT EXISTS lastcall.replicas (
+    owner   TEXT   PRIMARY KEY,
+    replica TEXT   NOT NULL,
+    seen_ms BIGINT NOT NULL,
+    cluster TEXT   NOT NULL DEFAULT '',
+    jobs    TEXT   NOT NULL DEFAULT ''
+);
+-- A terminal run is final in every column: what it records is the record. Its recovery moves
+-- forward only (none yet -> held, none, retried or released; held -> released; released ->
+-- retried). A run is deleted only by `lastcall runs prune` (which sets lastcall.prune in its
+-- transaction), and only once terminal.
 CREATE OR REPLACE FUNCTION lastcall.terminal_runs_are_final() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -329,6 +283,16 @@ BEGIN
     END IF;
     RETURN NEW;
 END $fn$;
+CREATE OR REPLACE TRIGGER runs_terminal_are_final BEFORE UPDATE OR DELETE ON lastcall.runs
+    FOR EACH ROW EXECUTE FUNCTION lastcall.terminal_runs_are_final();
+-- Fencing: true while run_id is `started` and owned by owner ($LASTCALL_RUN_OWNER). Called in
+-- the job's own transaction it also locks the row (FOR SHARE) until that transaction ends, so
+-- no replica can record the run interrupted between the check and the job's commit.
+CREATE OR REPLACE FUNCTION lastcall.run_is_current(run_id bigint, run_owner text)
+RETURNS boolean LANGUAGE sql VOLATILE AS $fn$
+    SELECT EXISTS (SELECT 1 FROM lastcall.runs r WHERE r.id = run_id AND r.owner = run_owner
+                   AND r.state = 'started' FOR SHARE)
+$fn$;
 -- The metrics' runs per replica, job and state, kept by the database as runs are written: the
 -- metrics read a row per job and state, never the history (a scan took 0.2-0.5 s at 1M runs).
 CREATE TABLE IF NOT EXISTS lastcall.run_counts (
@@ -357,7 +321,7 @@ BEGIN
 END $fn$;
 DO $do$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM lastcall.schema_version WHERE version >= 3) THEN
+    IF NOT EXISTS (SELECT 1 FROM lastcall.schema_version WHERE version >= 2) THEN
         INSERT INTO lastcall.run_counts (replica, job, state, runs, last_completed_ms)
             SELECT replica, job, state, count(*),
                    coalesce(max(CASE WHEN state = 'completed' THEN ended_ms END), 0)
@@ -372,7 +336,7 @@ CREATE OR REPLACE TRIGGER runs_counted_moves AFTER UPDATE ON lastcall.runs
                        NEW.replica OR OLD.job IS DISTINCT FROM NEW.job)
     EXECUTE FUNCTION lastcall.count_runs_by_state();
 INSERT INTO lastcall.schema_version (version, applied_ms)
-    VALUES (3, (extract(epoch from clock_timestamp()) * 1000)::bigint)
+    VALUES (2, (extract(epoch from clock_timestamp()) * 1000)::bigint)
     ON CONFLICT (version) DO NOTHING;
 )sql";
 
@@ -837,8 +801,6 @@ Status PostgresLedger::migrate() {
         if (auto r = run("create schema", kSchema); !r) return r.error();
     if (version < 2)
         if (auto r = run("migrate the schema to version 2", kMigrationTo2); !r) return r.error();
-    if (version < 3)
-        if (auto r = run("migrate the schema to version 3", kMigrationTo3); !r) return r.error();
     auto claims =
         run("look for the claim function",
             std::string("SELECT to_regprocedure('") + kClaimFunctionSignature + "') IS NOT NULL");
