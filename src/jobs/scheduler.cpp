@@ -51,6 +51,8 @@ constexpr Millis kRecoveryBudget{8000};
 constexpr std::size_t kStartsPerSlice = 16;
 constexpr std::size_t kExitsPerSlice = 64;
 constexpr Millis kSlice{2};
+// A promotion's fsyncs and rename (its budget counts from its start, as a record's).
+constexpr Millis kPromoteBudget{30000};
 // Final records per ledger call at most (flush_endings).
 constexpr std::size_t kEndingsPerBatch = 500;
 // Final runs removed per prune call (`retention`).
@@ -130,16 +132,60 @@ struct Staged {
     UniqueFd file;
     struct stat st {};
 };
-Result<Staged> open_staged(const JobSpec& spec, const std::string& staging) {
+Result<Staged> open_staged(uid_t owner, const std::string& staging) {
     auto [dir, name] = split_path(staging);
     Staged out;
     auto dirfd = open_dir_safely(dir);
     if (!dirfd) return dirfd.error();
     out.dir = std::move(*dirfd);
-    auto fd = open_owned_regular(out.dir.get(), name, output_owner(spec), staging, &out.st);
+    auto fd = open_owned_regular(out.dir.get(), name, owner, staging, &out.st);
     if (!fd) return fd.error();
     out.file = std::move(*fd);
     return out;
+}
+Result<Staged> open_staged(const JobSpec& spec, const std::string& staging) {
+    return open_staged(output_owner(spec), staging);
+}
+
+// The staged output onto its final name, durably: data, then name, then directory, so that after
+// a crash the final name holds the previous artifact or this one whole, and `completed` is only
+// written once the rename is durable. Exactly the inode that was checked is promoted: it is linked
+// under a private name through its descriptor and that name is renamed onto the final one
+// (renaming the staging name itself would promote whatever the job's user put there after the
+// check). Runs on the ledger worker's thread: its fsyncs wait on the output's disk (an NFS
+// volume), never the loop.
+Status promote_staged(uid_t owner, const std::string& staging, const std::string& output) {
+    // Checked again here, after verify: the job's user may have swapped the file meanwhile.
+    auto staged = open_staged(owner, staging);
+    if (!staged) return Error{"promote: " + staged.error().message};
+    if (::fsync(staged->file.get()) != 0)
+        return Error{"promote: " + sys_error("fsync " + staging, errno).message};
+    int dir = staged->dir.get();
+    std::string final_name = split_path(output).second;
+    std::string promoting = "." + final_name + ".lastcall-promote";
+    ::unlinkat(dir, promoting.c_str(), 0);  // a leftover of a crash between link and rename
+    if (::linkat(staged->file.get(), "", dir, promoting.c_str(), AT_EMPTY_PATH) != 0) {
+        // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc's link to the descriptor does not.
+        std::string via = "/proc/self/fd/" + std::to_string(staged->file.get());
+        if (::linkat(AT_FDCWD, via.c_str(), dir, promoting.c_str(), AT_SYMLINK_FOLLOW) != 0)
+            return Error{"promote: " + sys_error("link " + staging, errno).message};
+    }
+    if (::renameat(dir, promoting.c_str(), dir, final_name.c_str()) != 0) {
+        int err = errno;
+        ::unlinkat(dir, promoting.c_str(), 0);
+        return Error{"promote: " + sys_error("rename " + staging + " to " + output, err).message};
+    }
+    // The staging name goes (if it still is the promoted file; anything else there is the
+    // job's own business).
+    struct stat now {};
+    std::string staging_name = split_path(staging).second;
+    if (::fstatat(dir, staging_name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+        now.st_dev == staged->st.st_dev && now.st_ino == staged->st.st_ino)
+        ::unlinkat(dir, staging_name.c_str(), 0);
+    if (::fsync(dir) != 0)
+        return Error{"promote: renamed, but " +
+                     sys_error("fsync directory of " + output, errno).message};
+    return Ok{};
 }
 
 // A run that a killed lastcall left `started` may still have processes: a background writer that
@@ -1047,49 +1093,23 @@ void JobScheduler::on_verify_exit(Run& run, int status) {
 
 void JobScheduler::promote(Run& run) {
     const JobSpec& spec = jobs_[run.job].spec;
-    const std::string& staging = run.staging;
     // Only a run that ended by itself is promoted (on_leader_exit and on_verify_exit decide).
     if (run.first != Intervention::None || run.interrupt_pending)
         return fail(run, {0, {}}, "not promoted: lastcall intervened in the run");
-    // Checked again here, after verify: the job's user may have swapped the file meanwhile.
-    auto staged = open_staged(spec, staging);
-    if (!staged) return fail(run, {0, {}}, "promote: " + staged.error().message);
-    // Data, then name, then directory: after a crash the final name holds the previous artifact
-    // or this one whole, and `completed` is only written once the rename is durable.
-    if (::fsync(staged->file.get()) != 0)
-        return fail(run, {0, {}}, "promote: " + sys_error("fsync " + staging, errno).message);
-    // Exactly the inode that was checked is promoted: it is linked under a private name through
-    // its descriptor and that name is renamed onto the final one. Renaming the staging name
-    // itself would promote whatever the job's user put there after the check.
-    int dir = staged->dir.get();
-    std::string final_name = split_path(spec.output).second;
-    std::string promoting = "." + final_name + ".lastcall-promote";
-    ::unlinkat(dir, promoting.c_str(), 0);  // a leftover of a crash between link and rename
-    if (::linkat(staged->file.get(), "", dir, promoting.c_str(), AT_EMPTY_PATH) != 0) {
-        // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc's link to the descriptor does not.
-        std::string via = "/proc/self/fd/" + std::to_string(staged->file.get());
-        if (::linkat(AT_FDCWD, via.c_str(), dir, promoting.c_str(), AT_SYMLINK_FOLLOW) != 0)
-            return fail(run, {0, {}}, "promote: " + sys_error("link " + staging, errno).message);
-    }
-    if (::renameat(dir, promoting.c_str(), dir, final_name.c_str()) != 0) {
-        int err = errno;
-        ::unlinkat(dir, promoting.c_str(), 0);
-        return fail(
-            run, {0, {}},
-            "promote: " + sys_error("rename " + staging + " to " + spec.output, err).message);
-    }
-    // The staging name goes (if it still is the promoted file; anything else there is the
-    // job's own business).
-    struct stat now {};
-    std::string staging_name = split_path(staging).second;
-    if (::fstatat(dir, staging_name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 &&
-        now.st_dev == staged->st.st_dev && now.st_ino == staged->st.st_ino)
-        ::unlinkat(dir, staging_name.c_str(), 0);
-    if (::fsync(dir) != 0)
-        return fail(run, {0, {}},
-                    "promote: renamed, but " +
-                        sys_error("fsync directory of " + spec.output, errno).message);
-    complete(run);
+    // Its ending is decided here: completed once promoted, failed if the promotion fails. Nothing
+    // after this (the shutdown's kill of what is left) changes it.
+    run.recorded = true;
+    std::int64_t id = run.id;
+    unconfirmed_.insert(id);  // its lease is renewed until its record lands
+    std::string name = spec.name, staging = run.staging, output = spec.output;
+    uid_t owner = output_owner(spec);
+    ledger_->record<Ok>(
+        "promote the output of run " + std::to_string(id), kPromoteBudget,
+        [owner, staging, output](Ledger&) { return promote_staged(owner, staging, output); },
+        [this, id, name, output](Status promoted) {
+            if (!promoted) return record_failed(id, name, {0, {}}, promoted.error().message);
+            record_completed(id, name, ", output promoted to " + output);
+        });
 }
 
 void JobScheduler::complete(Run& run) {
@@ -1101,9 +1121,12 @@ void JobScheduler::complete(Run& run) {
         return;
     }
     run.recorded = true;
-    std::int64_t id = run.id;
-    std::string name = spec.name;
-    std::string promoted = spec.output.empty() ? "" : ", output promoted to " + spec.output;
+    record_completed(run.id, spec.name,
+                     spec.output.empty() ? "" : ", output promoted to " + spec.output);
+}
+
+void JobScheduler::record_completed(std::int64_t id, const std::string& name,
+                                    const std::string& promoted) {
     queue_ending(Ledger::Ending{id, RunState::Completed, {0, {}}, ""}, [this, id, name, promoted](
                                                                            Result<bool> done) {
         if (!done) {
@@ -1161,8 +1184,11 @@ void JobScheduler::flush_endings() {
 
 void JobScheduler::fail(Run& run, RunOutcome outcome, const std::string& reason) {
     run.recorded = true;
-    std::int64_t id = run.id;
-    std::string name = jobs_[run.job].spec.name;
+    record_failed(run.id, jobs_[run.job].spec.name, outcome, reason);
+}
+
+void JobScheduler::record_failed(std::int64_t id, const std::string& name, RunOutcome outcome,
+                                 const std::string& reason) {
     finish_record(id, name, RunState::Failed, outcome, reason,
                   [this, id, name, outcome, reason](Result<bool> done) {
                       if (!done) {

@@ -238,6 +238,9 @@ class JobScheduler final : public SupervisorComponent {
     void promote(Run& run);
     void fail(Run& run, RunOutcome outcome, const std::string& reason);
     void complete(Run& run);
+    void record_completed(std::int64_t id, const std::string& name, const std::string& promoted);
+    void record_failed(std::int64_t id, const std::string& name, RunOutcome outcome,
+                       const std::string& reason);
     void after_exit(Run& run);
     void release_finished_runs();
     void start_queued(std::size_t job);
