@@ -297,6 +297,13 @@ Status JobScheduler::attach(Supervisor& sup) {
 
 Status JobScheduler::attach_host(UnitHost& host) {
     host_ = &host;
+    // The previous owner's unfinished runs become interrupted here, before the loop's first turn
+    // and before the worker owns the ledger: one statement, bounded by the ledger's own deadline,
+    // as the start's write in Ledger::open is. A stop that comes at once must not leave them
+    // `started` (the rest of the recovery, the kill of their leftovers and the retries, is the
+    // worker's first call).
+    auto fixed =
+        opening_->interrupt_unfinished("lastcall stopped before the run ended (killed or crashed)");
     auto worker = LedgerWorker::start(std::move(opening_), host, mode_);
     if (!worker) return worker.error();
     ledger_ = std::move(*worker);
@@ -321,7 +328,16 @@ Status JobScheduler::attach_host(UnitHost& host) {
         prune_timer_ = std::move(*prune);
         (void)prune_timer_->arm(host_->clock().now());
     }
-    recover();
+    if (!fixed)
+        spdlog::error("run ledger recovery: {}", fixed.error().message);
+    else
+        for (const auto& rec : *fixed)
+            spdlog::warn(
+                "run {} of job {} (scheduled {}) was left {} by a previous lastcall: now "
+                "interrupted",
+                rec.id, rec.job, iso_utc(rec.scheduled_at),
+                rec.started_ms ? "started" : "scheduled");
+    recover(fixed ? std::move(*fixed) : std::vector<RunRecord>{});
     auto now = wall_seconds();
     for (auto& j : jobs_) {
         j.next_fire = j.spec.schedule->next_after(now);
@@ -354,9 +370,8 @@ std::vector<JobScheduler::JobPolicy> JobScheduler::policies() const {
 
 // The previous owner's unfinished runs become interrupted; then each job's interrupted runs are
 // retried, cleaned up and retried, or held, as the job says.
-void JobScheduler::recover() {
+void JobScheduler::recover(std::vector<RunRecord> fixed) {
     struct Recovered {
-        std::vector<RunRecord> fixed;
         std::vector<std::string> leftovers;
         RecoveryPlan plan;
     };
@@ -367,14 +382,11 @@ void JobScheduler::recover() {
     // calls after it (the first claims) begin only once it returned.
     ledger_->call<Recovered>(
         "run ledger recovery", kRecoveryBudget,
-        [path, shared, me, jobs = policies()](Ledger& l) -> Result<Recovered> {
+        [path, shared, me, fixed = std::move(fixed),
+         jobs = policies()](Ledger& l) -> Result<Recovered> {
             Recovered out;
             if (shared) out.leftovers = kill_predecessors_leftovers(path, me);
-            auto fixed =
-                l.interrupt_unfinished("lastcall stopped before the run ended (killed or crashed)");
-            if (!fixed) return fixed.error();
-            out.fixed = std::move(*fixed);
-            for (const auto& r : out.fixed)
+            for (const auto& r : fixed)
                 if (r.started_ms)
                     for (auto& line : kill_leftovers(path, r)) out.leftovers.push_back(line);
             auto plan = plan_recovery(l, jobs);
@@ -387,12 +399,6 @@ void JobScheduler::recover() {
                 spdlog::error("run ledger recovery: {}", r.error().message);
                 return;
             }
-            for (const auto& rec : r->fixed)
-                spdlog::warn(
-                    "run {} of job {} (scheduled {}) was left {} by a previous lastcall: now "
-                    "interrupted",
-                    rec.id, rec.job, iso_utc(rec.scheduled_at),
-                    rec.started_ms ? "started" : "scheduled");
             for (const auto& line : r->leftovers) spdlog::warn("{}", line);
             apply_plan(r->plan);
         });

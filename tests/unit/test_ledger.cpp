@@ -505,8 +505,8 @@ TEST_CASE("a list keeps the newest runs up to its limit, and those created since
     CHECK(a->list(since)->empty());
 }
 
-TEMPLATE_TEST_CASE("a batch of endings records each as its own call would, in one step",
-                   "[ledger]", Sqlite, Postgres) {
+TEMPLATE_TEST_CASE("a batch of endings records each as its own call would, in one step", "[ledger]",
+                   Sqlite, Postgres) {
     TestType db;
     if (!db.available()) return;
     auto a = db.open();

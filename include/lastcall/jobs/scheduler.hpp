@@ -189,7 +189,7 @@ class JobScheduler final : public SupervisorComponent {
     static Result<RecoveryPlan> plan_recovery(Ledger& l, const std::vector<JobPolicy>& jobs);
     void apply_plan(const RecoveryPlan& plan);
     cron::sys_seconds wall_seconds() const;
-    void recover();
+    void recover(std::vector<RunRecord> fixed);
     void on_lease_timer();
     void on_tick_answer(const std::vector<std::int64_t>& ids, MonoTime sent, bool ok,
                         const std::string& error);
