@@ -770,8 +770,11 @@ void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Clai
 void JobScheduler::pump_starts() {
     pump_posted_ = false;
     MonoTime began = host_->clock().now();
-    for (std::size_t n = 0; n < kStartsPerSlice && !starts_.empty() &&
-                            (n == 0 || host_->clock().now() - began < kSlice);
+    // (While the records settle at the end nothing is spawned, and no posted task would run:
+    // every claim that came back is recorded not started, now.)
+    for (std::size_t n = 0;
+         !starts_.empty() &&
+         (settling_ || (n < kStartsPerSlice && (n == 0 || host_->clock().now() - began < kSlice)));
          ++n) {
         ToStart s = std::move(starts_.front());
         starts_.pop_front();
@@ -1155,6 +1158,8 @@ void JobScheduler::record_completed(std::int64_t id, const std::string& name,
 void JobScheduler::queue_ending(Ledger::Ending ending, std::function<void(Result<bool>)> answer) {
     unconfirmed_.insert(ending.id);
     endings_.push_back({std::move(ending), std::move(answer)});
+    // While the records settle at the end the loop runs no posted task: flushed now.
+    if (settling_) return flush_endings();
     if (endings_out_ || endings_posted_) return;
     endings_posted_ = true;
     host_->post([this] { flush_endings(); });  // after this turn's other endings
@@ -1885,6 +1890,7 @@ void JobScheduler::settle_records() {
     auto now = host_->clock().now();
     MonoTime until = std::max(now + Millis{250},
                               drain_started_.value_or(now) + host_->settings().grace + Millis{700});
+    settling_ = true;
     // Every process is reaped: the exits not judged yet are judged now, before any record.
     while (!exits_.empty()) judge_exits();
     // Claimed, never spawned: the fire time was won and did not run.

@@ -260,6 +260,7 @@ class JobScheduler final : public SupervisorComponent {
     bool rewrite_out_ = false;                   // retry_unwritten's call is out
     bool counts_out_ = false;                    // the metrics' count is out
     bool settled_ = false;                       // settle_records() ran: no more calls
+    bool settling_ = false;  // settle_records() runs: no posted task runs, flush at once
     std::optional<Millis> retention_;
     std::unique_ptr<WakeTimer> prune_timer_;
     bool prune_out_ = false;
