@@ -86,9 +86,17 @@ std::string held_reason(std::int64_t held) {
            std::to_string(held) + "` lets the job run again";
 }
 
+Status Ledger::set_pids(const std::vector<std::pair<std::int64_t, std::int64_t>>& pids) {
+    for (const auto& [id, pid] : pids)
+        if (auto st = set_pid(id, pid); !st) return st;
+    return Ok{};
+}
+
 Result<std::vector<bool>> Ledger::finish_all(const std::vector<Ending>& endings) {
     std::vector<bool> out;
     for (const auto& e : endings) {
+        if (e.pid)
+            if (auto st = set_pid(e.id, *e.pid); !st) return st.error();
         auto done = e.to == RunState::Completed ? complete(e.id, e.outcome)
                                                 : finish(e.id, e.to, e.outcome, e.reason);
         if (!done) return done.error();

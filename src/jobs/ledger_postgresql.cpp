@@ -615,6 +615,7 @@ class PostgresLedger final : public Ledger {
     Result<Claim> claim(const ClaimRequest& request) override;
     std::vector<Result<Claim>> claim_all(const std::vector<ClaimRequest>& requests) override;
     Result<std::vector<bool>> finish_all(const std::vector<Ending>& endings) override;
+    Status set_pids(const std::vector<std::pair<std::int64_t, std::int64_t>>& pids) override;
     Result<std::int64_t> prune(std::int64_t before_ms, std::size_t batch) override;
     Status heartbeat() override;
     Result<bool> is_current(std::int64_t id, std::string_view owner) override;
@@ -1230,6 +1231,11 @@ Result<std::vector<bool>> PostgresLedger::finish_all(const std::vector<Ending>& 
     if (endings.size() <= 1) return Ledger::finish_all(endings);
     std::vector<std::int64_t> ids;
     std::vector<std::string> states, reasons, exits, signals;
+    std::string pid_array = "{";
+    for (const auto& e : endings)
+        pid_array += (pid_array.size() > 1 ? "," : "") +
+                     (e.pid ? std::to_string(*e.pid) : std::string("NULL"));
+    pid_array += "}";
     auto opt = [](std::optional<int> v) { return v ? std::to_string(*v) : std::string("NULL"); };
     std::string exit_array = "{", signal_array = "{";
     for (const auto& e : endings) {
@@ -1244,9 +1250,10 @@ Result<std::vector<bool>> PostgresLedger::finish_all(const std::vector<Ending>& 
     auto r = run(
         "record " + std::to_string(endings.size()) + " run endings",
         "WITH v AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::int[], "
-        "$5::text[]) AS v(id, state, exit_code, signal, reason)), "
+        "$5::text[], $7::bigint[]) AS v(id, state, exit_code, signal, reason, pid)), "
         "done AS (UPDATE lastcall.runs r SET state = v.state, ended_ms = $6, exit_code = "
-        "v.exit_code, signal = v.signal, reason = v.reason FROM v WHERE r.id = v.id AND "
+        "v.exit_code, signal = v.signal, reason = v.reason, pid = coalesce(r.pid, v.pid) FROM v "
+        "WHERE r.id = v.id AND "
         "((r.state = 'started' AND v.state IN ('completed', 'failed', 'interrupted')) OR "
         "(r.state = 'scheduled' AND v.state IN ('skipped', 'failed', 'interrupted'))) "
         "RETURNING r.id, r.cluster, r.job, r.scheduled_at, r.state), "
@@ -1259,7 +1266,8 @@ Result<std::vector<bool>> PostgresLedger::finish_all(const std::vector<Ending>& 
         "SELECT id FROM done",
         {p(std::string_view(int_array(ids))), p(std::string_view(text_array(states))),
          p(std::string_view(exit_array)), p(std::string_view(signal_array)),
-         p(std::string_view(text_array(reasons))), p(unix_ms_now())});
+         p(std::string_view(text_array(reasons))), p(unix_ms_now()),
+         p(std::string_view(pid_array))});
     if (!r) return r.error();
     std::set<std::int64_t> moved;
     for (int i = 0; i < r->rows(); ++i) moved.insert(r->num(i, 0));
@@ -1268,6 +1276,19 @@ Result<std::vector<bool>> PostgresLedger::finish_all(const std::vector<Ending>& 
     std::set<std::int64_t> answered;
     for (const auto& e : endings) out.push_back(moved.count(e.id) && answered.insert(e.id).second);
     return out;
+}
+
+// The pids of a burst's runs in one statement (a run already final keeps what it has).
+Status PostgresLedger::set_pids(const std::vector<std::pair<std::int64_t, std::int64_t>>& pids) {
+    if (pids.size() <= 1) return Ledger::set_pids(pids);
+    std::vector<std::int64_t> ids, values;
+    for (const auto& [id, pid] : pids) ids.push_back(id), values.push_back(pid);
+    auto r = run("record " + std::to_string(pids.size()) + " pids",
+                 "UPDATE lastcall.runs r SET pid = v.pid FROM unnest($1::bigint[], $2::bigint[]) "
+                 "AS v(id, pid) WHERE r.id = v.id AND r.state = 'started'",
+                 {p(std::string_view(int_array(ids))), p(std::string_view(int_array(values)))});
+    if (!r) return r.error();
+    return Ok{};
 }
 
 Result<std::vector<std::int64_t>> PostgresLedger::renew(const std::vector<std::int64_t>& ids) {

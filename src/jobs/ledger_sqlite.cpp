@@ -184,6 +184,7 @@ class SqliteLedger final : public Ledger {
     Result<Claim> claim(const ClaimRequest& request) override;
     std::vector<Result<Claim>> claim_all(const std::vector<ClaimRequest>& requests) override;
     Result<std::vector<bool>> finish_all(const std::vector<Ending>& endings) override;
+    Status set_pids(const std::vector<std::pair<std::int64_t, std::int64_t>>& pids) override;
     Result<bool> start(std::int64_t id) override;
     Status set_pid(std::int64_t id, std::int64_t pid) override;
     Result<bool> finish(std::int64_t id, RunState to, RunOutcome outcome,
@@ -424,6 +425,21 @@ Result<std::vector<bool>> SqliteLedger::finish_all(const std::vector<Ending>& en
         return st.error();
     }
     return out;
+}
+
+// The pids of a burst in one transaction: one commit for all of them.
+Status SqliteLedger::set_pids(const std::vector<std::pair<std::int64_t, std::int64_t>>& pids) {
+    if (pids.size() <= 1) return Ledger::set_pids(pids);
+    if (auto st = exec("BEGIN IMMEDIATE"); !st) return st;
+    if (auto st = Ledger::set_pids(pids); !st) {
+        (void)exec("ROLLBACK");
+        return st;
+    }
+    if (auto st = exec("COMMIT"); !st) {
+        (void)exec("ROLLBACK");
+        return st;
+    }
+    return Ok{};
 }
 
 // A burst in one transaction, so one commit (one fsync) for all of it: on a slow disk a

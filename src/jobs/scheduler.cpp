@@ -901,16 +901,7 @@ void JobScheduler::begin_run(std::size_t j, std::int64_t id, std::int64_t schedu
     if (facts().shared()) run.lease_renewed = claimed_at;
     run.scope->started(run.pid);
     if (spec.timeout) run.deadline = host_->clock().now() + *spec.timeout;
-    std::string name = spec.name;
-    std::int64_t pid = run.pid;
-    ledger_->record<Ok>(
-        "record the pid of run " + std::to_string(id), call_budget(),
-        [id, pid](Ledger& l) { return l.set_pid(id, pid); },
-        [name, id, pid](Status st) {
-            if (!st)
-                spdlog::error("job {}: run {} started as pid {}, the pid not recorded: {}", name,
-                              id, pid, st.error().message);
-        });
+    queue_pid(id, run.pid);
     spdlog::info("job {}: run {} (scheduled {}) started, pid {}", spec.name, run.id,
                  iso_utc(scheduled_at), run.pid);
     ++job.running;
@@ -923,7 +914,7 @@ void JobScheduler::begin_run(std::size_t j, std::int64_t id, std::int64_t schedu
 void JobScheduler::finish_record(std::int64_t id, const std::string& job, RunState to,
                                  RunOutcome outcome, const std::string& reason,
                                  std::function<void(Result<bool>)> then) {
-    queue_ending(Ledger::Ending{id, to, outcome, reason},
+    queue_ending(Ledger::Ending{id, to, outcome, reason, std::nullopt},
                  [this, id, job, to, outcome, reason, then = std::move(then)](Result<bool> done) {
                      if (then) return then(std::move(done));
                      if (!done) {
@@ -1136,27 +1127,57 @@ void JobScheduler::complete(Run& run) {
 
 void JobScheduler::record_completed(std::int64_t id, const std::string& name,
                                     const std::string& promoted) {
-    queue_ending(Ledger::Ending{id, RunState::Completed, {0, {}}, ""}, [this, id, name, promoted](
-                                                                           Result<bool> done) {
-        if (!done) {
-            // Unknown or failed: reported uncertain and written again, never dropped.
-            note_unwritten(id, name, RunState::Completed, {0, {}}, "", done.error().message);
-            spdlog::error("job {}: run {} completed but not recorded: {}", name, id,
-                          done.error().message);
-        } else if (!*done) {
-            spdlog::warn("job {}: run {}: `completed` refused, the run already has a final state",
-                         name, id);
-        } else {
-            spdlog::info("job {}: run {} completed{}", name, id, promoted);
-        }
-    });
+    queue_ending(
+        Ledger::Ending{id, RunState::Completed, {0, {}}, "", std::nullopt},
+        [this, id, name, promoted](Result<bool> done) {
+            if (!done) {
+                // Unknown or failed: reported uncertain and written again, never dropped.
+                note_unwritten(id, name, RunState::Completed, {0, {}}, "", done.error().message);
+                spdlog::error("job {}: run {} completed but not recorded: {}", name, id,
+                              done.error().message);
+            } else if (!*done) {
+                spdlog::warn(
+                    "job {}: run {}: `completed` refused, the run already has a final state", name,
+                    id);
+            } else {
+                spdlog::info("job {}: run {} completed{}", name, id, promoted);
+            }
+        });
 }
 
 // Final records go to the ledger in batches: the ones made while a batch is with the ledger wait
 // and go together as the next, one call (one statement, one commit) for all. A slow ledger makes
 // the batches larger, not the backlog longer.
+// The pids of the runs a turn spawned go together too (one statement, one commit), batched as
+// the endings are; a run that ends first records its pid with its ending.
+void JobScheduler::queue_pid(std::int64_t id, std::int64_t pid) {
+    pids_.emplace_back(id, pid);
+    if (pids_out_ || pids_posted_) return;
+    pids_posted_ = true;
+    host_->post([this] { flush_pids(); });
+}
+
+void JobScheduler::flush_pids() {
+    pids_posted_ = false;
+    if (pids_out_ || pids_.empty() || !ledger_) return;
+    auto batch = std::move(pids_);
+    pids_.clear();
+    pids_out_ = true;
+    ledger_->record<Ok>(
+        "record " + std::to_string(batch.size()) + " pid(s)", call_budget(),
+        [batch](Ledger& l) { return l.set_pids(batch); },
+        [this, n = batch.size()](Status st) {
+            pids_out_ = false;
+            if (!st)
+                spdlog::error("run ledger: {} run pid(s) not recorded: {}", n, st.error().message);
+            flush_pids();
+        });
+}
+
 void JobScheduler::queue_ending(Ledger::Ending ending, std::function<void(Result<bool>)> answer) {
     unconfirmed_.insert(ending.id);
+    if (auto it = runs_.find(ending.id); it != runs_.end() && it->second.pid > 0)
+        ending.pid = it->second.pid;
     endings_.push_back({std::move(ending), std::move(answer)});
     // While the records settle at the end the loop runs no posted task: flushed now.
     if (settling_) return flush_endings();
@@ -1901,6 +1922,7 @@ void JobScheduler::settle_records() {
         s.asked.ticket->rollback();
         not_started(s, "not started: " + std::string(kShuttingDown));
     }
+    flush_pids();
     flush_endings();
     ledger_->settle(until);
     retry_unwritten();

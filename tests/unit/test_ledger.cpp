@@ -514,14 +514,26 @@ TEMPLATE_TEST_CASE("a batch of endings records each as its own call would, in on
     auto r2 = *a->claim(fire("backup", 120));
     auto r3 = *a->claim(fire("report", 60));
     REQUIRE(*a->finish(r3.id, RunState::Interrupted, {}, "lease lost"));
-    auto done = a->finish_all({{r1.id, RunState::Completed, {0, {}}, ""},
-                               {r2.id, RunState::Completed, {0, {}}, ""},
-                               {r3.id, RunState::Completed, {0, {}}, ""},
-                               {r1.id, RunState::Failed, {1, {}}, "again"}});
+    auto done = a->finish_all({{r1.id, RunState::Completed, {0, {}}, "", 4242},
+                               {r2.id, RunState::Completed, {0, {}}, "", std::nullopt},
+                               {r3.id, RunState::Completed, {0, {}}, "", std::nullopt},
+                               {r1.id, RunState::Failed, {1, {}}, "again", std::nullopt}});
     REQUIRE(done);
     CHECK(*done == std::vector<bool>{true, true, false, false});
     CHECK((*a->get(r1.id))->state == RunState::Completed);
+    CHECK((*a->get(r1.id))->pid == 4242);  // a run that ended first records its pid with it
     CHECK((*a->get(r3.id))->state == RunState::Interrupted);  // final: refused
     CHECK(**a->watermark("backup") == 120);                   // the latest completed fire time
     CHECK_FALSE(*a->watermark("report"));
+}
+
+TEMPLATE_TEST_CASE("the pids of a burst are recorded in one step", "[ledger]", Sqlite, Postgres) {
+    TestType db;
+    if (!db.available()) return;
+    auto a = db.open();
+    auto r1 = *a->claim(fire("backup", 60));
+    auto r2 = *a->claim(fire("report", 60));
+    REQUIRE(a->set_pids({{r1.id, 101}, {r2.id, 102}}));
+    CHECK((*a->get(r1.id))->pid == 101);
+    CHECK((*a->get(r2.id))->pid == 102);
 }

@@ -209,6 +209,8 @@ class Ledger {
     // one whose spawn failed keeps no pid (it never had a process; `lastcall jobs` shows "-").
     virtual Result<bool> start(std::int64_t id) = 0;
     virtual Status set_pid(std::int64_t id, std::int64_t pid) = 0;
+    // The pids of several runs just spawned (a burst), as set_pid would, in one step.
+    virtual Status set_pids(const std::vector<std::pair<std::int64_t, std::int64_t>>& pids);
     // -> failed / interrupted / skipped with the outcome and reason. false: refused.
     virtual Result<bool> finish(std::int64_t id, RunState to, RunOutcome outcome,
                                 std::string_view reason) = 0;
@@ -223,6 +225,7 @@ class Ledger {
         RunState to = RunState::Completed;
         RunOutcome outcome;
         std::string reason;
+        std::optional<std::int64_t> pid;  // the run's leader, recorded with it if not yet
     };
     virtual Result<std::vector<bool>> finish_all(const std::vector<Ending>& endings);
 

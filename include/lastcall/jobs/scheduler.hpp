@@ -221,6 +221,8 @@ class JobScheduler final : public SupervisorComponent {
                        const std::string& reason, std::function<void(Result<bool>)> then);
     void queue_ending(Ledger::Ending ending, std::function<void(Result<bool>)> answer);
     void flush_endings();
+    void queue_pid(std::int64_t id, std::int64_t pid);
+    void flush_pids();
     void interrupt(Run& run, RunOutcome outcome, const std::string& reason);
     void note_unwritten_row(const std::string& job, RunState state, const std::string& error);
     void note_unwritten(std::int64_t id, const std::string& job, std::string_view state,
@@ -278,8 +280,11 @@ class JobScheduler final : public SupervisorComponent {
         std::function<void(Result<bool>)> answer;
     };
     std::vector<PendingEnding> endings_;
-    bool endings_posted_ = false;  // a flush is posted
-    bool endings_out_ = false;     // a batch is with the ledger
+    bool endings_posted_ = false;                              // a flush is posted
+    bool endings_out_ = false;                                 // a batch is with the ledger
+    std::vector<std::pair<std::int64_t, std::int64_t>> pids_;  // runs spawned, pids to record
+    bool pids_posted_ = false;
+    bool pids_out_ = false;
     // When the fire timer was armed, by both clocks: a fire time missed is told apart as a clock
     // step or suspend (the wall clock moved further than the monotonic one) or lastcall running
     // late (stopped, starved).
