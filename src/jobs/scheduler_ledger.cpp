@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <map>
+#include <optional>
 
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/read_file.hpp"
@@ -38,6 +39,20 @@ pid_t owner_pid(const std::string& owner) {
     auto slash = owner.rfind('/');
     if (slash == std::string::npos) return -1;
     return static_cast<pid_t>(std::strtol(owner.c_str() + slash + 1, nullptr, 10));
+}
+
+// Waits, until `deadline`, for every process SIGKILLed through these pidfds to end (a pidfd is
+// readable once its process has exited, a zombie included). The pid of the first that did not.
+std::optional<pid_t> not_ended_by(const std::vector<ProcessRef>& killed,
+                                  std::chrono::steady_clock::time_point deadline) {
+    for (const auto& ref : killed) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        pollfd pfd{ref.pidfd(), POLLIN, 0};
+        if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) == 0)
+            return ref.pid();
+    }
+    return std::nullopt;
 }
 
 // Is the lastcall that owned a run still alive on this machine? Its pid, if it is a lastcall
@@ -77,16 +92,9 @@ std::vector<std::string> kill_predecessors_leftovers(const std::string& ledger_p
         said.push_back("run " + run + ": killed " + std::to_string(entry.second.size()) +
                        " process(es) a previous lastcall of replica " + me.replica +
                        " left running (" + entry.first + ")");
-        for (const auto& ref : entry.second) {
-            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                deadline - std::chrono::steady_clock::now());
-            pollfd pfd{ref.pidfd(), POLLIN, 0};
-            if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) == 0) {
-                said.push_back("run " + run + ": pid " + std::to_string(ref.pid()) +
-                               " did not end within 2s of SIGKILL");
-                break;
-            }
-        }
+        if (auto pid = not_ended_by(entry.second, deadline))
+            said.push_back("run " + run + ": pid " + std::to_string(*pid) +
+                           " did not end within 2s of SIGKILL");
     }
     return said;
 }
@@ -113,18 +121,9 @@ std::vector<std::string> kill_leftovers(const std::string& ledger_path, const Ru
     said.push_back("run " + std::to_string(run.id) + " of job " + run.job + ": killed " +
                    std::to_string(killed.size()) +
                    " process(es) the previous lastcall left running (" + pids + ")");
-    // A pidfd is readable once its process has exited (a zombie included).
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    for (const auto& ref : killed) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now());
-        pollfd pfd{ref.pidfd(), POLLIN, 0};
-        if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) == 0) {
-            said.push_back("run " + std::to_string(run.id) + " of job " + run.job + ": pid " +
-                           std::to_string(ref.pid()) + " did not end within 2s of SIGKILL");
-            break;
-        }
-    }
+    if (auto pid = not_ended_by(killed, std::chrono::steady_clock::now() + std::chrono::seconds(2)))
+        said.push_back("run " + std::to_string(run.id) + " of job " + run.job + ": pid " +
+                       std::to_string(*pid) + " did not end within 2s of SIGKILL");
     return said;
 }
 
