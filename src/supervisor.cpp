@@ -823,12 +823,28 @@ void Supervisor::state_changed(State from, State to, Event why) {
     for (auto* c : components_) c->state_changed(from, to);
     if (to == State::Forcing)
         record_force(ForceKind::EnteredForcing, std::string(to_string(why)), 0);
-    if (why == Event::GiveUp) {
-        gave_up_ = true;
-        record_force(ForceKind::Abandoned, "survived SIGKILL", 0);
-        spdlog::error("processes survived SIGKILL for {}: giving up on them",
-                      format_duration(ShutdownConfig{}.force_limit));
+    if (why == Event::GiveUp) give_up();
+}
+
+// The force limit passed with processes still there: SIGKILL cannot end them (uninterruptible
+// sleep, a v1 freezer). lastcall stops waiting, and the record names each of them with what it
+// was doing, so the report says what is still running instead of passing them off as killed.
+void Supervisor::give_up() {
+    gave_up_ = true;
+    std::string names;
+    int survivors = 0;
+    for (const ProcInfo& p : tracker_->members()) {
+        if (p.state == 'Z') continue;  // dead, its parent's to reap: not running
+        auto& rec = book_.observe(p);
+        rec.survived = ProcessRecord::Survivor{p.state, read_wchan(p.pid)};
+        if (++survivors <= 5)
+            names += fmt::format("{}pid {} {} ({}, {})", names.empty() ? "" : ", ", p.pid, p.comm,
+                                 p.state, rec.survived->wchan);
     }
+    if (survivors > 5) names += fmt::format(" and {} more", survivors - 5);
+    record_force(ForceKind::Abandoned, "survived SIGKILL", survivors);
+    spdlog::error("{} process(es) survived SIGKILL for {}: giving up on them: {}", survivors,
+                  format_duration(ShutdownConfig{}.force_limit), names);
 }
 
 void Supervisor::readiness_off() {

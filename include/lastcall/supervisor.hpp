@@ -206,6 +206,7 @@ class Supervisor final : private ShutdownActions {
     // crowded run queue) SIGSTOP to the main group. Empty when neither applies.
     FreezeHold hold_tree_still();
     void forward_extra(int sig) override;
+    void give_up();
 
     Options opts_;
     const Clock& clock_;

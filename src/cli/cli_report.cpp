@@ -99,6 +99,9 @@ std::string ending_of(const json& p) {
     if (ending == "signalled") return "killed by " + str(p, "signal", "a signal");
     if (ending == "killed") return "forced: SIGKILL";
     if (ending == "gone") return "gone (its parent reaped it)";
+    if (ending == "survived")
+        return "survived SIGKILL (state " + str(p, "state", "?") + ", in " + str(p, "wchan", "?") +
+               "): still running";
     return "still running";
 }
 
@@ -187,8 +190,15 @@ class Renderer {
             if (auto at = parse_iso_ms(sub(f, "at"))) text += " at " + offset(*at - zero_);
             row("forced by", text);
         }
-        if (sub(r_, "abandoned").is_boolean() && sub(r_, "abandoned").get<bool>())
-            row("abandoned", "processes outlived SIGKILL (uninterruptible sleep); lastcall left");
+        if (sub(r_, "abandoned").is_boolean() && sub(r_, "abandoned").get<bool>()) {
+            std::string pids;
+            for (const auto& p : sub(r_, "processes"))
+                if (str(p, "ending") == "survived")
+                    pids +=
+                        (pids.empty() ? "pid " : ", ") + std::to_string(num(p, "pid").value_or(0));
+            row("abandoned", "processes outlived SIGKILL (uninterruptible sleep); lastcall left" +
+                                 (pids.empty() ? std::string() : ": " + pids + " still running"));
+        }
         std::string tracker = str(r_, "tracker");
         if (!tracker.empty()) {
             std::string text = tracker + " tracker, stop signal to the " +

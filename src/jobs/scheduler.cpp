@@ -195,6 +195,7 @@ void JobScheduler::on_fire_timer() {
     std::vector<Due> due;
     for (auto& r : retries) {
         if (!host_->admission().is_open()) {
+            host_->admission().refuse(EntryPath::JobFire);
             // A shared ledger's retry stays open for a replica that is not stopping.
             if (!facts().shared()) record_skipped(r.job, r.scheduled_at, kShuttingDown);
             continue;
@@ -271,6 +272,8 @@ void JobScheduler::fire(std::size_t j, std::int64_t scheduled_at, std::vector<Du
     auto& job = jobs_[j];
     bool shared = facts().shared();
     if (!host_->admission().is_open()) {
+        // Refused here, whatever the ledger: the report counts every fire time turned away.
+        host_->admission().refuse(EntryPath::JobFire);
         // A replica that is stopping leaves the fire time to the others, and says nothing of it.
         if (shared) return;
         return record_skipped(j, scheduled_at, kShuttingDown);
@@ -322,6 +325,7 @@ void JobScheduler::queue_run(std::size_t j, std::int64_t scheduled_at) {
             spdlog::info("job {}: run {} queued behind the running one", job.spec.name, *id);
             // The shutdown began, or the running one ended, while the row was being written.
             if (!host_->admission().is_open()) {
+                host_->admission().refuse(EntryPath::JobFire);
                 ++skipped_at_shutdown_;
                 finish_record(*id, job.spec.name, RunState::Skipped, {}, kShuttingDown, {});
                 job.queued_id.reset();
@@ -924,6 +928,7 @@ void JobScheduler::state_changed(State from, State to) {
     for (std::size_t j = 0; j < jobs_.size(); ++j) {
         auto& job = jobs_[j];
         if (!job.queued_id) continue;
+        host_->admission().refuse(EntryPath::JobFire);
         ++skipped_at_shutdown_;
         finish_record(*job.queued_id, job.spec.name, RunState::Skipped, {}, kShuttingDown, {});
         job.queued_id.reset();

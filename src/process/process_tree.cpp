@@ -663,6 +663,10 @@ std::string read_cmdline(pid_t pid) {
     return s;
 }
 
+std::string read_wchan(pid_t pid) {
+    return read_kernel_file("/proc/" + std::to_string(pid) + "/wchan");
+}
+
 std::unique_ptr<UnitScope> make_unit_scope(Tracker& tracker, const std::string& unit) {
     auto scope = tracker.make_scope(unit);
     if (scope) return std::move(*scope);

@@ -620,6 +620,10 @@ void ServiceManager::begin_ordered_stop() {
     global_deadline_ = now + host_->settings().grace;
     for (auto& s : services_) {
         if (s.state == ServiceState::Pending || s.state == ServiceState::Backoff) {
+            // A start still waiting (for its dependencies or its back-off) is refused now: the
+            // report counts it like a start turned away by admission.
+            host_->admission().refuse(s.starts > 0 ? EntryPath::Restart : EntryPath::ServiceStart);
+            ++refused_;
             s.wake.reset();
             apply(s, ServiceEvent::StopRequested);
         }

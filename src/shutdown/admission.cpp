@@ -64,16 +64,21 @@ void Ticket::finish() {
 }
 
 std::optional<Ticket> Admission::try_admit(EntryPath path) {
-    auto& per = counts_.by_path[static_cast<int>(path)];
     if (!open_) {
-        ++counts_.refused;
-        ++per.refused;
+        refuse(path);
         return std::nullopt;
     }
+    auto& per = counts_.by_path[static_cast<int>(path)];
     ++active_;
     ++counts_.admitted;
     ++per.registered;
     return Ticket(this, next_id_++, path);
+}
+
+void Admission::refuse(EntryPath path) {
+    if (open_) return;
+    ++counts_.refused;
+    ++counts_.by_path[static_cast<int>(path)].refused;
 }
 
 void Admission::started(EntryPath path) {

@@ -109,7 +109,12 @@ long long ms_between(MonoTime a, MonoTime b) {
 }
 
 void write_ending(JsonWriter& j, const ProcessRecord& r) {
-    if (r.status) {
+    if (r.survived) {
+        // Neither reaped by lastcall nor by its parent: still running when lastcall gave up.
+        j.field("ending", "survived")
+            .field("state", std::string(1, r.survived->state))
+            .field("wchan", r.survived->wchan);
+    } else if (r.status) {
         int st = *r.status;
         if (WIFEXITED(st)) {
             j.field("ending", "exited").field("exit_code", WEXITSTATUS(st));

@@ -324,6 +324,7 @@ backoff = { initial = "1s" }
     CHECK(s.host.spawned_argv0("web").size() == 1);
     CHECK(s.state("web") == ServiceState::Stopped);
     CHECK(s.host.admission().stats().of(EntryPath::Restart).registered == 0);
+    CHECK(s.host.admission().stats().of(EntryPath::Restart).refused == 1);
 }
 
 TEST_CASE("the admission refuses a service start once intake is closed, and says so",

@@ -44,6 +44,9 @@ std::optional<ProcInfo> read_proc_stat(pid_t pid);
 std::optional<ProcInfo> parse_proc_stat(pid_t pid, std::string_view text);
 // /proc/<pid>/cmdline with NULs turned into spaces; empty for zombies and kernel threads.
 std::string read_cmdline(pid_t pid);
+// /proc/<pid>/wchan: the kernel function the process sleeps in ("0" or empty when running or
+// gone); names why a process outlived SIGKILL (__refrigerator: a v1 freezer).
+std::string read_wchan(pid_t pid);
 // Is there anything left to signal? Not for a zombie, except a zombie leader whose other threads
 // still run (it called pthread_exit): the process lives on and a signal still reaches it.
 bool is_alive(const ProcInfo& p);

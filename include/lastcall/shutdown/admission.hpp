@@ -80,6 +80,12 @@ class Admission {
   public:
     // Admits a unit of work if intake is open. The check and the increment are one step.
     std::optional<Ticket> try_admit(EntryPath path = EntryPath::Main);
+    // Work that was due on `path` and is not started because intake is closed, where the owner
+    // decides so without asking for a ticket (a fire time due while draining, a service still
+    // waiting for its start or its back-off at the drain): counted as refused, like a
+    // try_admit() after close(), so the report's refusals are every unit turned away. Only
+    // after close(): before it, nothing is refused.
+    void refuse(EntryPath path);
     // Closes intake (idempotent) and returns the number of active units at that moment. Once
     // this returns, try_admit() refuses, so the count can only go down.
     std::size_t close();

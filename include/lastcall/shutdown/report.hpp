@@ -42,6 +42,13 @@ struct ProcessRecord {
     // a larger pid was forked after it was told to stop (a cleanup helper), one with a smaller or
     // equal pid before (a member that must get the stop signal too).
     pid_t last_pid_at_stop = 0;
+    // Still alive when lastcall gave up on the tree (it outlived SIGKILL for the force limit:
+    // uninterruptible, frozen in a v1 freezer): what it was doing then, from /proc.
+    struct Survivor {
+        char state = '?';   // D, usually
+        std::string wchan;  // where it sleeps in the kernel (__refrigerator, a filesystem's wait)
+    };
+    std::optional<Survivor> survived;
 };
 
 class ProcessBook {
