@@ -695,7 +695,7 @@ void Supervisor::on_timer() {
     shutdown_.on_timer();
 }
 
-bool Supervisor::note_stop_signal(const ProcInfo& p, int sig) {
+bool Supervisor::record_stop_signal(const ProcInfo& p, int sig) {
     if (shutdown_.state() == State::Running) return true;  // not part of a shutdown's record
     auto& rec = book_.observe(p);
     if (rec.stop_signal) return false;
@@ -728,9 +728,8 @@ bool Supervisor::take_stop(const ProcInfo& p) {
     // stopped: a commit step cut by the tree's SIGTERM would throw away finished work.
     if (helper_sessions_.count(p.sid)) return false;
     auto& rec = book_.observe(p);
-    if (rec.stop_signal) return false;  // each process gets the stop signal once
-    for (const auto* c : components_)
-        if (c->sent_stop_signal(p)) return false;
+    if (rec.stop_signal) return false;    // each process gets the stop signal once
+    if (units_.claimed(p)) return false;  // a unit's own stop covers it
     rec.stop_signal = stop_signal_;
     rec.signalled_at = clock_.now();
     rec.last_pid_at_stop = 0;  // read once the signal is out (send_stop_and_mark)

@@ -115,9 +115,7 @@ class SupervisorHost final : public UnitHost {
     void record_force(ForceKind kind, std::string source, int count) override {
         sup_.record_force(kind, std::move(source), count);
     }
-    bool note_stop_signal(const ProcInfo& p, int sig) override {
-        return sup_.note_stop_signal(p, sig);
-    }
+    UnitTree& units() override { return sup_.units(); }
 
   private:
     Supervisor& sup_;

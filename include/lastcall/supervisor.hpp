@@ -19,6 +19,7 @@
 #include "lastcall/process/reap_pacer.hpp"
 #include "lastcall/process/spawner.hpp"
 #include "lastcall/process/stop.hpp"
+#include "lastcall/process/unit.hpp"
 #include "lastcall/shutdown/admission.hpp"
 #include "lastcall/shutdown/report.hpp"
 #include "lastcall/shutdown/shutdown.hpp"
@@ -57,10 +58,6 @@ class SupervisorComponent {
     virtual void before_force() {}
     // Every process lastcall reaps (its own children, and orphans reparented to it).
     virtual void reaped(const Reaped& /*r*/) {}
-    // True when this component's own stop of a unit already sent p its stop signal (a job run's
-    // timeout, a service's leftovers at a restart, while running): the shutdown's pass over the
-    // tree does not send it a second one.
-    virtual bool sent_stop_signal(const ProcInfo& /*p*/) const { return false; }
     // After every process is reaped, right before the report: records still being written (the
     // run ledger's) get what is left of their time, so the report can say which did not land.
     virtual void settle_records() {}
@@ -122,10 +119,8 @@ class Supervisor final : private ShutdownActions {
     // job's timeout kill). Outside the shutdown (a job timeout while running) it is not the
     // shutdown's doing and is not recorded.
     void record_force(ForceKind kind, std::string source, int count);
-    // A unit's own stop signal (a service's stop, a job's timeout) went to p: during the
-    // shutdown the report itemises it, and the tree's stop signal does not repeat it (each
-    // process gets a stop signal once).
-    bool note_stop_signal(const ProcInfo& p, int sig);
+    // The root unit: the one record of stop signals and every unit of work (process/unit.hpp).
+    UnitTree& units() { return units_; }
 
   private:
     int run_guarded();
@@ -186,6 +181,9 @@ class Supervisor final : private ShutdownActions {
     void watch_tree_events();
     // Filter for the stop signal: true the first time a process (of the kill scope) is seen.
     bool take_stop(const ProcInfo& p);
+    // The root's record of a stop signal that p gets (UnitTree::record): during the shutdown the
+    // report itemises it, and no process gets a second one. False when p already had one.
+    bool record_stop_signal(const ProcInfo& p, int sig);
     void rearm_timer();
     Scope effective_scope() const;
 
@@ -226,6 +224,7 @@ class Supervisor final : private ShutdownActions {
     UniqueFd signal_fd_;
     std::unique_ptr<Tracker> tracker_;
     ProcessBook book_;
+    UnitTree units_{[this](const ProcInfo& p, int sig) { return record_stop_signal(p, sig); }};
     Admission admission_;
     std::optional<Ticket> main_ticket_;
     std::vector<SupervisorComponent*> components_;

@@ -25,6 +25,7 @@
 #include "lastcall/core/error.hpp"
 #include "lastcall/process/process_tree.hpp"
 #include "lastcall/process/spawner.hpp"
+#include "lastcall/process/unit.hpp"
 #include "lastcall/shutdown/admission.hpp"
 #include "lastcall/shutdown/report.hpp"
 
@@ -95,9 +96,9 @@ class UnitHost {
     virtual void add_helper_session(pid_t sid) = 0;
     virtual void remove_helper_session(pid_t sid) = 0;
     virtual void record_force(ForceKind kind, std::string source, int count) = 0;
-    // A unit sends p its stop signal: recorded for the shutdown's report. False when p already
-    // had one during this shutdown (the tree's pass, another unit): it must not get a second.
-    virtual bool note_stop_signal(const ProcInfo& p, int sig) = 0;
+    // The root unit: every unit of work (process/unit.hpp) is made in it, so that its stop
+    // signals land in the one record and the tree's pass leaves its own stop alone.
+    virtual UnitTree& units() = 0;
 };
 
 }  // namespace lastcall

@@ -588,6 +588,12 @@ void JobScheduler::begin_run(std::size_t j, std::int64_t id, std::int64_t schedu
     // The run is a unit of work with its own scope: a timeout stops all of it, setsid
     // descendants included, and "the run is over" means its scope is empty.
     run.scope = host_->new_scope("job-" + spec.name + "." + std::to_string(run.id));
+    // The scope outlives moves of the Run (a unique_ptr): the unit's callbacks hold it.
+    UnitScope* scope = run.scope.get();
+    run.unit = std::make_unique<Unit>(
+        host_->units(), "job " + spec.name + " run " + std::to_string(run.id), host_->clock(),
+        [scope] { return scope->members(); }, [scope] { return one_hold(scope->freeze()); },
+        [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); });
     SpawnSpec sp;
     sp.argv = spec.command;
     sp.env = environment(run, run.staging);
@@ -774,7 +780,8 @@ void JobScheduler::arm_timeout_timer() {
     auto now = host_->clock().now();
     for (const auto& [id, run] : runs_) {
         // A stop round cut by its budget goes on in the timer's next turn.
-        auto round = run.stop_rounds.pending ? std::optional<MonoTime>(now) : std::nullopt;
+        auto round =
+            run.unit && run.unit->round_owed() ? std::optional<MonoTime>(now) : std::nullopt;
         for (const auto& at : {run.deadline, round, lease_stop_at(run)})
             if (at && (!next || *at < *next)) next = at;
     }
@@ -809,7 +816,7 @@ void JobScheduler::lease_self_stop(Run& run, MonoTime now) {
 void JobScheduler::on_timeout_timer() {
     auto now = host_->clock().now();
     for (auto& [id, run] : runs_) {
-        if (run.stop_rounds.pending) stop_round(run);
+        if (run.unit && run.unit->round_owed()) stop_round(run);
         if (auto stop = lease_stop_at(run); stop && *stop <= now) lease_self_stop(run, now);
         if (!run.deadline || *run.deadline > now) continue;
         if (run.phase == Phase::Lingering && !run.timed_out) continue;
@@ -823,7 +830,7 @@ void JobScheduler::on_timeout_timer() {
         } else {
             spdlog::warn("job {}: run {} still running {} after it was stopped: SIGKILL", spec.name,
                          run.id, format_duration(run.kill_after));
-            run.stop_rounds.end();  // the kill works on frozen processes; no round is owed
+            run.unit->kill();  // the kill works on frozen processes; no round is owed
             int n = run.scope->kill([](const ProcInfo&) { return true; });
             host_->record_force(ForceKind::Sigkill, "job " + spec.name + ": " + run.stop_cause, n);
             run.deadline.reset();
@@ -850,19 +857,8 @@ void JobScheduler::stop_scope(Run& run, Millis kill_after, const char* cause) {
 // run) goes on in the timer's next turn, after the loop's other work: the members it had not
 // reached get the stop signal too, not only the kill after it.
 void JobScheduler::stop_round(Run& run) {
-    StopPassIo io{[&] { return run.scope->members(); },
-                  [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); },
-                  run.stop_rounds.budget([this] { return host_->clock().now(); }, run.deadline),
-                  [&] { return one_hold(run.scope->freeze()); }};
-    bool more = run.stop_rounds.pending;
-    int n = send_stop_round(
-                io, SIGTERM,
-                [&](const ProcInfo& p) {
-                    if (!run.stopped.insert(key_of(p)).second) return false;
-                    return host_->note_stop_signal(p, SIGTERM);
-                },
-                run.stop_rounds)
-                .signalled;
+    bool more = run.unit->round_owed();
+    int n = more ? run.unit->continue_stop() : run.unit->stop(SIGTERM, *run.deadline);
     if (more) {
         spdlog::debug("job {}: run {}: sent SIGTERM to {} more process(es)",
                       jobs_[run.job].spec.name, run.id, n);
@@ -977,12 +973,6 @@ void JobScheduler::interrupt(Run& run, RunOutcome outcome, const std::string& re
             spdlog::warn("job {}: run {} (pid {}) interrupted: {}", name, id, pid, reason);
             interrupted_.push_back({id, name, pid, at, reason});
         });
-}
-
-bool JobScheduler::sent_stop_signal(const ProcInfo& p) const {
-    for (const auto& [id, run] : runs_)
-        if (run.stopped.count(key_of(p))) return true;
-    return false;
 }
 
 void JobScheduler::before_force() {

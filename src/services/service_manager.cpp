@@ -99,20 +99,12 @@ struct ServiceManager::Service {
     int probes = 0;
     UniqueFd probe_sock;
 
-    std::set<ProcKey> signalled;  // got the stop signal: never a second time
-    // Born to a signalled process during its stop (sent_stop_signal): not the tree's to signal.
-    // Filled from a const query, hence mutable; cleared with `signalled` at each start.
-    mutable std::set<pid_t> helpers;
-    // Signalled before this stop began (what a crashed or main instance left behind): a process
-    // they start is their cleanup's helper, not a member the stop missed.
-    std::set<pid_t> told_before;
-    // Its members at the last look of a stop in progress: all of them are the service's to stop.
-    std::set<pid_t> last_members;
-    StopRounds stop_rounds;  // its stop passes, when the budget cuts them
-    std::optional<MonoTime> stop_deadline;
-    // This instance's stop or cleanup sent SIGKILL (no second kill, and stop_done()).
-    bool killed = false;
-    // ... while lastcall was running: what an exited instance left behind, killed at the end of
+    // Its stop (process/unit.hpp): of the current instance and of what earlier ones left
+    // behind, Stopping both for the shutdown's stop and for the cleanup of leftovers
+    // (ServiceState::Cleaning); made at attach, in the host's root unit.
+    std::unique_ptr<Unit> unit;
+    // A kill of the unit (unit->killed()) while lastcall was running: what an exited instance
+    // left behind, killed at the end of
     // its grace, is a fact of the run, not a forced stop (the report's `forced` is `killed`
     // without it) until the shutdown forces the service itself (before_force, a forced end).
     bool killed_while_running = false;
@@ -120,10 +112,10 @@ struct ServiceManager::Service {
 
     int restarts() const { return starts > 1 ? starts - 1 : 0; }
     // The report's `forced`, and the "(forced)" of the stop's log line.
-    bool forced() const { return killed && !killed_while_running; }
+    bool forced() const { return unit->killed() && !killed_while_running; }
     // The shutdown killed the service itself (the tree's kill, a forced end).
     void killed_by_shutdown() {
-        killed = true;
+        unit->kill();
         killed_while_running = false;
     }
 };
@@ -149,6 +141,17 @@ Status ServiceManager::attach(Supervisor& sup) {
 
 Status ServiceManager::attach_host(UnitHost& host) {
     host_ = &host;
+    for (auto& s : services_)
+        s.unit = std::make_unique<Unit>(
+            host.units(), "service " + s.spec.name, host.clock(),
+            [this, &s] { return members_of(s); },
+            [&s] {
+                std::vector<FreezeHold> holds;
+                if (s.scope) holds.push_back(s.scope->freeze());
+                for (auto& r : s.retired) holds.push_back(r->freeze());
+                return holds;
+            },
+            [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); });
     auto timer = host.new_timer([this] { on_timer(); });
     if (!timer) return timer.error();
     timer_ = std::move(*timer);
@@ -233,16 +236,7 @@ void ServiceManager::start(Service& s) {
     s.told_waiting = false;
     // Once per process, across instances: a leftover of an earlier instance that outlived its
     // SIGKILL (uninterruptible sleep) is not a new member to signal at the next stop.
-    if (!s.signalled.empty()) {
-        std::set<ProcKey> alive;
-        for (const auto& p : members_of(s)) alive.insert(key_of(p));
-        std::erase_if(s.signalled, [&](const ProcKey& k) { return !alive.count(k); });
-    }
-    s.helpers.clear();
-    s.told_before.clear();
-    s.last_members.clear();
-    s.stop_rounds.end();
-    s.killed = false;
+    s.unit->restart();
     s.killed_while_running = false;
     apply(s, ServiceEvent::Spawned);
     if (!result.child) {
@@ -300,8 +294,7 @@ void ServiceManager::instance_ended(Service& s, int status) {
     // service must not find the old instance still holding its port, and a finished one must
     // not leave strays.
     Millis grace = s.spec.grace.value_or(host_->settings().grace);
-    s.stop_deadline = now + grace;
-    int sent = send_stop(s);
+    int sent = s.unit->stop(s.spec.stop_signal, now + grace);
     if (sent > 0)
         spdlog::info("service {}: sent {} to {} process(es) it left behind", s.spec.name,
                      signal_name(s.spec.stop_signal), sent);
@@ -417,29 +410,6 @@ void ServiceManager::reaped(const Reaped& r) {
     // A member of a service's tree that lastcall reaped (an orphan): the stop may be complete.
     for (auto& s : services_)
         if (s.state == ServiceState::Stopping || s.state == ServiceState::Cleaning) check_stop(s);
-}
-
-bool ServiceManager::sent_stop_signal(const ProcInfo& p) const {
-    for (const auto& s : services_) {
-        if (s.signalled.count(key_of(p))) return true;
-        // Born to a process this service told to stop (or to one of its helpers) once its
-        // passes had reached every member: a cleanup helper of the service's own stop, as the
-        // supervisor's birth line tells them apart in the main tree. The tree's pass at the
-        // hold's limit must not cut the cleanup short; the service's kill at the end of its
-        // grace covers the helper if it is still there.
-        if (s.state != ServiceState::Stopping && s.state != ServiceState::Cleaning) continue;
-        // Every member of a service being stopped is the service's: signalled by it, one of
-        // its helpers (also one whose parent has exited), or one its next round will reach.
-        if (s.last_members.count(p.pid)) return true;
-        if (s.stop_rounds.pending || p.ppid <= 1) continue;
-        auto parent = s.signalled.lower_bound(ProcKey{p.ppid, 0});
-        bool parent_stopping = parent != s.signalled.end() && parent->first == p.ppid;
-        if (parent_stopping || s.helpers.count(p.ppid)) {
-            s.helpers.insert(p.pid);
-            return true;
-        }
-    }
-    return false;
 }
 
 void ServiceManager::on_timer() {
@@ -660,7 +630,7 @@ bool ServiceManager::stop_done(Service& s) {
         case ServiceState::Stopping:
             // A dependent that had to be killed is as good as gone: what depends on it must
             // not lose its own grace waiting for the kernel to finish the kill.
-            return s.killed;
+            return s.unit->killed();
         case ServiceState::Exited:
         case ServiceState::Failed:
             // Its leader is gone, but not necessarily what it left (a main service's leftovers
@@ -728,47 +698,15 @@ void ServiceManager::begin_stop(Service& s) {
     // already being stopped keep the grace they had since the leader's exit.
     Millis grace = s.spec.grace.value_or(host_->settings().grace);
     MonoTime deadline = std::min(now + grace, global_deadline_);
-    if (s.state == ServiceState::Cleaning && s.stop_deadline)
-        deadline = std::min(deadline, *s.stop_deadline);
     apply(s, ServiceEvent::StopRequested);
-    s.stop_deadline = deadline;
-    s.told_before.clear();
-    if (!s.stop_rounds.pending)
-        for (const auto& key : s.signalled) s.told_before.insert(key.first);
-    int n = send_stop(s);
+    // A cleanup under way keeps the grace it had since the leader's exit, if it ends first.
+    int n = s.unit->stop(s.spec.stop_signal, deadline);
+    deadline = *s.unit->deadline();
     spdlog::info("service {}: sent {} to {} process(es), grace {}", s.spec.name,
                  signal_name(s.spec.stop_signal), n,
                  format_duration(std::chrono::duration_cast<Millis>(deadline - now)));
     s.wake = now + kStopPoll;
     rearm();
-}
-
-int ServiceManager::send_stop(Service& s) {
-    // A fork storm in one service must not keep the loop from the other services' graces: a
-    // round cut by its budget goes on at the next poll (check_stop).
-    StopPassIo io{[&] { return members_of(s); },
-                  [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); },
-                  s.stop_rounds.budget([this] { return host_->clock().now(); }, s.stop_deadline),
-                  [&] {
-                      std::vector<FreezeHold> holds;
-                      if (s.scope) holds.push_back(s.scope->freeze());
-                      for (auto& r : s.retired) holds.push_back(r->freeze());
-                      return holds;
-                  }};
-    // Once per process: neither this service's earlier rounds nor the tree's pass (which goes
-    // out while a service is still held back by its order, at the hold's limit) sent it one.
-    auto take = [&](const ProcInfo& p) {
-        if (s.signalled.count(key_of(p))) return false;
-        // Started by a process told to stop before this stop began (a leftover's cleanup): its
-        // helper, which the kill at the end of the grace covers.
-        if (s.told_before.count(p.ppid) || (!s.told_before.empty() && s.helpers.count(p.ppid))) {
-            s.helpers.insert(p.pid);
-            return false;
-        }
-        s.signalled.insert(key_of(p));
-        return host_->note_stop_signal(p, s.spec.stop_signal);
-    };
-    return send_stop_round(io, s.spec.stop_signal, take, s.stop_rounds).signalled;
 }
 
 // The stop of a service's tree under way (Stopping), or of what its last instance left behind
@@ -778,9 +716,9 @@ void ServiceManager::check_stop(Service& s) {
     if (s.state != ServiceState::Stopping && !cleaning) return;
     MonoTime now = host_->clock().now();
     auto members = members_of(s);
-    s.last_members.clear();
-    for (const auto& p : members) s.last_members.insert(p.pid);
-    bool stuck = cleaning && s.killed && s.stop_deadline && now >= *s.stop_deadline + kKillSettle;
+    s.unit->saw(members);
+    auto deadline = s.unit->deadline();
+    bool stuck = cleaning && s.unit->killed() && deadline && now >= *deadline + kKillSettle;
     if (stuck)
         spdlog::warn(
             "service {}: {} process(es) it left behind still there {} after SIGKILL "
@@ -788,27 +726,29 @@ void ServiceManager::check_stop(Service& s) {
             s.spec.name, members.size(), format_duration(kKillSettle));
     if (cleaning && (members.empty() || stuck)) {
         s.wake.reset();
-        s.stop_rounds.end();
+        if (members.empty())
+            s.unit->gone();
+        else
+            s.unit->end_rounds();
         retire_scopes(s);
         conclude_instance(s);
         return;
     }
     if (members.empty()) {
         s.wake.reset();
-        s.stop_rounds.end();
+        s.unit->gone();
         apply(s, ServiceEvent::TreeGone);
         spdlog::info("service {}: stopped{}", s.spec.name, s.forced() ? " (forced)" : "");
         retire_scopes(s);
         stop_eligible();
         return;
     }
-    if (!s.killed && s.stop_deadline && now >= *s.stop_deadline) {
-        s.killed = true;
+    if (!s.unit->killed() && deadline && now >= *deadline) {
+        s.unit->kill();
         if (cleaning && !shutting_down_) {
             s.killed_while_running = true;
             ++s.leftovers_killed;
         }
-        s.stop_rounds.end();  // the kill works on frozen processes; nothing more is owed
         int n = kill_members(s);
         host_->record_force(ForceKind::Sigkill, "service " + s.spec.name + ": grace", n);
         spdlog::warn(
@@ -817,10 +757,10 @@ void ServiceManager::check_stop(Service& s) {
         // Its dependencies need not wait for the kernel to finish the kill.
         if (!cleaning) stop_eligible();
     }
-    if (!s.killed && s.stop_rounds.pending) {
+    if (s.unit->round_owed()) {
         // The last round was cut by its budget: members it had not reached yet get the stop
         // signal now, not only the kill at the end of the grace.
-        int n = send_stop(s);
+        int n = s.unit->continue_stop();
         spdlog::debug("service {}: sent {} to {} more process(es)", s.spec.name,
                       signal_name(s.spec.stop_signal), n);
     }
@@ -841,7 +781,7 @@ void ServiceManager::end_ordered_stop(bool forced) {
         if (forced && ((running && s.pid > 0) || s.state == ServiceState::Cleaning))
             apply(s, ServiceEvent::StopRequested);
         if (forced && s.state == ServiceState::Stopping) s.killed_by_shutdown();
-        s.stop_rounds.end();
+        s.unit->end_rounds();
         if (!forced) {
             // Every process of the tree is gone: so is every service's.
             if (running || s.state == ServiceState::Cleaning) apply(s, ServiceEvent::StopRequested);
@@ -855,7 +795,7 @@ void ServiceManager::end_ordered_stop(bool forced) {
 void ServiceManager::before_force() {
     for (auto& s : services_) {
         if (s.state == ServiceState::Stopping) s.killed_by_shutdown();
-        s.stop_rounds.end();  // the tree's kill needs no hold
+        s.unit->end_rounds();  // the tree's kill needs no hold
     }
 }
 

@@ -108,7 +108,7 @@ class FakeHost final : public UnitHost {
 
     // -- what the test observes
     const FakeProc& proc(pid_t pid) const { return procs_.at(pid); }
-    // The process as an enumeration would see it (for a component's sent_stop_signal()).
+    // The process as an enumeration would see it (for the root's UnitTree::claimed()).
     ProcInfo info(pid_t pid) const {
         ProcInfo i;
         i.pid = pid;
@@ -243,7 +243,9 @@ class FakeHost final : public UnitHost {
     void record_force(ForceKind kind, std::string source, int count) override {
         forces.push_back({kind, std::move(source), count});
     }
-    bool note_stop_signal(const ProcInfo&, int) override { return true; }
+    UnitTree& units() override { return units_; }
+    // Nothing is recorded for a report here: every stop signal is the first.
+    UnitTree units_{[](const ProcInfo&, int) { return true; }};
 
   private:
     // A timer the test fires: it registers itself in its host's list while it lives.

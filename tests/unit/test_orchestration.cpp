@@ -477,8 +477,8 @@ TEST_CASE("every process of a stopping service is its own, not the tree pass's",
     pid_t grandchild = s.host.fork_child(helper);
     s.host.exit(app, kExit0);  // the trap started the helper and exited
     s.host.advance(100ms);
-    CHECK(s.manager.sent_stop_signal(s.host.info(helper)));
-    CHECK(s.manager.sent_stop_signal(s.host.info(grandchild)));
+    CHECK(s.host.units().claimed(s.host.info(helper)));
+    CHECK(s.host.units().claimed(s.host.info(grandchild)));
     CHECK(s.host.proc(helper).signals.empty());
 }
 

@@ -73,7 +73,6 @@ class JobScheduler final : public SupervisorComponent {
     void before_force() override;
     void reaped(const Reaped& r) override;
     bool runs_units() const override { return true; }
-    bool sent_stop_signal(const ProcInfo& p) const override;
     void settle_records() override;
     void contribute_report(JsonWriter& j) override;
     void contribute_metrics(MetricsWriter& m) override;
@@ -101,8 +100,9 @@ class JobScheduler final : public SupervisorComponent {
         Millis kill_after{0};    // ... and the scope is killed this long after it
         std::string stop_cause;  // why: "timeout", "lease lost", "taken over"
         std::unique_ptr<UnitScope> scope;  // every process of the run, verify included
-        std::set<ProcKey> stopped;         // got the timeout's SIGTERM: never a second time
-        StopRounds stop_rounds;  // the stop passes; pending: a cut round goes on at the next turn
+        // Its stop (process/unit.hpp), over the scope: the timeout's SIGTERM once to each
+        // member, in rounds (a cut round goes on at the timer's next turn), then the kill.
+        std::unique_ptr<Unit> unit;
         Intervention first = Intervention::None;  // lastcall's first intervention
         // `interrupted` could not be written: it is tried again at the leader's exit, and the
         // run is never completed.

@@ -67,7 +67,6 @@ class ServiceManager final : public SupervisorComponent {
     void before_force() override;
     void reaped(const Reaped& r) override;
     bool runs_units() const override { return true; }
-    bool sent_stop_signal(const ProcInfo& p) const override;
     void contribute_report(JsonWriter& j) override;
     void contribute_metrics(MetricsWriter& m) override;
     void finished(int exit_code) override;
@@ -101,7 +100,6 @@ class ServiceManager final : public SupervisorComponent {
     void stop_eligible();
     bool stop_eligible_pass();  // true: a stop done at once, the pass must repeat
     void begin_stop(Service& s);
-    int send_stop(Service& s);
     void check_stop(Service& s);
     void end_ordered_stop(bool forced);
     std::vector<ProcInfo> members_of(Service& s);

@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+// A unit of work and its stop: the one lifecycle that the main tree, every service instance
+// (with what its earlier instances left behind) and every job run go through, and the one record
+// of who had a stop signal.
+//
+// The state model, one unit (unit_transition is the table):
+//
+//   Running --stop--> Stopping --kill--> Killed --gone--> Gone
+//      |                  |                                 ^
+//      +------kill--------)---------------------------------+ (Running/Stopping --gone--> Gone)
+//   Gone --restart--> Running   (a service's next instance: the same unit, a fresh stop)
+//
+//   stop     its stop signal goes out once to each member, in rounds (process/stop.hpp: freeze,
+//            passes until nobody new, SIGCONT), bounded by the unit's deadline;
+//   kill     its grace ended, or the shutdown forced it: SIGKILL (the owner kills its scope);
+//   gone     no member is left.
+//
+// The tree is the root: it owns the one record of stop signals (UnitTree::record: the
+// shutdown's report itemises it, and no process gets a second stop signal from another unit or
+// from the tree's own pass) and knows every child unit, so the tree's pass leaves alone what a
+// child unit's own stop covers (UnitTree::claimed: what it signalled, and the cleanup helpers
+// its signalled processes start). Owners (the supervisor, the service manager, the job
+// scheduler) keep their policies (when to stop, what a kill means for their record); the stop
+// itself, its record and its helper rule live here once.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lastcall/core/clock.hpp"
+#include "lastcall/process/stop.hpp"
+
+namespace lastcall {
+
+enum class UnitState { Running, Stopping, Killed, Gone };
+enum class UnitEvent { Stop, Kill, Gone, Restart };
+std::string_view to_string(UnitState s);
+// nullopt: the event does not apply in that state (a second stop of a stopping unit, a kill of
+// a killed one).
+std::optional<UnitState> unit_transition(UnitState from, UnitEvent event);
+
+class Unit;
+
+// The root unit's side: the one record of stop signals, and the child units.
+class UnitTree {
+  public:
+    // The record of a stop signal that p is about to get: false if p already had one (the
+    // supervisor's book during a shutdown; always true where nothing is recorded).
+    using Record = std::function<bool(const ProcInfo& p, int sig)>;
+    explicit UnitTree(Record record) : record_(std::move(record)) {}
+    // Units may outlive the tree (the components that own them are made before the supervisor
+    // and destroyed after it): they are detached, and record nothing from then on.
+    ~UnitTree();
+    UnitTree(const UnitTree&) = delete;
+    UnitTree& operator=(const UnitTree&) = delete;
+
+    // p gets sig from a unit's stop or the tree's pass: recorded once, false if it had one.
+    bool record(const ProcInfo& p, int sig) const { return record_(p, sig); }
+    // A child unit's own stop covers p (see the top): the tree's pass does not signal it.
+    bool claimed(const ProcInfo& p) const;
+    std::size_t size() const { return units_.size(); }
+
+  private:
+    friend class Unit;
+    Record record_;
+    std::vector<Unit*> units_;
+};
+
+class Unit {
+  public:
+    using Members = std::function<std::vector<ProcInfo>()>;
+    using Freeze = std::function<std::vector<FreezeHold>()>;
+    using Send = std::function<bool(const ProcInfo&, int)>;
+    // `members` lists the unit's live processes (its scopes); `freeze` holds them still for a
+    // round (empty: nothing to freeze); `send` signals one process through its identity.
+    Unit(UnitTree& tree, std::string name, const Clock& clock, Members members, Freeze freeze,
+         Send send);
+    ~Unit();
+    Unit(const Unit&) = delete;
+    Unit& operator=(const Unit&) = delete;
+
+    const std::string& name() const { return name_; }
+    UnitState state() const { return state_; }
+    bool stopping() const { return state_ == UnitState::Stopping; }
+    // SIGKILL went out to this instance (kill()), whether or not it is gone since.
+    bool killed() const { return kill_sent_; }
+    // The end of the current stop's grace (none: not stopping).
+    std::optional<MonoTime> deadline() const { return deadline_; }
+    // A round the budget cut is owed another (continue_stop), in a later turn of the loop.
+    bool round_owed() const { return rounds_.pending; }
+    std::vector<ProcInfo> members() const { return members_(); }
+
+    // Running -> Stopping: sig once to each member, its first round; the grace ends at
+    // `deadline`. Already stopping: the deadline only moves earlier, and the next round goes
+    // on where the record says. What it signalled before this stop began (leftovers of an
+    // earlier stop) starts helpers, not members. Returns how many got sig in this round.
+    int stop(int sig, MonoTime deadline);
+    // The next round of a stop whose last round was cut (round_owed()).
+    int continue_stop();
+    // A stop's look at its members (a poll): all of them are the unit's to stop.
+    void saw(const std::vector<ProcInfo>& members);
+    // Stopping/Running -> Killed: the owner killed its scopes; no round is owed any more.
+    void kill();
+    // The rounds end without a kill (the tree's kill at the shutdown needs no hold).
+    void end_rounds() { rounds_.end(); }
+    // No member left.
+    void gone();
+    // A service's next instance: a fresh stop. The record keeps the processes of earlier
+    // instances still alive (one that outlived its SIGKILL must not get a second stop signal).
+    void restart();
+
+    // p had this unit's stop signal.
+    bool signalled(const ProcInfo& p) const { return signalled_.count(key_of(p)) != 0; }
+    // The tree's question (UnitTree::claimed): p belongs to this unit's own stop.
+    bool claims(const ProcInfo& p) const;
+
+  private:
+    friend class UnitTree;
+    bool apply(UnitEvent e);
+    bool take(const ProcInfo& p);
+    int round();
+
+    UnitTree* tree_;  // null once the tree is gone (~UnitTree)
+    std::string name_;
+    const Clock& clock_;
+    Members members_;
+    Freeze freeze_;
+    Send send_;
+    UnitState state_ = UnitState::Running;
+    int sig_ = 0;
+    std::optional<MonoTime> deadline_;
+    bool kill_sent_ = false;
+    StopRounds rounds_;
+    std::set<ProcKey> signalled_;  // got its stop signal: never a second time
+    // Born to a signalled process during its stop: its cleanup helpers, not members to signal.
+    // Found by a const query (claims), hence mutable.
+    mutable std::set<pid_t> helpers_;
+    // Signalled before this stop began (what a crashed instance left behind): what they start
+    // is their cleanup's helper, not a member the stop missed.
+    std::set<pid_t> told_before_;
+    // Its members at the last look of a stop in progress.
+    std::set<pid_t> last_members_;
+};
+
+}  // namespace lastcall

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "lastcall/process/unit.hpp"
+
+#include <algorithm>
+
+namespace lastcall {
+
+std::string_view to_string(UnitState s) {
+    switch (s) {
+        case UnitState::Running:
+            return "running";
+        case UnitState::Stopping:
+            return "stopping";
+        case UnitState::Killed:
+            return "killed";
+        case UnitState::Gone:
+            return "gone";
+    }
+    return "?";
+}
+
+std::optional<UnitState> unit_transition(UnitState from, UnitEvent event) {
+    using S = UnitState;
+    using E = UnitEvent;
+    struct Row {
+        S from;
+        E event;
+        S to;
+    };
+    static constexpr Row kTable[] = {
+        {S::Running, E::Stop, S::Stopping},    {S::Running, E::Kill, S::Killed},
+        {S::Stopping, E::Kill, S::Killed},     {S::Running, E::Gone, S::Gone},
+        {S::Stopping, E::Gone, S::Gone},       {S::Killed, E::Gone, S::Gone},
+        {S::Gone, E::Restart, S::Running},     {S::Running, E::Restart, S::Running},
+        {S::Stopping, E::Restart, S::Running}, {S::Killed, E::Restart, S::Running},
+    };
+    for (const auto& row : kTable)
+        if (row.from == from && row.event == event) return row.to;
+    return std::nullopt;
+}
+
+UnitTree::~UnitTree() {
+    for (Unit* u : units_) u->tree_ = nullptr;
+}
+
+bool UnitTree::claimed(const ProcInfo& p) const {
+    return std::any_of(units_.begin(), units_.end(), [&](const Unit* u) { return u->claims(p); });
+}
+
+Unit::Unit(UnitTree& tree, std::string name, const Clock& clock, Members members, Freeze freeze,
+           Send send)
+    : tree_(&tree),
+      name_(std::move(name)),
+      clock_(clock),
+      members_(std::move(members)),
+      freeze_(std::move(freeze)),
+      send_(std::move(send)) {
+    tree_->units_.push_back(this);
+}
+
+Unit::~Unit() {
+    if (tree_) std::erase(tree_->units_, this);
+}
+
+bool Unit::apply(UnitEvent e) {
+    auto to = unit_transition(state_, e);
+    if (!to) return false;
+    state_ = *to;
+    return true;
+}
+
+int Unit::stop(int sig, MonoTime deadline) {
+    if (state_ == UnitState::Killed || state_ == UnitState::Gone) return 0;
+    sig_ = sig;
+    deadline_ = deadline_ ? std::min(*deadline_, deadline) : deadline;
+    apply(UnitEvent::Stop);
+    // A round cut by its budget goes on where it stopped: what it signalled are members, not
+    // processes told before this stop.
+    told_before_.clear();
+    if (!rounds_.pending)
+        for (const auto& key : signalled_) told_before_.insert(key.first);
+    return round();
+}
+
+int Unit::continue_stop() {
+    if (state_ != UnitState::Stopping || !rounds_.pending) return 0;
+    return round();
+}
+
+int Unit::round() {
+    StopPassIo io{members_, send_, rounds_.budget([this] { return clock_.now(); }, deadline_),
+                  freeze_};
+    return send_stop_round(
+               io, sig_, [this](const ProcInfo& p) { return take(p); }, rounds_)
+        .signalled;
+}
+
+bool Unit::take(const ProcInfo& p) {
+    if (signalled_.count(key_of(p))) return false;
+    // Started by a process told to stop before this stop began (a leftover's cleanup): its
+    // helper, which the kill at the end of the grace covers.
+    if (told_before_.count(p.ppid) || (!told_before_.empty() && helpers_.count(p.ppid))) {
+        helpers_.insert(p.pid);
+        return false;
+    }
+    signalled_.insert(key_of(p));
+    return tree_ && tree_->record(p, sig_);
+}
+
+void Unit::saw(const std::vector<ProcInfo>& members) {
+    last_members_.clear();
+    for (const auto& p : members) last_members_.insert(p.pid);
+}
+
+void Unit::kill() {
+    rounds_.end();  // the kill works on frozen processes; nothing more is owed
+    kill_sent_ = true;
+    apply(UnitEvent::Kill);
+}
+
+void Unit::gone() {
+    rounds_.end();
+    apply(UnitEvent::Gone);
+}
+
+void Unit::restart() {
+    if (!signalled_.empty()) {
+        std::set<ProcKey> alive;
+        for (const auto& p : members_()) alive.insert(key_of(p));
+        std::erase_if(signalled_, [&](const ProcKey& k) { return !alive.count(k); });
+    }
+    helpers_.clear();
+    told_before_.clear();
+    last_members_.clear();
+    rounds_.end();
+    deadline_.reset();
+    kill_sent_ = false;
+    apply(UnitEvent::Restart);
+}
+
+bool Unit::claims(const ProcInfo& p) const {
+    if (signalled_.count(key_of(p))) return true;
+    // Born to a process this unit told to stop (or to one of its helpers) once its passes had
+    // reached every member: a cleanup helper of the unit's own stop, as the supervisor's birth
+    // line tells them apart in the main tree. The tree's pass (at the ordered stop's limit)
+    // must not cut the cleanup short; the unit's kill at the end of its grace covers it.
+    if (state_ != UnitState::Stopping && state_ != UnitState::Killed) return false;
+    // Every member of a unit being stopped is the unit's: signalled by it, one of its helpers
+    // (also one whose parent has exited), or one its next round will reach.
+    if (last_members_.count(p.pid)) return true;
+    if (rounds_.pending || p.ppid <= 1) return false;
+    auto parent = signalled_.lower_bound(ProcKey{p.ppid, 0});
+    bool parent_stopping = parent != signalled_.end() && parent->first == p.ppid;
+    if (parent_stopping || helpers_.count(p.ppid)) {
+        helpers_.insert(p.pid);
+        return true;
+    }
+    return false;
+}
+
+}  // namespace lastcall
