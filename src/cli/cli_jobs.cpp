@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <ctime>
 
+#include <unistd.h>
+
 #include "lastcall/cli/cli11_app.hpp"
 #include "lastcall/cli/jobs_cli.hpp"
 #include "lastcall/core/atomic_file.hpp"
@@ -16,6 +18,8 @@
 #include "lastcall/core/twin.hpp"
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/ledger.hpp"
+#include "lastcall/process/credentials.hpp"
+#include "lastcall/process/userdb.hpp"
 
 namespace lastcall {
 
@@ -221,6 +225,31 @@ int runs_prune(const std::string& before, const LedgerLocation& where, bool loca
     return 0;
 }
 
+// A job's command as its config wrote it: the string of a shell command (`/bin/sh -c STRING`,
+// every crontab line), else the argv as a JSON array (a TOML array reads the same), on one line.
+std::string command_text(const std::vector<std::string>& argv) {
+    std::string text;
+    if (argv.size() == 3 && argv[0] == "/bin/sh" && argv[1] == "-c") {
+        text = argv[2];
+    } else {
+        JsonWriter j;
+        j.begin_array();
+        for (const auto& a : argv) j.value(a);
+        j.end_array();
+        text = j.str();
+    }
+    for (char& c : text)
+        if (c == '\n' || c == '\t') c = ' ';
+    return text;
+}
+
+// The name of the user running this command, else its uid.
+std::string own_user_name() {
+    const uid_t uid = ::geteuid();
+    auto user = userdb::find_uid(uid);
+    return user ? user->name : std::to_string(uid);
+}
+
 }  // namespace
 
 int run_runs(const std::vector<std::string>& args) {
@@ -307,14 +336,19 @@ int run_runs(const std::vector<std::string>& args) {
 }
 
 int run_jobs(const std::vector<std::string>& args) {
-    CLI::App app{"lastcall jobs: print each job's next fire times.", "lastcall jobs"};
-    set_usage(app, "Usage: lastcall jobs --config FILE [--crontab FILE] [--count N]");
+    CLI::App app{"lastcall jobs: print each job's command, user and next fire times.",
+                 "lastcall jobs"};
+    set_usage(app,
+              "Usage: lastcall jobs --config FILE [--crontab FILE|DIR] [--user USER] [--count N]\n"
+              "       lastcall jobs --crontab FILE|DIR [--user USER] [--count N]");
     GlobalOptions global;  // accepted before or after the name; jobs prints no log lines
     add_global_options(app, global);
     Options o;
     int count = 3;
     app.add_option("--config", o.config_path, "TOML config with [jobs.*]");
-    app.add_option("--crontab", o.crontab_path, "Crontab file");
+    app.add_option("--crontab", o.crontab_path, "Crontab file, or a cron.d-like directory");
+    app.add_option("--user", o.user,
+                   "As lastcall's --user: whom the jobs without their own user run as");
     app.add_option("--count", count, "How many fire times per job (default 3)")
         ->check(CLI::Range(1, 1000));
     if (auto code = parse_subcommand(app, args, "jobs")) return *code;
@@ -325,6 +359,15 @@ int run_jobs(const std::vector<std::string>& args) {
     // A `user` in them may hand over to the twin (core/twin.hpp): unread, if read only once.
     twin::hand_over_before_reading(o.config_path);
     twin::hand_over_before_reading(o.crontab_path);
+    if (!o.user.empty()) {
+        auto creds = lookup_credentials(o.user);
+        if (!creds) {
+            std::fprintf(stderr, "lastcall jobs: --user '%s': %s\n", o.user.c_str(),
+                         creds.error().message.c_str());
+            return 2;
+        }
+        o.credentials = std::move(*creds);
+    }
     auto setup = load_jobs(o);
     if (!setup) {
         std::fprintf(stderr, "lastcall: %s\n", setup.error().message.c_str());
@@ -332,13 +375,18 @@ int run_jobs(const std::vector<std::string>& args) {
     }
     auto now = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now());
     for (const auto& job : setup->jobs) {
-        std::string user = job.user ? "  user=" + job.user->name : "";
+        // Whom it runs as, as main() decides it: its own user/group, else --user, else the user
+        // that runs lastcall (here: the one running this command).
+        auto creds = unit_credentials(job.user, job.group, o.credentials);
+        std::string user = creds ? creds->name : own_user_name();
+        if (job.group) user += " group=" + std::to_string(*job.group);
         std::string output = job.output.empty() ? "" : "  output=" + job.output;
-        std::printf("%s  (%s)  schedule '%s'  overlap=%s  on_interrupted=%s%s%s\n",
-                    job.name.c_str(), job.origin.c_str(), job.schedule->expression().c_str(),
-                    std::string(to_string(job.overlap)).c_str(),
-                    std::string(to_string(job.on_interrupted)).c_str(), user.c_str(),
-                    output.c_str());
+        std::printf(
+            "%s  (%s)  schedule '%s'  overlap=%s  on_interrupted=%s  user=%s%s  command: %s\n",
+            job.name.c_str(), job.origin.c_str(), job.schedule->expression().c_str(),
+            std::string(to_string(job.overlap)).c_str(),
+            std::string(to_string(job.on_interrupted)).c_str(), user.c_str(), output.c_str(),
+            command_text(job.command).c_str());
         std::optional<cron::sys_seconds> t = cron::sys_seconds{now.time_since_epoch()};
         for (int i = 0; i < count; ++i) {
             t = job.schedule->next_after(*t);

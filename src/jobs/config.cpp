@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -49,6 +50,13 @@ std::string_view to_string(OnInterrupted o) {
             return "none";
     }
     return "?";
+}
+
+std::optional<OnInterrupted> parse_on_interrupted(std::string_view word) {
+    for (auto o : {OnInterrupted::Retry, OnInterrupted::CleanupRetry, OnInterrupted::Hold,
+                   OnInterrupted::None})
+        if (word == to_string(o)) return o;
+    return std::nullopt;
 }
 
 std::string staging_path_for(const std::string& output, std::int64_t run_id) {
@@ -92,6 +100,9 @@ bool valid_job_name(std::string_view name) {
                c == '_' || c == '-' || c == '.';
     });
 }
+
+constexpr const char* kOnInterruptedWords =
+    "expected \"retry\", \"cleanup-retry\", \"hold\" or \"none\"";
 
 Error at(const std::string& path, long line, std::string_view key, const std::string& message) {
     return Error{path + ":" + std::to_string(line) + ": " + std::string(key) + ": " + message};
@@ -173,17 +184,9 @@ Result<JobSpec> parse_job(const std::string& path, const std::string& name, cons
             overlap_node = &v;
         } else if (key == "on_interrupted") {
             auto s = v.value_exact<std::string>();
-            if (s == "retry")
-                job.on_interrupted = OnInterrupted::Retry;
-            else if (s == "cleanup-retry")
-                job.on_interrupted = OnInterrupted::CleanupRetry;
-            else if (s == "hold")
-                job.on_interrupted = OnInterrupted::Hold;
-            else if (s == "none")
-                job.on_interrupted = OnInterrupted::None;
-            else
-                return at(path, v, full,
-                          "expected \"retry\", \"cleanup-retry\", \"hold\" or \"none\"");
+            auto policy = s ? parse_on_interrupted(*s) : std::nullopt;
+            if (!policy) return at(path, v, full, kOnInterruptedWords);
+            job.on_interrupted = *policy;
         } else if (key == "output") {
             auto s = v.value_exact<std::string>();
             if (!s || s->empty()) return at(path, v, full, "expected a file path");
@@ -339,6 +342,9 @@ Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::str
     std::vector<std::string> env;
     std::string cron_tz;    // a CRON_TZ= line applies to the entries after it
     std::string next_name;  // a "# name: NAME" comment names the entry right after it
+    // cron and supercronic never run an interrupted line again at the next start: neither does
+    // lastcall, unless a "# on_interrupted: POLICY" comment on the line before asks for it.
+    OnInterrupted next_policy = OnInterrupted::None;
     long line_no = 0;
     std::size_t pos = 0;
     while (pos <= text.size()) {
@@ -361,6 +367,12 @@ Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::str
                 if (!valid_job_name(next_name))
                     return at(path, line_no, "name",
                               "'" + next_name + "' is not a job name (letters, digits, _ - .)");
+            } else if (comment.starts_with("on_interrupted:")) {
+                comment.remove_prefix(15);
+                comment.remove_prefix(std::min(comment.find_first_not_of(" \t"), comment.size()));
+                auto policy = parse_on_interrupted(comment);
+                if (!policy) return at(path, line_no, "on_interrupted", kOnInterruptedWords);
+                next_policy = *policy;
             }
             continue;
         }
@@ -391,57 +403,44 @@ Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::str
             continue;
         }
         auto expr_of = [&](std::size_t n) { return line.substr(0, words[n - 1].second); };
-        std::optional<cron::Schedule> schedule;
-        std::size_t used = 0;
-        std::string last_error;
-        std::vector<std::size_t> candidates;
-        if (line[0] == '@')
-            candidates = {first_word == "@every" ? std::size_t{2} : std::size_t{1}};
-        else
-            candidates = {6, 5};  // seconds first (supercronic's 6-field form), then classic
-        for (std::size_t n : candidates) {
-            if (words.size() <= n) {
-                if (last_error.empty()) last_error = "expected a schedule and a command";
-                continue;
-            }
-            std::string expr = expr_of(n);
-            if (!cron_tz.empty()) expr = "CRON_TZ=" + cron_tz + " " + expr;
-            auto s = cron::parse(expr);
-            if (s) {
-                schedule = std::move(*s);
-                used = n;
-                break;
-            }
-            last_error = s.error().message;
-        }
-        if (!schedule) return at(path, line_no, "schedule", last_error);
+        // How many words are the schedule is supercronic's decision (cron::crontab_schedule_words);
+        // a line that reading does not parse is an error naming it, never another reading.
+        std::vector<std::string_view> texts;
+        for (const auto& [b, e] : words) texts.push_back(std::string_view(line).substr(b, e - b));
+        const std::size_t used = cron::crontab_schedule_words(texts);
+        const std::string in_line = " (in '" + line + "')";
+        if (words.size() <= used)
+            return at(path, line_no, "schedule", "expected a schedule and a command" + in_line);
+        std::string expr = expr_of(used);
+        if (!cron_tz.empty()) expr = "CRON_TZ=" + cron_tz + " " + expr;
+        auto schedule = cron::parse(expr, nullptr, cron::Fields::Crontab);
+        if (!schedule) return at(path, line_no, "schedule", schedule.error().message + in_line);
         JobSpec job;
         job.origin = path + ":" + std::to_string(line_no);
+        job.on_interrupted = std::exchange(next_policy, OnInterrupted::None);
         // The system format (/etc/crontab, /etc/cron.d) has the user between schedule and
         // command; the entry runs as that user.
+        std::size_t command_word = used;
         if (format == CrontabFormat::System) {
             if (words.size() <= used + 1)
                 return at(path, line_no, "user",
                           "expected a user and a command after the schedule");
-            std::string user =
-                line.substr(words[used].first, words[used].second - words[used].first);
+            std::string user = std::string(texts[used]);
             auto creds = lookup_credentials(user);
             if (!creds)
                 return at(path, line_no, "user", "'" + user + "': " + creds.error().message);
             job.user = std::move(*creds);
-            ++used;
+            ++command_word;
         }
-        std::string command = line.substr(words[used].first);
-        job.name =
-            !next_name.empty()
-                ? std::exchange(next_name, {})
-                : crontab_entry_name(expr_of(used - (format == CrontabFormat::System)), command);
+        std::string command = line.substr(words[command_word].first);
+        job.name = !next_name.empty() ? std::exchange(next_name, {})
+                                      : crontab_entry_name(expr_of(used), command);
         for (const auto& other : jobs)
             if (other.name == job.name)
                 return at(path, line_no, "name",
                           job.name + " is already the name of " + other.origin +
                               " (the same schedule and command twice? name one with '# name:')");
-        job.schedule = std::move(schedule);
+        job.schedule = std::move(*schedule);
         job.command = {"/bin/sh", "-c", command};
         job.env = env;
         jobs.push_back(std::move(job));
@@ -595,6 +594,13 @@ Result<JobsSetup> load_jobs(const Options& options, const std::string* config_te
             setup.jobs.push_back(std::move(job));
         }
     }
+    // A year field can leave no fire time at all (`0 3 * * * 2020`): refused like a date that
+    // never occurs, rather than a job that waits forever in silence.
+    const auto now = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now());
+    for (const auto& job : setup.jobs)
+        if (!job.schedule->next_after(now))
+            return Error{job.origin + ": schedule: '" + job.schedule->expression() +
+                         "' never fires: every year it names is past"};
     setup.state_dir = resolve_state_dir(
         options.state_dir, config_dir,
         !options.config_path.empty() ? options.config_path : options.crontab_path);

@@ -598,6 +598,7 @@ constexpr FieldSpec kHour{"hour", 0, 23, nullptr};
 constexpr FieldSpec kMday{"day-of-month", 1, 31, nullptr};
 constexpr FieldSpec kMonth{"month", 1, 12, kMonthNames};
 constexpr FieldSpec kWday{"day-of-week", 0, 7, kDayNames};  // 7 is Sunday again
+constexpr FieldSpec kYear{"year", 1970, 2099, nullptr};     // cronexpr's range (crontab lines)
 
 std::string field_error(const FieldSpec& f, const std::string& what) {
     return std::string(f.name) + " field: " + what;
@@ -628,9 +629,10 @@ Result<int> parse_value(const FieldSpec& f, std::string_view tok) {
     return fail(quoted(tok) + " is not a number");
 }
 
-// A comma-separated list of "*", "v", "a-b", each optionally "/step". Bit v set = v matches.
-Result<std::uint64_t> parse_field(const FieldSpec& f, std::string_view text) {
-    std::uint64_t bits = 0;
+// A comma-separated list of "*", "v", "a-b", each optionally "/step": mark(v) for each value v
+// it lists.
+template <class Mark>
+Status parse_items(const FieldSpec& f, std::string_view text, Mark&& mark) {
     std::size_t start = 0;
     while (start <= text.size()) {
         std::size_t comma = text.find(',', start);
@@ -672,10 +674,87 @@ Result<std::uint64_t> parse_field(const FieldSpec& f, std::string_view text) {
             lo = *v;
             hi = stepped ? f.hi : *v;  // "a/n" means a, a+n, ... up to the field's maximum
         }
-        for (int v = lo; v <= hi; v += step) bits |= std::uint64_t{1} << v;
+        for (int v = lo; v <= hi; v += step) mark(v);
         if (comma == text.size()) break;
     }
+    return Ok{};
+}
+
+// Bit v set = v matches.
+Result<std::uint64_t> parse_field(const FieldSpec& f, std::string_view text) {
+    std::uint64_t bits = 0;
+    auto st = parse_items(f, text, [&](int v) { bits |= std::uint64_t{1} << v; });
+    if (!st) return st.error();
     return bits;
+}
+
+// ---- cronexpr's shapes, which decide how many words of a crontab line are its schedule ----
+
+constexpr const char* kMonthLong[] = {"january",   "february", "march",    "april",
+                                      "may",       "june",     "july",     "august",
+                                      "september", "october",  "november", "december"};
+constexpr const char* kDayLong[] = {"sunday",   "monday", "tuesday", "wednesday",
+                                    "thursday", "friday", "saturday"};
+
+// One value as cronexpr's patterns take it: 1-2 digits within the field's range (a year: 4
+// digits, 1970-2099), or for months and weekdays a three-letter or full name, any case.
+bool cronexpr_value(const FieldSpec& f, std::string_view v) {
+    if (!v.empty() && std::all_of(v.begin(), v.end(), is_digit)) {
+        if (&f == &kYear ? v.size() != 4 : v.size() > 2) return false;
+        const int n = *parse_uint(v);
+        return n >= f.lo && n <= f.hi;
+    }
+    if (!f.names) return false;
+    const bool month = &f == &kMonth;
+    for (int k = 0; k < (month ? 12 : 7); ++k)
+        if (iequals(v, f.names[k]) || iequals(v, month ? kMonthLong[k] : kDayLong[k])) return true;
+    return false;
+}
+
+// "v" or "v-v".
+bool cronexpr_span(const FieldSpec& f, std::string_view s) {
+    const std::size_t dash = s.find('-');
+    if (dash == std::string_view::npos) return cronexpr_value(f, s);
+    return cronexpr_value(f, s.substr(0, dash)) && cronexpr_value(f, s.substr(dash + 1));
+}
+
+// One list item: "*" or "?", "v", "v-v", "*/n", "v/n", "v-v/n", and cronexpr's L, W and #
+// forms (which lastcall then refuses by name: the line is still read with this many fields).
+bool cronexpr_item(const FieldSpec& f, std::string_view item) {
+    if (item == "*" || item == "?") return true;
+    if (const std::size_t slash = item.find('/'); slash != std::string_view::npos) {
+        const std::string_view step = item.substr(slash + 1), base = item.substr(0, slash);
+        if (step.empty() || !std::all_of(step.begin(), step.end(), is_digit)) return false;
+        return base == "*" || cronexpr_span(f, base);
+    }
+    if (cronexpr_span(f, item)) return true;
+    const auto ends_with = [&](std::string_view tail) {
+        return item.size() > tail.size() && iequals(item.substr(item.size() - tail.size()), tail);
+    };
+    if (&f == &kMday)
+        return iequals(item, "l") || iequals(item, "lw") ||
+               (ends_with("w") && cronexpr_value(f, item.substr(0, item.size() - 1)));
+    if (&f == &kWday) {
+        if (ends_with("l")) return cronexpr_value(f, item.substr(0, item.size() - 1));
+        const std::size_t hash = item.find('#');
+        return hash != std::string_view::npos && hash + 2 == item.size() && item[hash + 1] >= '1' &&
+               item[hash + 1] <= '5' && cronexpr_value(f, item.substr(0, hash));
+    }
+    return false;
+}
+
+// A field: comma-separated items (cronexpr skips empty ones, but needs one at least).
+bool cronexpr_field(const FieldSpec& f, std::string_view text) {
+    bool any = false;
+    for (std::size_t start = 0; start <= text.size();) {
+        std::size_t comma = text.find(',', start);
+        if (comma == std::string_view::npos) comma = text.size();
+        const std::string_view item = text.substr(start, comma - start);
+        if (!item.empty() && !cronexpr_item(f, item)) return false;
+        any = any || !item.empty();
+        start = comma + 1;
+    }
+    return any;
 }
 
 // "@every" durations: lastcall's one duration grammar (core/duration) with days (24 h, not
@@ -704,7 +783,7 @@ constexpr Macro kMacros[] = {
 
 }  // namespace
 
-Result<Schedule> parse(std::string_view expr, const TimeZone* default_zone) {
+Result<Schedule> parse(std::string_view expr, const TimeZone* default_zone, Fields layout) {
     Schedule s;
     std::string_view rest = trim(expr);
     s.text_ = std::string(rest);
@@ -749,13 +828,18 @@ Result<Schedule> parse(std::string_view expr, const TimeZone* default_zone) {
         if (fields.size() != 1)
             return fail(std::string(found->name) + " takes no fields, got " + quoted(rest));
         fields = split_ws(found->fields);
+        layout = Fields::Lastcall;  // a macro's fields start with the second
     }
-    if (fields.size() != 5 && fields.size() != 6)
-        return fail(
-            "expected 5 fields (minute hour day-of-month month day-of-week), 6 with "
-            "leading seconds, or an @macro; got " +
-            std::to_string(fields.size()));
-    if (fields.size() == 5) fields.insert(fields.begin(), "0");
+    const bool crontab = layout == Fields::Crontab;
+    if (fields.size() != 5 && fields.size() != 6 && !(crontab && fields.size() == 7))
+        return fail("expected 5 fields (minute hour day-of-month month day-of-week), " +
+                    std::string(crontab ? "6 with a year last, 7 with seconds first and a year last"
+                                        : "6 with leading seconds") +
+                    ", or an @macro; got " + std::to_string(fields.size()));
+    // Normalised to seconds, the 5, and a year: the 5 fire at second 0 in any year, a crontab's
+    // 6 end in the year, lastcall's 6 start with the second.
+    if (fields.size() == 5 || (crontab && fields.size() == 6)) fields.insert(fields.begin(), "0");
+    if (fields.size() == 6) fields.push_back("*");
 
     const FieldSpec* specs[] = {&kSecond, &kMinute, &kHour, &kMday, &kMonth, &kWday};
     std::uint64_t bits[6];
@@ -763,6 +847,11 @@ Result<Schedule> parse(std::string_view expr, const TimeZone* default_zone) {
         auto b = parse_field(*specs[k], fields[static_cast<std::size_t>(k)]);
         if (!b) return b.error();
         bits[k] = *b;
+    }
+    s.year_star_ = fields[6] == "*";
+    if (!s.year_star_) {
+        auto st = parse_items(kYear, fields[6], [&](int y) { s.years_.set(y - kYear.lo); });
+        if (!st) return st.error();
     }
     s.seconds_ = bits[0];
     s.minutes_ = bits[1];
@@ -784,6 +873,13 @@ Result<Schedule> parse(std::string_view expr, const TimeZone* default_zone) {
         if (!possible)
             return fail("day-of-month field: " + quoted(fields[3]) +
                         " never occurs in the months of " + quoted(fields[4]));
+    }
+    // A year field can rule out every date the other fields allow (29 FEB 2027).
+    if (!s.year_star_) {
+        const std::int64_t first = *s.year_from(kYear.lo);
+        if (!s.next_wall(days_from_civil(first, 1, 1) * kDay))
+            return fail("year field: " + quoted(fields[6]) + " has no date that the other fields " +
+                        "allow");
     }
 
     if (zone) {
@@ -810,6 +906,13 @@ bool Schedule::day_matches(std::int64_t days, unsigned mday) const {
     return mday_star_ || wday_star_ ? by_mday && by_wday : by_mday || by_wday;
 }
 
+std::optional<std::int64_t> Schedule::year_from(std::int64_t y) const {
+    if (year_star_) return y;
+    for (std::int64_t k = std::max<std::int64_t>(y, kYear.lo); k <= kYear.hi; ++k)
+        if (years_.test(static_cast<std::size_t>(k - kYear.lo))) return k;
+    return std::nullopt;
+}
+
 namespace {
 int next_bit(std::uint64_t mask, int from) {
     if (from >= 64) return -1;
@@ -824,8 +927,16 @@ std::optional<std::int64_t> Schedule::next_wall(std::int64_t wall) const {
     std::int64_t sod = wall - days * kDay;
     Civil c = civil_from_days(days);
     // 400 Gregorian years repeat weekdays exactly, so a date that exists at all occurs within.
-    const std::int64_t limit = days + 146097 + 366;
+    std::int64_t limit = days + 146097 + 366;
     while (days <= limit) {
+        if (const auto year = year_from(c.year); year != c.year) {
+            if (!year) return std::nullopt;
+            c = {*year, 1, 1};
+            days = days_from_civil(c.year, 1, 1);
+            limit = std::max(limit, days + 366);  // the years named may lie beyond the cycle
+            sod = 0;
+            continue;
+        }
         if (!((months_ >> c.month) & 1)) {
             c.month = c.month == 12 ? 1 : c.month + 1;
             c.year += c.month == 1;
@@ -894,6 +1005,22 @@ std::optional<sys_seconds> Schedule::next_after(sys_seconds t) const {
         wall = *w + 1;
     }
     return std::nullopt;
+}
+
+std::size_t crontab_schedule_words(const std::vector<std::string_view>& words) {
+    if (words.empty()) return 0;
+    if (words.front().front() == '@') return iequals(words.front(), "@every") ? 2 : 1;
+    // supercronic tries 7, then 6, then 5 fields, and takes the first that cronexpr parses.
+    static constexpr const FieldSpec* kSeven[] = {&kSecond, &kMinute, &kHour, &kMday,
+                                                  &kMonth,  &kWday,   &kYear};
+    for (const std::size_t n : {std::size_t{7}, std::size_t{6}}) {
+        if (words.size() <= n) continue;  // no word would be left for the command
+        const FieldSpec* const* spec = kSeven + (7 - n);
+        bool fits = true;
+        for (std::size_t k = 0; k < n && fits; ++k) fits = cronexpr_field(*spec[k], words[k]);
+        if (fits) return n;
+    }
+    return 5;
 }
 
 }  // namespace lastcall::cron

@@ -3,6 +3,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <optional>
+#include <string_view>
+#include <vector>
+
 #include "lastcall/jobs/config.hpp"
 
 using namespace lastcall;
@@ -76,11 +81,11 @@ TEST_CASE("job config errors name the file, the line and the key", "[config]") {
     CHECK_THAT(err("[jobs.a\n"), Catch::StartsWith("c.toml:1: "));
 }
 
-TEST_CASE("crontab lines: 5 or 6 fields or a macro, then the command with its spacing",
-          "[config]") {
+TEST_CASE("crontab lines: 5, 6 or 7 fields or a macro, then the command with its spacing",
+          "[config][cron]") {
     auto c = parse_crontab(
         "# comment\n\nMAILTO=ops\n*/5 * * * * echo  two   spaces\n"
-        "30 0 3 * * * /usr/bin/nightly --full\n@every 90s  tick\n"
+        "30 0 3 * * * * /usr/bin/nightly --full\n@every 90s  tick\n"
         "@daily daily-job\n",
         "crontab");
     REQUIRE(c);
@@ -95,6 +100,113 @@ TEST_CASE("crontab lines: 5 or 6 fields or a macro, then the command with its sp
     CHECK((*c)[2].command.back() == "tick");
     CHECK((*c)[2].schedule->interval() == std::chrono::seconds(90));
     CHECK((*c)[3].command.back() == "daily-job");
+}
+
+namespace {
+
+std::chrono::sys_seconds at_utc(int y, unsigned mo, unsigned d, int h = 0, int mi = 0, int s = 0) {
+    using namespace std::chrono;
+    return sys_days{year{y} / month{mo} / day{d}} + hours{h} + minutes{mi} + seconds{s};
+}
+
+std::vector<std::string_view> words_of(std::string_view line) {
+    std::vector<std::string_view> out;
+    for (std::size_t i = line.find_first_not_of(" \t"); i != std::string_view::npos;) {
+        std::size_t e = std::min(line.find_first_of(" \t", i), line.size());
+        out.push_back(line.substr(i, e - i));
+        i = line.find_first_not_of(" \t", e);
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("a crontab line is split into schedule and command as supercronic's examples are",
+          "[config][cron]") {
+    // supercronic's README, its crontab_test.go, cronexpr's README (6 fields end in a year) and
+    // issue 41's lines. `fires`: the first fire time after 2026-06-01T00:00:00Z, in UTC.
+    struct Example {
+        const char* line;
+        std::size_t fields;  // words of the schedule (1: a macro)
+        const char* schedule;
+        const char* command;
+        std::optional<std::chrono::sys_seconds> fires;
+    };
+    const Example table[] = {
+        {"*/1 * * * * echo \"hello\"", 5, "*/1 * * * *", "echo \"hello\"",
+         at_utc(2026, 6, 1, 0, 1)},
+        {"*/2 * * * * * * ls 2>/dev/null", 7, "*/2 * * * * * *", "ls 2>/dev/null",
+         at_utc(2026, 6, 1, 0, 0, 2)},
+        {"@hourly echo \"$SOME_HOURLY_JOB\"", 1, "@hourly", "echo \"$SOME_HOURLY_JOB\"",
+         at_utc(2026, 6, 1, 1)},
+        {"* * * * * foo some # qux", 5, "* * * * *", "foo some # qux", at_utc(2026, 6, 1, 0, 1)},
+        {"1 1 1 1 1 bar", 5, "1 1 1 1 1", "bar", at_utc(2027, 1, 1, 1, 1)},  // the 1st OR Monday
+        {"* * * * * * with year", 6, "* * * * * *", "with year", at_utc(2026, 6, 1, 0, 1)},
+        {"* * * * * * * with seconds", 7, "* * * * * * *", "with seconds",
+         at_utc(2026, 6, 1, 0, 0, 1)},
+        {"@daily with shorthand", 1, "@daily", "with shorthand", at_utc(2026, 6, 2)},
+        {"*/2 * * * * will run", 5, "*/2 * * * *", "will run", at_utc(2026, 6, 1, 0, 2)},
+        {"* * * * *        \twith plenty of whitespace", 5, "* * * * *",
+         "with plenty of whitespace", at_utc(2026, 6, 1, 0, 1)},
+        {"*\t*\t*\t*\t*\ttabs everywhere", 5, "*\t*\t*\t*\t*", "tabs everywhere",
+         at_utc(2026, 6, 1, 0, 1)},
+        {"* * * * * 2050 cmd", 6, "* * * * * 2050", "cmd", at_utc(2050, 1, 1)},
+        {"* * * * * 1980 cmd", 6, "* * * * * 1980", "cmd", std::nullopt},  // never again
+        {"* * * * Mon cmd", 5, "* * * * Mon", "cmd", at_utc(2026, 6, 1, 0, 1)},
+        {"*/5 * * * * * * echo hi", 7, "*/5 * * * * * *", "echo hi", at_utc(2026, 6, 1, 0, 0, 5)},
+        {"0 3 * * * 2027 echo", 6, "0 3 * * * 2027", "echo", at_utc(2027, 1, 1, 3)},
+        {"* * * * * echo", 5, "* * * * *", "echo", at_utc(2026, 6, 1, 0, 1)},
+        {"0 3 * * * 2150 echo", 5, "0 3 * * *", "2150 echo", at_utc(2026, 6, 1, 3)},  // no year
+    };
+    for (const auto& e : table) {
+        INFO(e.line);
+        CHECK(cron::crontab_schedule_words(words_of(e.line)) == e.fields);
+        auto jobs = parse_crontab(std::string("CRON_TZ=UTC\n") + e.line + "\n", "crontab");
+        REQUIRE(jobs);
+        REQUIRE(jobs->size() == 1);
+        const JobSpec& job = jobs->front();
+        CHECK(job.schedule->expression() == std::string("CRON_TZ=UTC ") + e.schedule);
+        CHECK(job.command == std::vector<std::string>{"/bin/sh", "-c", e.command});
+        CHECK(job.schedule->next_after(at_utc(2026, 6, 1)) == e.fires);
+    }
+}
+
+TEST_CASE("a crontab line that fits no form is an error naming the file, the line and its text",
+          "[config][cron]") {
+    // supercronic's failure cases, then lines whose longer reading has the shape of a schedule
+    // but a value lastcall cannot take: an error of that reading, never a shorter one.
+    const std::pair<const char*, const char*> table[] = {
+        {"* foo ", "expected a schedule and a command (in '* foo')"},
+        {"* some * * *  more", "hour field: 'some' is not a number (in '* some * * *  more')"},
+        {"* some * * *  ", "expected a schedule and a command (in '* some * * *')"},
+        {"0 0 12 * * 5L * cmd arg", "day-of-week field: '5L'"},
+        {"0 0 0 * * * 2024-2020 cmd", "year field: range '2024-2020' is reversed"},
+        {"0 0 29 2 * 2027 leap", "year field: '2027' has no date that the other fields allow"},
+    };
+    for (const auto& [line, message] : table) {
+        INFO(line);
+        auto jobs = parse_crontab(std::string("MAILTO=x\n") + line + "\n", "tab");
+        REQUIRE_FALSE(jobs);
+        CHECK_THAT(jobs.error().message,
+                   Catch::StartsWith(std::string("tab:2: schedule: ")) && Catch::Contains(message));
+    }
+}
+
+TEST_CASE("a crontab line is not retried at the next start unless its comment asks",
+          "[config][cron]") {
+    auto c = parse_crontab(
+        "* * * * * plain\n# on_interrupted: retry\n# name: opted\n* * * * * retried\n"
+        "* * * * * plain-again\n",
+        "tab");
+    REQUIRE(c);
+    REQUIRE(c->size() == 3);
+    CHECK((*c)[0].on_interrupted == OnInterrupted::None);
+    CHECK((*c)[1].on_interrupted == OnInterrupted::Retry);
+    CHECK((*c)[1].name == "opted");
+    CHECK((*c)[2].on_interrupted == OnInterrupted::None);
+    auto bad = parse_crontab("# on_interrupted: sometimes\n* * * * * x\n", "tab");
+    REQUIRE_FALSE(bad);
+    CHECK_THAT(bad.error().message, Catch::StartsWith("tab:1: on_interrupted: expected"));
 }
 
 TEST_CASE("a bad crontab line names the file and the line", "[config]") {

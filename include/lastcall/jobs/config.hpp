@@ -37,6 +37,8 @@ enum class OnInterrupted {
 };
 std::string_view to_string(Overlap o);
 std::string_view to_string(OnInterrupted o);
+// The word of to_string() back (a TOML `on_interrupted`, a crontab's "# on_interrupted:").
+std::optional<OnInterrupted> parse_on_interrupted(std::string_view word);
 
 struct JobSpec {
     std::string name;
@@ -45,6 +47,8 @@ struct JobSpec {
     std::vector<std::string> command;        // argv; a string command is /bin/sh -c STRING
     std::optional<Millis> timeout;
     Overlap overlap = Overlap::Skip;
+    // [jobs.*]: retry unless set; a crontab line: none unless a "# on_interrupted:" comment
+    // asks (cron and supercronic never run an interrupted line again at the next start).
     OnInterrupted on_interrupted = OnInterrupted::Retry;
     std::string output;               // absolute path of the final artifact; empty: none
     std::vector<std::string> verify;  // argv, given the staged path as its last argument
@@ -87,6 +91,8 @@ Result<JobsConfig> parse_jobs_toml(std::string_view text, const std::string& pat
 Result<JobsConfig> load_jobs_config(const std::string& path);
 // Entries are named by a `# name: NAME` comment on the line before, else by
 // crontab_entry_name(): stable when lines are inserted or moved, so the ledger keeps their history.
+// The schedule is read as supercronic reads it (cron::crontab_schedule_words); an error names
+// the file, the line and its text.
 Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::string& path,
                                            CrontabFormat format = CrontabFormat::User);
 std::string crontab_entry_name(const std::string& schedule, const std::string& command);

@@ -3,12 +3,14 @@
 // file when a time zone is loaded by name. See docs/cron.md for the syntax and the DST rules.
 #pragma once
 
+#include <bitset>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "lastcall/core/error.hpp"
 
@@ -16,6 +18,11 @@ namespace lastcall::cron {
 
 using std::chrono::local_seconds;
 using std::chrono::sys_seconds;
+
+// Which fields an expression has. Lastcall: a `schedule =` of the TOML config (5 fields, or 6
+// with leading seconds). Crontab: a crontab line, as supercronic (its cronexpr library) reads
+// them: 5 fields; 6 = the 5 and a year; 7 = seconds, the 5, and a year.
+enum class Fields { Lastcall, Crontab };
 
 struct ZoneData;  // transitions + POSIX footer rule, shared and immutable once loaded
 
@@ -56,8 +63,8 @@ class TimeZone {
 class Schedule {
   public:
     // The first fire time strictly after `t`, or nullopt when there is none within 400 years
-    // (a whole Gregorian cycle: parse() already refuses dates that can never occur) or when `t`
-    // lies outside years 1..9999.
+    // (a whole Gregorian cycle: parse() already refuses dates that can never occur), when the
+    // year field names no year from t's on, or when `t` lies outside years 1..9999.
     std::optional<sys_seconds> next_after(sys_seconds t) const;
 
     // @every only: fire times are start + k * interval. The default anchor is the Unix epoch,
@@ -70,11 +77,14 @@ class Schedule {
     const std::string& expression() const { return text_; }
 
   private:
-    friend Result<Schedule> parse(std::string_view expr, const TimeZone* default_zone);
+    friend Result<Schedule> parse(std::string_view expr, const TimeZone* default_zone,
+                                  Fields layout);
     Schedule() : zone_(TimeZone::utc()) {}
 
     std::optional<std::int64_t> next_wall(std::int64_t wall) const;
     bool day_matches(std::int64_t days, unsigned mday) const;
+    // The first year >= y the year field allows (y itself when it has none); nullopt: none left.
+    std::optional<std::int64_t> year_from(std::int64_t y) const;
 
     std::string text_;
     TimeZone zone_;
@@ -88,20 +98,31 @@ class Schedule {
     // fields are restricted does either one matching suffice.
     bool mday_star_ = true;
     bool wday_star_ = true;
+    // Crontab years (cronexpr's 1970-2099), bit y - 1970; only when the field is not `*`.
+    bool year_star_ = true;
+    std::bitset<130> years_;
     std::chrono::seconds interval_{0};
     sys_seconds anchor_{};
 };
 
-// Parses "[CRON_TZ=Zone/Name ]EXPR" where EXPR is 5 fields, 6 fields (leading seconds), an
-// @macro or "@every DURATION". Errors name the field and the token, e.g.
+// Parses "[CRON_TZ=Zone/Name ]EXPR" where EXPR is fields as `layout` says, an @macro or
+// "@every DURATION". Errors name the field and the token, e.g.
 // "minute field: 61 is out of range 0-59". Never throws on malformed input.
 // Without CRON_TZ the zone is `default_zone`, or TimeZone::local() when that is null.
-Result<Schedule> parse(std::string_view expr, const TimeZone* default_zone);
+Result<Schedule> parse(std::string_view expr, const TimeZone* default_zone,
+                       Fields layout = Fields::Lastcall);
 inline Result<Schedule> parse(std::string_view expr) {
     return parse(expr, nullptr);
 }
 inline Result<Schedule> parse(std::string_view expr, const TimeZone& zone) {
     return parse(expr, &zone);
 }
+
+// How many of a crontab line's words are its schedule, decided as supercronic decides it: the
+// first of 7 (seconds, the 5, a year), 6 (the 5, a year) and 5 whose words all have the shape
+// cronexpr accepts for their fields and that leaves a word for the command; 1 for an @macro, 2
+// for "@every D". Only the shape decides (cronexpr's value patterns: a year is 1970-2099), so a
+// 7- or 6-field line with a bad value is an error of that reading, never a shorter one.
+std::size_t crontab_schedule_words(const std::vector<std::string_view>& words);
 
 }  // namespace lastcall::cron
