@@ -820,6 +820,7 @@ void Supervisor::state_changed(State from, State to, Event why) {
             "the ordered stop is past half of the grace: the rest of the tree gets its "
             "stop signal now");
     for (auto* c : components_) c->state_changed(from, to);
+    if (to == State::Forcing) force_cause_ = why;
     if (to == State::Forcing)
         record_force(ForceKind::EnteredForcing, std::string(to_string(why)), 0);
     if (why == Event::GiveUp) give_up();
@@ -969,7 +970,7 @@ void Supervisor::kill_tree() {
     reaped_at_last_look_ = book_.reaped_count();
     if (last_kill_walk_ && now - *last_kill_walk_ < std::chrono::seconds(1) && collapsing) return;
     last_kill_walk_ = now;
-    for (auto* c : components_) c->before_force();
+    for (auto* c : components_) c->before_force(force_cause_);
     // With the /proc tracker nothing holds off forks while /proc is walked. Under a fork bomb
     // (2,000 processes of one user retrying fork on 2 cores) lastcall got a sliver of the CPU,
     // one walk took tens of seconds while the bomb refilled what it killed, and lastcall gave up

@@ -54,8 +54,10 @@ class SupervisorComponent {
     virtual bool runs_units() const { return false; }
     // Just before SIGKILL goes to the tree: the last moment to record in-flight work as
     // interrupted, so that nothing that happens after the kill can pass for a success. Called
-    // again each time SIGKILL is repeated while forcing: must be idempotent.
-    virtual void before_force() {}
+    // again each time SIGKILL is repeated while forcing: must be idempotent. `why`: the
+    // shutdown's event that began the force (GraceExpired: the grace ran out; Escalate: a second
+    // signal cut it short), so that no component has to guess it from the clock.
+    virtual void before_force(Event /*why*/) {}
     // Every process lastcall reaps (its own children, and orphans reparented to it).
     virtual void reaped(const Reaped& /*r*/) {}
     // After every process is reaped, right before the report: records still being written (the
@@ -263,6 +265,7 @@ class Supervisor final : private ShutdownActions {
     // kept until the round that finishes them (run_stop_passes).
     StopRounds stop_rounds_;
     Scope stop_scope_ = Scope::Tree;
+    Event force_cause_ = Event::GraceExpired;  // the event that began Forcing
     std::string fatal_;
 };
 

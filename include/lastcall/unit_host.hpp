@@ -27,6 +27,7 @@
 #include "lastcall/process/spawner.hpp"
 #include "lastcall/process/unit.hpp"
 #include "lastcall/shutdown/admission.hpp"
+#include "lastcall/shutdown/grace.hpp"
 #include "lastcall/shutdown/report.hpp"
 
 namespace lastcall {
@@ -51,9 +52,9 @@ class WallTimer {
 
 // The shutdown's settings a unit's orchestration needs.
 struct HostSettings {
-    std::chrono::milliseconds grace{10000};    // the global budget
-    std::chrono::milliseconds drain_delay{0};  // before the first stop signal
-    bool no_new_privs = false;                 // for every spawn
+    std::chrono::milliseconds grace{kDefaultGrace};  // the global budget
+    std::chrono::milliseconds drain_delay{0};        // before the first stop signal
+    bool no_new_privs = false;                       // for every spawn
 };
 
 class UnitHost {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/cli/cli.hpp"
+#include "lastcall/shutdown/grace.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -127,7 +128,8 @@ namespace {
               "Usage: lastcall [OPTIONS] [--] COMMAND [ARGS...]\n"
               "       lastcall [OPTIONS] SUBCOMMAND [ARGS...]");
     app.footer(kSubcommandHelp);
-    std::string grace = "8s", drain_delay = "0", coalesce = "100ms", stop_signal, pdeathsig;
+    std::string grace = kDefaultGraceText, drain_delay = "0", coalesce = "100ms", stop_signal,
+                pdeathsig;
     std::string kill_scope = "tree", forward_to = "group", tracker = "auto", log_format = "text";
     std::string ready_on = "spawn";
     std::vector<std::string> rewrites;
@@ -393,7 +395,7 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
         "process's whole tree; a second Ctrl-C kills them at once.",
         "lastcall up"};
     set_usage(app, "Usage: lastcall up [OPTIONS]");
-    std::string grace = "8s", coalesce = "100ms", tracker = "auto";
+    std::string grace = kDefaultGraceText, coalesce = "100ms", tracker = "auto";
     app.add_option("-f,--procfile", up.procfile, "The Procfile (default ./Procfile)");
     app.add_option("-e,--env", up.env_file, "Environment file (default ./.env, if present)");
     app.add_option("--only", up.only, "Run only these processes (comma-separated)")->delimiter(',');

@@ -975,13 +975,12 @@ void JobScheduler::interrupt(Run& run, RunOutcome outcome, const std::string& re
         });
 }
 
-void JobScheduler::before_force() {
+void JobScheduler::before_force(Event why) {
     // The grace ran out (or the stop was escalated) and SIGKILL goes out next. Every run still
     // in flight is interrupted now, so that nothing after the kill can pass for its result.
-    bool grace_over = drain_started_ && host_->clock().now() - *drain_started_ >=
-                                            host_->settings().grace - std::chrono::milliseconds(50);
-    std::string reason = grace_over ? "grace expired at shutdown"
-                                    : "shutdown escalated to SIGKILL before the grace ran out";
+    std::string reason = why == Event::GraceExpired
+                             ? "grace expired at shutdown"
+                             : "shutdown escalated to SIGKILL before the grace ran out";
     for (auto& [id, run] : runs_) {
         if (run.recorded || run.phase == Phase::Lingering) continue;
         // Its timeout reached it first: its ending is decided (failed, reason timeout, when its

@@ -792,7 +792,7 @@ void ServiceManager::end_ordered_stop(bool forced) {
     rearm();
 }
 
-void ServiceManager::before_force() {
+void ServiceManager::before_force(Event /*why*/) {
     for (auto& s : services_) {
         if (s.state == ServiceState::Stopping) s.killed_by_shutdown();
         s.unit->end_rounds();  // the tree's kill needs no hold

@@ -779,7 +779,7 @@ command = ["sync"]
     pid_t leader = j.host.spawned_argv0("sync").at(0);
     j.stop_tree();
     j.host.advance(10s);
-    j.scheduler->before_force();
+    j.scheduler->before_force(Event::GraceExpired);
     j.host.exit(leader, kExit0);
     auto r = j.run(1);
     CHECK(r.state == RunState::Interrupted);
@@ -915,7 +915,7 @@ command = ["sync"]
     j.scheduler->state_changed(State::Running, State::Draining);
     j.scheduler->state_changed(State::Draining, State::Stopping);
     j.host.advance(2s);
-    j.scheduler->before_force();
+    j.scheduler->before_force(Event::GraceExpired);
     j.host.exit(leader, W_EXITCODE(0, SIGKILL));
     j.scheduler->finished(137);
     JsonWriter w;

@@ -12,6 +12,7 @@
 #include "lastcall/core/signals.hpp"
 #include "lastcall/process/credentials.hpp"
 #include "lastcall/process/process_tree.hpp"
+#include "lastcall/shutdown/grace.hpp"
 
 namespace lastcall {
 
@@ -38,7 +39,7 @@ struct Options {
     std::string replica_id;
 
     // Budget and shutdown.
-    std::chrono::milliseconds grace{8000};
+    std::chrono::milliseconds grace{kDefaultGrace};
     std::chrono::milliseconds drain_delay{0};
     std::chrono::milliseconds coalesce{100};
     int stop_signal = 0;  // 0: the signal that triggered the shutdown (SIGTERM on child exit)

@@ -70,7 +70,7 @@ class JobScheduler final : public SupervisorComponent {
     // The same on any host (the unit tests' fake): what attach() does once it has one.
     Status attach_host(UnitHost& host);
     void state_changed(State from, State to) override;
-    void before_force() override;
+    void before_force(Event why) override;
     void reaped(const Reaped& r) override;
     bool runs_units() const override { return true; }
     void settle_records() override;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "lastcall/core/clock.hpp"
+#include "lastcall/shutdown/grace.hpp"
 
 namespace lastcall {
 
@@ -55,7 +56,7 @@ class ShutdownActions {
 };
 
 struct ShutdownConfig {
-    std::chrono::milliseconds grace{8000};
+    std::chrono::milliseconds grace{kDefaultGrace};
     std::chrono::milliseconds drain_delay{0};
     // Termination signals closer together than this belong to one burst and do not escalate.
     std::chrono::milliseconds coalesce{100};
