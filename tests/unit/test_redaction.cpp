@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// What lastcall prints of a ledger URL, and leaves of it in its command line: no password.
+// What lastcall prints of a ledger URL and of a unit's text: no password, no control sequence.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lastcall/cli/cli.hpp"
+#include "lastcall/core/utf8.hpp"
 #include "lastcall/jobs/ledger.hpp"
 
 using namespace lastcall;
@@ -58,4 +59,16 @@ TEST_CASE("--ledger's password is scrubbed from lastcall's arguments, never from
     CHECK(std::string(argv[1]) == "--ledger=postgresql://u:***@h/db");
     CHECK(std::string(argv[3]) == "postgresql://u:***@h/db");
     CHECK(std::string(argv[6]) == "postgresql://u:pw1@h/db");
+}
+
+TEST_CASE("a unit's text is printed with its control characters escaped, UTF-8 and tabs kept") {
+    CHECK(printable("\x1b]0;PWNED\x07\x1b[2J") == "\\x1b]0;PWNED\\x07\\x1b[2J");
+    CHECK(printable("line\nforged\r") == "line\\x0aforged\\x0d");
+    CHECK(printable("a\tb d\xc3\xa9j\xc3\xa0 \x7f") == "a\tb d\xc3\xa9j\xc3\xa0 \\x7f");
+    // C1 CSI (U+009B), which a terminal may read as ESC [, and bytes that are not UTF-8.
+    CHECK(printable("\xc2\x9b"
+                    "2J \x9b\xff") == "\\u009b2J \\x9b\\xff");
+    std::string out = "prefix | ";
+    append_printable(out, "\x1b[31mred");
+    CHECK(out == "prefix | \\x1b[31mred");
 }
