@@ -29,6 +29,7 @@
 #include "lastcall/core/twin.hpp"
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/scheduler.hpp"
+#include "lastcall/process/environment.hpp"
 #include "lastcall/services/service_manager.hpp"
 #include "lastcall/services/service_status.hpp"
 #include "lastcall/services/up.hpp"
@@ -167,6 +168,8 @@ Result<Components> create_components(const Options& options, Configuration& conf
     // The run ledger opens before anything starts: a read-only or full state dir stops lastcall
     // here with the reason, instead of runs that go unrecorded.
     if (!config.jobs.jobs.empty()) {
+        // Before any unit starts: PGPASSWORD and the like are this ledger's from now on.
+        if (!config.jobs.ledger_url.empty()) Environment::withhold_ledger_credentials();
         auto ledger = Ledger::open({config.jobs.state_dir, config.jobs.ledger_url}, true,
                                    ledger_identity(options, config.jobs));
         if (!ledger) return Error{"run ledger: " + ledger.error().message};
@@ -245,6 +248,13 @@ int main(int argc, char** argv) {
 
     twin::close_startup_window();
     setup_logging(options);
+    // No hand-over to the twin (an exec of this argv) can follow: its copy of the password is
+    // no longer needed.
+    if (scrub_ledger_password(argc, argv, options))
+        spdlog::warn(
+            "--ledger: the URL's password was readable by every process in lastcall's command "
+            "line (/proc/{}/cmdline) until now; give it in PGPASSWORD or a PGPASSFILE instead",
+            ::getpid());
     if (handed_over) {
         spdlog::debug("handed over by the static binary: {}", handed_over->why);
         if (handed_over->version != LASTCALL_VERSION)

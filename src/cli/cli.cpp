@@ -11,6 +11,7 @@
 #include "lastcall/compat/compat.hpp"
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/signals.hpp"
+#include "lastcall/jobs/ledger.hpp"
 
 namespace lastcall {
 
@@ -437,6 +438,23 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
 }  // namespace lastcall
 
 namespace lastcall {
+
+bool scrub_ledger_password(int argc, char** argv, const Options& options) {
+    if (options.ledger_url.empty()) return false;
+    constexpr std::string_view kJoined = "--ledger=";
+    int own = argc - static_cast<int>(options.command.size());
+    bool scrubbed = false;
+    for (int i = 1; i < own; ++i) {
+        std::string_view arg(argv[i]);
+        char* url = nullptr;
+        if (arg == options.ledger_url)
+            url = argv[i];
+        else if (arg.starts_with(kJoined) && arg.substr(kJoined.size()) == options.ledger_url)
+            url = argv[i] + kJoined.size();
+        if (url && scrub_url_password(url)) scrubbed = true;
+    }
+    return scrubbed;
+}
 
 bool is_subcommand(std::string_view word) {
     return std::find(kSubcommandNames.begin(), kSubcommandNames.end(), word) !=

@@ -18,6 +18,7 @@
 #include "lastcall/core/read_file.hpp"
 #include "lastcall/core/text_table.hpp"
 #include "lastcall/core/timefmt.hpp"
+#include "lastcall/core/utf8.hpp"
 
 namespace lastcall {
 namespace {
@@ -30,10 +31,13 @@ std::optional<long long> parse_iso_ms(const json& v) {
     return ms ? std::optional<long long>(*ms) : std::nullopt;
 }
 
+// Every text of the report as printable() shows it: a command line, a comm, a reason may be a
+// unit's, and the report is read on a terminal.
 std::string str(const json& obj, const char* key, std::string fallback = "") {
     if (!obj.is_object()) return fallback;
     auto it = obj.find(key);
-    return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
+    return it != obj.end() && it->is_string() ? printable(it->get_ref<const std::string&>())
+                                              : fallback;
 }
 
 std::optional<long long> num(const json& obj, const char* key) {
@@ -163,7 +167,7 @@ class Renderer {
             else if (!flat.empty() && flat.back() != ' ')
                 flat += ' ';
         }
-        cmd = std::move(flat);
+        cmd = printable(flat);
         std::size_t room = static_cast<std::size_t>(std::max(20, view_.width - 12));
         if (cmd.size() > room) cmd = cmd.substr(0, room - 3) + "...";
         if (!cmd.empty()) row("command", cmd);

@@ -12,6 +12,7 @@
 #include "lastcall/core/json.hpp"
 #include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/text_table.hpp"
+#include "lastcall/core/utf8.hpp"
 #include "lastcall/services/service_status.hpp"
 
 namespace lastcall {
@@ -66,14 +67,17 @@ void print_table(const std::vector<Shown>& shown, std::time_t now) {
         const StatusFile& f = sh.status->file;
         if (!first) std::printf("\n");
         first = false;
+        // What a status file says is printed as printable() shows it: a config's path (any
+        // bytes but NUL) or a file planted in the runtime dir must not drive the terminal.
         std::printf("lastcall pid %d, instance %s%s%s (%s)\n", static_cast<int>(f.lastcall_pid),
-                    f.instance.empty() ? "-" : f.instance.c_str(),
-                    f.config.empty() ? "" : ", config ", f.config.c_str(), sh.status->path.c_str());
+                    f.instance.empty() ? "-" : printable(f.instance).c_str(),
+                    f.config.empty() ? "" : ", config ", printable(f.config).c_str(),
+                    printable(sh.status->path).c_str());
         std::vector<std::vector<std::string>> rows{
             {"SERVICE", "PID", "STATE", "RESTARTS", "UPTIME"}};
         for (const auto* s : sh.rows)
-            rows.push_back({s->name, s->pid > 0 ? std::to_string(s->pid) : "-", s->state,
-                            std::to_string(s->restarts), uptime_of(*s, now)});
+            rows.push_back({printable(s->name), s->pid > 0 ? std::to_string(s->pid) : "-",
+                            printable(s->state), std::to_string(s->restarts), uptime_of(*s, now)});
         std::fputs(format_table(rows).c_str(), stdout);
     }
 }

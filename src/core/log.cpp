@@ -21,6 +21,7 @@
 #include "lastcall/core/fd.hpp"
 #include "lastcall/core/json.hpp"
 #include "lastcall/core/timefmt.hpp"
+#include "lastcall/core/utf8.hpp"
 
 namespace lastcall {
 
@@ -120,8 +121,13 @@ StderrWriter& writer() {
 class TextStderrSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
   protected:
     void sink_it_(const spdlog::details::log_msg& msg) override {
+        // A message may quote a unit (its command line, a reason): printable() keeps its
+        // control characters from the reader's terminal and its newlines from forging lines.
+        std::string payload = printable(std::string_view(msg.payload.data(), msg.payload.size()));
+        spdlog::details::log_msg safe = msg;
+        safe.payload = spdlog::string_view_t(payload.data(), payload.size());
         spdlog::memory_buf_t formatted;
-        formatter_->format(msg, formatted);
+        formatter_->format(safe, formatted);
         writer().write_line(std::string_view(formatted.data(), formatted.size()));
     }
     void flush_() override { writer().flush_some(); }

@@ -2,10 +2,99 @@
 // What both ledgers share: the run model and the choice of implementation.
 #include "lastcall/jobs/ledger.hpp"
 
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <utility>
+#include <vector>
+
 namespace lastcall {
+
+namespace {
+
+// "%70assword" is a keyword libpq reads as "password".
+std::string percent_decoded(std::string_view s) {
+    auto hex = [](char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; };
+    std::string out;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '%' && i + 2 < s.size() &&
+            std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+            std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+            out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+            i += 2;
+        } else {
+            out += s[i];
+        }
+    }
+    return out;
+}
+
+// The offset and length of each password in a postgresql:// URL, read as libpq reads it
+// (conninfo_uri_parse_options): the userinfo ends at the first '@' before any '/', and its
+// password follows its first ':'; then every `password` query parameter's value.
+std::vector<std::pair<std::size_t, std::size_t>> password_spans(std::string_view url) {
+    std::vector<std::pair<std::size_t, std::size_t>> spans;
+    std::size_t start = url.find("://");
+    if (start == std::string_view::npos) return spans;
+    start += 3;
+    std::size_t rest = start;
+    if (std::size_t at = url.find_first_of("@/", start);
+        at != std::string_view::npos && url[at] == '@') {
+        if (std::size_t colon = url.find(':', start); colon < at && colon + 1 < at)
+            spans.emplace_back(colon + 1, at - colon - 1);
+        rest = at + 1;
+    }
+    for (std::size_t q = url.find('?', rest); q != std::string_view::npos;) {
+        std::size_t begin = q + 1;
+        std::size_t end = std::min(url.find('&', begin), url.size());
+        std::string_view param = url.substr(begin, end - begin);
+        std::size_t eq = param.find('=');
+        if (eq != std::string_view::npos && eq + 1 < param.size() &&
+            percent_decoded(param.substr(0, eq)) == "password")
+            spans.emplace_back(begin + eq + 1, param.size() - eq - 1);
+        q = end < url.size() ? end : std::string_view::npos;
+    }
+    return spans;
+}
+
+}  // namespace
 
 bool is_postgresql_url(std::string_view text) {
     return text.rfind("postgresql://", 0) == 0 || text.rfind("postgres://", 0) == 0;
+}
+
+std::string redact_url_password(std::string_view url) {
+    std::string out;
+    std::size_t from = 0;
+    for (auto [at, len] : password_spans(url)) {
+        out.append(url.substr(from, at - from)).append("***");
+        from = at + len;
+    }
+    return out.append(url.substr(from));
+}
+
+std::string hide_url_passwords(std::string_view url, std::string text) {
+    for (auto [at, len] : password_spans(url)) {
+        std::string_view password = url.substr(at, len);
+        for (auto pos = text.find(password); pos != std::string::npos;
+             pos = text.find(password, pos + 3))
+            text.replace(pos, len, "***");
+    }
+    return text;
+}
+
+bool scrub_url_password(char* url) {
+    std::string_view text(url);
+    auto spans = password_spans(text);
+    if (spans.empty()) return false;
+    std::string shown = redact_url_password(text);
+    if (shown.size() <= text.size()) {
+        std::memcpy(url, shown.data(), shown.size());
+        std::memset(url + shown.size(), 0, text.size() - shown.size());
+    } else {
+        for (auto [at, len] : spans) std::memset(url + at, '*', len);
+    }
+    return true;
 }
 
 Result<std::unique_ptr<Ledger>> Ledger::open(const LedgerLocation& where, bool exclusive,

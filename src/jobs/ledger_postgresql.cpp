@@ -683,11 +683,11 @@ Result<std::unique_ptr<Ledger>> PostgresLedger::open(const std::string& url, boo
     char* why = nullptr;
     PQconninfoOption* opts = (*lib)->conninfo_parse(url.c_str(), &why);
     if (!opts) {
-        // libpq's message names the part it could not read, never the password.
+        // libpq's message quotes the part it could not read, which may be the password.
         std::string msg = why ? why : "out of memory";
         std::free(why);
         while (!msg.empty() && msg.back() == '\n') msg.pop_back();
-        return Error{"ledger URL: " + msg};
+        return Error{"ledger URL: " + hide_url_passwords(url, std::move(msg))};
     }
     std::vector<std::string> keys, values;
     std::map<std::string, std::string> given;
@@ -750,14 +750,18 @@ Result<std::unique_ptr<Ledger>> PostgresLedger::open(const std::string& url, boo
     return std::unique_ptr<Ledger>(std::move(ledger));
 }
 
-// A URL that connects as this ledger does, without the password (a job's `lastcall runs check`
-// finds the server with it; the password, if any, comes from its own PGPASSWORD or .pgpass):
-// every keyword as a query parameter, percent-encoded (a Unix socket's directory as host).
+// A URL that connects as this ledger does, without its credentials (a job's `lastcall runs
+// check` finds the server with it; the credentials, if any, are the job's own: its `env`, its
+// .pgpass): every keyword as a query parameter, percent-encoded (a Unix socket's directory as
+// host). The password and the files of the credentials (as kLedgerCredentials, environment.hpp)
+// are lastcall's alone.
 std::string PostgresLedger::connect_url() const {
     std::string out = "postgresql://";
     char sep = '?';
     for (std::size_t i = 0; i < keys_.size(); ++i) {
-        if (keys_[i] == "password") continue;
+        if (keys_[i] == "password" || keys_[i] == "passfile" || keys_[i] == "sslkey" ||
+            keys_[i] == "sslpassword")
+            continue;
         out += sep + keys_[i] + "=";
         sep = '&';
         for (unsigned char c : values_[i]) {

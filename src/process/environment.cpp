@@ -2,6 +2,7 @@
 #include "lastcall/process/environment.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 extern char** environ;
 
@@ -9,8 +10,14 @@ namespace lastcall {
 
 namespace {
 
+bool g_ledger_credentials_withheld = false;
+
 bool inherits(UnitKind kind, std::string_view key) {
     if (key == "NOTIFY_SOCKET") return false;
+    if (g_ledger_credentials_withheld &&
+        std::find(std::begin(kLedgerCredentials), std::end(kLedgerCredentials), key) !=
+            std::end(kLedgerCredentials))
+        return false;
     bool main_only = key == "LISTEN_FDS" || key == "LISTEN_PID" || key == "LISTEN_FDNAMES" ||
                      key == "WATCHDOG_USEC" || key == "WATCHDOG_PID";
     if (main_only && kind != UnitKind::Main) return false;
@@ -40,6 +47,10 @@ Environment Environment::inherited(UnitKind kind) {
         if (inherits(kind, kv.substr(0, eq))) env.put(kv.substr(0, eq), std::string(kv));
     }
     return env;
+}
+
+void Environment::withhold_ledger_credentials() {
+    g_ledger_credentials_withheld = true;
 }
 
 Environment Environment::from(const std::vector<std::string>& entries) {

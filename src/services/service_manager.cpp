@@ -23,6 +23,7 @@
 #include "lastcall/core/json.hpp"
 #include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/signals.hpp"
+#include "lastcall/core/utf8.hpp"
 #include "lastcall/process/environment.hpp"
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/stop.hpp"
@@ -884,7 +885,7 @@ void ServiceManager::emit_line(std::size_t service, std::string_view line) {
     } else {
         out += padded + " | ";
     }
-    out += line;
+    append_printable(out, line);
     out += '\n';
     write_all(opts_.output_fd, out);
 }

@@ -677,7 +677,10 @@ class DeploymentExamplesTest(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn("report", out.stdout)
         # Every replica names the same ledger and its own id, and the kubelet waits for the grace.
-        self.assertRegex(text, r'"--ledger", "\$\(LASTCALL_LEDGER_URL\)"')
+        # The URL holds no password (it would be in /proc/PID/cmdline): PGPASSWORD, a Secret's.
+        self.assertRegex(text, r'"--ledger", "postgresql://lastcall@postgres:5432/myapp"')
+        self.assertRegex(text, r"- name: PGPASSWORD\n +valueFrom:\n +secretKeyRef:")
+        self.assertNotIn("LASTCALL_LEDGER_URL", text)
         self.assertRegex(text, r'"--replica-id", "\$\(POD_NAME\)"')
         self.assertRegex(text, r"(?m)^  replicas: 3$")
         period = int(re.search(r"terminationGracePeriodSeconds:\s*(\d+)", text).group(1))

@@ -52,3 +52,22 @@ TEST_CASE("socket activation and the watchdog are inherited by the main command 
     for (const char* k : {"LISTEN_FDS", "WATCHDOG_USEC", "NOTIFY_SOCKET", "LASTCALL_RUN_ID"})
         ::unsetenv(k);
 }
+
+TEST_CASE("with a postgresql ledger its credentials reach no unit, but a unit's own settings do") {
+    ::setenv("PGPASSWORD", "lastcalls", 1);
+    ::setenv("PGPASSFILE", "/run/secrets/pgpass", 1);
+    ::setenv("PGHOST", "db", 1);
+    // Before a ledger is opened, PGPASSWORD is the units' as any other variable.
+    auto before = Environment::inherited(UnitKind::Job);
+    CHECK(before.get("PGPASSWORD"));
+    // Process-wide and for good, as in lastcall: later test cases see it withheld too.
+    Environment::withhold_ledger_credentials();
+    for (auto kind : {UnitKind::Main, UnitKind::Service, UnitKind::Job, UnitKind::Helper}) {
+        auto env = Environment::inherited(kind);
+        for (auto key : kLedgerCredentials) CHECK_FALSE(env.get(key));
+        CHECK(*env.get("PGHOST") == "db");  // where to connect is not a credential
+        env.set("PGPASSWORD", "the-units-own");
+        CHECK(*env.get("PGPASSWORD") == "the-units-own");
+    }
+    for (const char* k : {"PGPASSWORD", "PGPASSFILE", "PGHOST"}) ::unsetenv(k);
+}

@@ -29,6 +29,11 @@ bool is_subcommand(std::string_view word);
 
 ParsedCommandLine parse_command_line(const std::vector<std::string>& args);
 
+// A password in --ledger's URL is in lastcall's /proc/PID/cmdline, which every process may read,
+// units included: overwritten in argv itself (lastcall's own arguments, not the command's), the
+// URL left with *** for it. True when there was one.
+bool scrub_ledger_password(int argc, char** argv, const Options& options);
+
 // `lastcall up [OPTIONS]`: the Procfile dev runner (up.cpp).
 struct UpOptions {
     Options options;  // the supervisor's: grace, coalesce, tracker, report, logging

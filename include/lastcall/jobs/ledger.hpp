@@ -160,6 +160,15 @@ struct LedgerLocation {
     std::string url;        // postgresql://... or postgres://...
 };
 bool is_postgresql_url(std::string_view text);
+// `url` as lastcall shows it: every password in it (user:PASSWORD@, ?password=) as ***.
+std::string redact_url_password(std::string_view url);
+// Overwrites the passwords in `url`, a NUL-terminated string in place (lastcall's own argv, which
+// /proc/PID/cmdline shows to every process): the redacted URL, the rest of its bytes NUL; each
+// password byte a '*' where the redacted URL is longer (a password under 3 bytes). False: none.
+bool scrub_url_password(char* url);
+// `text`, a message about `url` that may quote any part of it (libpq's parse errors quote the
+// token they could not read, a password too), with every password of `url` in it as ***.
+std::string hide_url_passwords(std::string_view url, std::string text);
 
 class Ledger {
   public:

@@ -19,6 +19,12 @@ enum class UnitKind {
     Helper,   // lastcall's own helpers: the pre-stop hook, a readiness probe
 };
 
+// The libpq variables that hold a credential or name a file that does: the password, the
+// password file, the connection service file (it may hold `password=`), the client
+// certificate's private key. Not those that only say where to connect (PGHOST, PGUSER, ...).
+inline constexpr std::string_view kLedgerCredentials[] = {"PGPASSWORD", "PGPASSFILE",
+                                                          "PGSERVICEFILE", "PGSSLKEY"};
+
 class Environment {
   public:
     // lastcall's environment as `kind` inherits it:
@@ -28,8 +34,14 @@ class Environment {
     //    the watchdog were handed to one process, and a second user would steal connections or
     //    pings;
     //  - LASTCALL_* not for jobs: a job's LASTCALL_RUN_ID and friends are its own, and one
-    //    inherited from lastcall's environment could pose as them.
+    //    inherited from lastcall's environment could pose as them;
+    //  - once withhold_ledger_credentials() was called, kLedgerCredentials by none.
     static Environment inherited(UnitKind kind);
+    // lastcall opens a postgresql:// ledger: the libpq variables in its environment are its own
+    // credentials (libpq reads them at every connect, so they stay in lastcall's environment),
+    // and no unit inherits them. A unit's own settings (a job's or service's `env`) may still
+    // set them. Without a postgresql ledger they are the units' and pass as any other variable.
+    static void withhold_ledger_credentials();
     static Environment from(const std::vector<std::string>& entries);
 
     // Replaces an existing value in place (its position is kept), else appends.
