@@ -16,10 +16,11 @@
 #include <vector>
 
 #include "lastcall/cli/cli.hpp"
+#include "lastcall/cli/compat.hpp"
 #include "lastcall/cli/jobs_cli.hpp"
 #include "lastcall/cli/report_cli.hpp"
 #include "lastcall/cli/status_cli.hpp"
-#include "lastcall/compat/compat.hpp"
+#include "lastcall/cli/up.hpp"
 #include "lastcall/core/clock.hpp"
 #include "lastcall/core/instance.hpp"
 #include "lastcall/core/log.hpp"
@@ -29,13 +30,12 @@
 #include "lastcall/core/twin.hpp"
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/scheduler.hpp"
+#include "lastcall/metrics/metrics.hpp"
+#include "lastcall/metrics/metrics_http.hpp"
 #include "lastcall/process/environment.hpp"
 #include "lastcall/services/service_manager.hpp"
 #include "lastcall/services/service_status.hpp"
-#include "lastcall/services/up.hpp"
-#include "lastcall/shutdown/metrics.hpp"
-#include "lastcall/shutdown/metrics_http.hpp"
-#include "lastcall/supervisor.hpp"
+#include "lastcall/supervisor/supervisor.hpp"
 #include "lastcall/systemd/notifier.hpp"
 #include "lastcall/systemd/socket_activation.hpp"
 
@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
     }
 
     twin::close_startup_window();
-    setup_logging(options);
+    setup_logging(options.log_settings());
     // No hand-over to the twin (an exec of this argv) can follow: its copy of the password is
     // no longer needed.
     if (scrub_ledger_password(argc, argv, options))

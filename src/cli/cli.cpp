@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "lastcall/cli/cli11_app.hpp"
-#include "lastcall/compat/compat.hpp"
+#include "lastcall/cli/compat.hpp"
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/signals.hpp"
 #include "lastcall/jobs/ledger.hpp"

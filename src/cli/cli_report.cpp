@@ -109,7 +109,7 @@ std::string ending_of(const json& p) {
     return "still running";
 }
 
-struct Event {
+struct TimelineEntry {
     long long at;
     std::string what;
     // Order within one millisecond: what starts the stop (signals received, the drain, the
@@ -216,7 +216,7 @@ class Renderer {
     }
 
     void timeline() {
-        std::vector<Event> ev;
+        std::vector<TimelineEntry> ev;
         const json& trigger = sub(r_, "trigger");
         for (const auto& b : sub(r_, "signals")) {
             auto at = parse_iso_ms(sub(b, "at"));
@@ -274,7 +274,7 @@ class Renderer {
                                   str(p, "comm", "?") + " " + ending_of(p),
                               1});
         if (ev.empty()) return;
-        std::stable_sort(ev.begin(), ev.end(), [](const Event& a, const Event& b) {
+        std::stable_sort(ev.begin(), ev.end(), [](const TimelineEntry& a, const TimelineEntry& b) {
             return a.at != b.at ? a.at < b.at : a.rank < b.rank;
         });
         out_ << "\ntimeline (seconds after the "

@@ -299,7 +299,7 @@ std::shared_ptr<spdlog::logger>& peer_logger() {
 }
 }  // namespace
 
-void setup_logging(const Options& options) {
+void setup_logging(const LogSettings& options) {
     writer().open();
     std::shared_ptr<spdlog::logger> logger;
     spdlog::sink_ptr journal;
@@ -308,10 +308,10 @@ void setup_logging(const Options& options) {
         journal = make_journal_sink("/run/systemd/journal/socket");
     if (journal) {
         logger = std::make_shared<spdlog::logger>("lastcall", journal);
-    } else if (options.compat != CompatMode::None && options.log_format == LogFormat::Text) {
-        logger = std::make_shared<spdlog::logger>("lastcall",
-                                                  std::make_shared<PeerSink>(options.compat));
-    } else if (options.log_format == LogFormat::Json) {
+    } else if (options.peer != CompatMode::None && options.format == LogFormat::Text) {
+        logger =
+            std::make_shared<spdlog::logger>("lastcall", std::make_shared<PeerSink>(options.peer));
+    } else if (options.format == LogFormat::Json) {
         logger = std::make_shared<spdlog::logger>("lastcall", std::make_shared<JsonStderrSink>());
     } else {
         logger = std::make_shared<spdlog::logger>("lastcall", std::make_shared<TextStderrSink>());
@@ -321,13 +321,13 @@ void setup_logging(const Options& options) {
     // is killed is exactly the line someone needs.
     logger->flush_on(spdlog::level::trace);
     peer_logger() = nullptr;
-    if (!options.own_log_level.empty()) {
+    if (!options.own_level.empty()) {
         auto peer = logger->clone("peer");
-        peer->set_level(spdlog::level::from_str(options.log_level));
+        peer->set_level(spdlog::level::from_str(options.level));
         peer_logger() = std::move(peer);
-        logger->set_level(spdlog::level::from_str(options.own_log_level));
+        logger->set_level(spdlog::level::from_str(options.own_level));
     } else {
-        logger->set_level(spdlog::level::from_str(options.log_level));
+        logger->set_level(spdlog::level::from_str(options.level));
     }
     spdlog::set_default_logger(logger);
 }

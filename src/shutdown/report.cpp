@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/shutdown/report.hpp"
 
-#include "lastcall/shutdown/metrics.hpp"
+#include "lastcall/metrics/metrics.hpp"
 
 #include <signal.h>
 #include <sys/wait.h>

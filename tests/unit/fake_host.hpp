@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "lastcall/supervisor.hpp"
-#include "lastcall/unit_host.hpp"
+#include "lastcall/supervisor/supervisor.hpp"
+#include "lastcall/supervisor/unit_host.hpp"
 
 namespace lastcall::test {
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <map>
 
-#include "lastcall/compat/compat.hpp"
+#include "lastcall/cli/compat.hpp"
 
 using namespace lastcall;
 

@@ -3,8 +3,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "lastcall/compat/compat.hpp"
-#include "lastcall/compat/forwarding.hpp"
+#include "lastcall/cli/compat.hpp"
+#include "lastcall/supervisor/forwarding.hpp"
 
 using namespace lastcall;
 using Kind = SignalAction::Kind;

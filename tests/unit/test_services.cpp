@@ -4,10 +4,10 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
+#include "lastcall/cli/up.hpp"
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/services/service_status.hpp"
 #include "lastcall/services/services.hpp"
-#include "lastcall/services/up.hpp"
 #include "lastcall/shutdown/shutdown.hpp"
 
 using namespace lastcall;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "lastcall/core/log.hpp"
 #include "lastcall/core/signals.hpp"
 #include "lastcall/process/credentials.hpp"
 #include "lastcall/process/process_tree.hpp"
@@ -16,14 +17,10 @@
 
 namespace lastcall {
 
-enum class LogFormat { Text, Json };
 // Who receives a forwarded signal (HUP, USR1, ...), and who receives the stop signal.
 enum class Scope { Child, Group, Tree };
 // When lastcall tells systemd READY=1: once the child is spawned, or when the child says so itself.
 enum class ReadyOn { Spawn, Notify };
-// Which program's contract a run keeps: lastcall's own, or that of tini (docker-init) or dumb-init
-// when invoked under their names or with --compat.
-enum class CompatMode { None, Tini, DumbInit };
 
 struct Options {
     std::vector<std::string> command;
@@ -91,6 +88,10 @@ struct Options {
     // debug lines would be noise there. Empty: log_level.
     std::string own_log_level;
     LogFormat log_format = LogFormat::Text;
+    // What the logger is told (core/log.hpp knows nothing of the command line).
+    LogSettings log_settings() const {
+        return LogSettings{log_format, log_level, compat, own_log_level};
+    }
 };
 
 std::string_view to_string(Scope s);

@@ -8,14 +8,28 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include "lastcall/cli/options.hpp"
 
 namespace lastcall {
 
+enum class LogFormat { Text, Json };
+// Which program's contract a run keeps: lastcall's own, or that of tini (docker-init) or dumb-init
+// when invoked under their names or with --compat (its log lines are the peer's, PeerSink).
+enum class CompatMode { None, Tini, DumbInit };
+
+// What the logger is told, whoever parsed it (the command line, `lastcall up`).
+struct LogSettings {
+    LogFormat format = LogFormat::Text;
+    std::string level = "info";  // spdlog's level names
+    // A peer's contract: lastcall's own lines at own_level (empty: `level` for both), the peer's
+    // at `level`.
+    CompatMode peer = CompatMode::None;
+    std::string own_level;
+};
+
 // Under systemd with stderr connected to journald (JOURNAL_STREAM names stderr's device and inode),
 // lines go to the journal with their priority; otherwise text or JSON lines on stderr.
-void setup_logging(const Options& options);
-// The logger of a peer's own lines under its name (tini's, dumb-init's: compat/forwarding.cpp),
+void setup_logging(const LogSettings& settings);
+// The logger of a peer's own lines under its name (tini's, dumb-init's: supervisor/forwarding.cpp),
 // at the peer's verbosity; the default logger otherwise.
 spdlog::logger& peer_log();
 

@@ -54,7 +54,7 @@
 #include "lastcall/core/error.hpp"
 #include "lastcall/core/fd.hpp"
 #include "lastcall/jobs/ledger.hpp"
-#include "lastcall/unit_host.hpp"
+#include "lastcall/supervisor/unit_host.hpp"
 
 namespace lastcall {
 

@@ -52,8 +52,8 @@
 #include "lastcall/jobs/run_ending.hpp"
 #include "lastcall/process/stop.hpp"
 #include "lastcall/shutdown/admission.hpp"
-#include "lastcall/supervisor.hpp"
-#include "lastcall/unit_host.hpp"
+#include "lastcall/supervisor/supervisor.hpp"
+#include "lastcall/supervisor/unit_host.hpp"
 
 namespace lastcall {
 

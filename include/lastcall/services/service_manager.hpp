@@ -35,8 +35,8 @@
 #include "lastcall/core/event_loop.hpp"
 #include "lastcall/services/services.hpp"
 #include "lastcall/shutdown/admission.hpp"
-#include "lastcall/supervisor.hpp"
-#include "lastcall/unit_host.hpp"
+#include "lastcall/supervisor/supervisor.hpp"
+#include "lastcall/supervisor/unit_host.hpp"
 
 namespace lastcall {
 

@@ -22,7 +22,7 @@
 #include "lastcall/core/clock.hpp"
 #include "lastcall/core/error.hpp"
 #include "lastcall/core/fd.hpp"
-#include "lastcall/supervisor.hpp"
+#include "lastcall/supervisor/supervisor.hpp"
 
 namespace lastcall {
 

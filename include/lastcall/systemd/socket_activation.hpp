@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "lastcall/core/error.hpp"
-#include "lastcall/supervisor.hpp"
+#include "lastcall/supervisor/supervisor.hpp"
 
 namespace lastcall {
 

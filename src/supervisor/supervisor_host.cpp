@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // UnitHost over the running supervisor: its loop, tracker, admission and shutdown.
-#include "lastcall/supervisor_host.hpp"
+#include "lastcall/supervisor/supervisor_host.hpp"
 
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
@@ -9,7 +9,7 @@
 #include <cerrno>
 
 #include "lastcall/process/process_ref.hpp"
-#include "lastcall/supervisor.hpp"
+#include "lastcall/supervisor/supervisor.hpp"
 
 namespace lastcall {
 

@@ -17,7 +17,7 @@
 #include "lastcall/core/error.hpp"
 #include "lastcall/core/event_loop.hpp"
 #include "lastcall/core/fd.hpp"
-#include "lastcall/supervisor.hpp"
+#include "lastcall/supervisor/supervisor.hpp"
 
 namespace lastcall {
 

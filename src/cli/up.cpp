@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "lastcall/services/up.hpp"
+#include "lastcall/cli/up.hpp"
 #include "lastcall/core/instance.hpp"
 #include "lastcall/core/read_file.hpp"
 #include "lastcall/core/safe_path.hpp"
@@ -18,7 +18,7 @@
 #include "lastcall/core/log.hpp"
 #include "lastcall/services/service_manager.hpp"
 #include "lastcall/services/service_status.hpp"
-#include "lastcall/supervisor.hpp"
+#include "lastcall/supervisor/supervisor.hpp"
 
 namespace lastcall {
 
@@ -85,7 +85,7 @@ int run_up(const std::vector<std::string>& args) {
     mo.state_path = status_path_for(instance_id());
 
     twin::close_startup_window();  // the point of no return (main.cpp)
-    setup_logging(up.options);
+    setup_logging(up.options.log_settings());
     if (auto st = block_handled_signals(); !st) {
         spdlog::critical("{}", st.error().message);
         return 1;

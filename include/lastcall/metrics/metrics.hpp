@@ -40,7 +40,7 @@ Status write_metrics_file(const std::string& path, const std::string& text);
 #include "lastcall/core/clock.hpp"
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/event_loop.hpp"
-#include "lastcall/supervisor.hpp"
+#include "lastcall/supervisor/supervisor.hpp"
 
 namespace lastcall {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "lastcall/shutdown/metrics.hpp"
+#include "lastcall/metrics/metrics.hpp"
 
 #include <algorithm>
 #include <cmath>

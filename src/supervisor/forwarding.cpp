@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "lastcall/compat/forwarding.hpp"
+#include "lastcall/supervisor/forwarding.hpp"
 
 #include "lastcall/core/log.hpp"
 

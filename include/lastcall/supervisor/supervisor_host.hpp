@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "lastcall/unit_host.hpp"
+#include "lastcall/supervisor/unit_host.hpp"
 
 namespace lastcall {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "lastcall/shutdown/metrics_http.hpp"
+#include "lastcall/metrics/metrics_http.hpp"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -16,7 +16,7 @@
 #include "lastcall/core/linkage.hpp"
 #include "lastcall/core/shared_library.hpp"
 #include "lastcall/core/twin.hpp"
-#include "lastcall/shutdown/metrics.hpp"
+#include "lastcall/metrics/metrics.hpp"
 
 namespace lastcall {
 

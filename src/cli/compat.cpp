@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "lastcall/compat/compat.hpp"
+#include "lastcall/cli/compat.hpp"
 
 #include <getopt.h>
 #include <signal.h>

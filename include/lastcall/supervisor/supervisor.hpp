@@ -11,7 +11,6 @@
 #include <string>
 
 #include "lastcall/cli/options.hpp"
-#include "lastcall/compat/forwarding.hpp"
 #include "lastcall/core/clock.hpp"
 #include "lastcall/core/event_loop.hpp"
 #include "lastcall/process/environment.hpp"
@@ -23,6 +22,7 @@
 #include "lastcall/shutdown/admission.hpp"
 #include "lastcall/shutdown/report.hpp"
 #include "lastcall/shutdown/shutdown.hpp"
+#include "lastcall/supervisor/forwarding.hpp"
 
 namespace lastcall {
 

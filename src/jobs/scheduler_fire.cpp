@@ -1,0 +1,457 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fire times: the wall-clock timer, missed and skipped fire times, claims (one call for every
+// fire time due at one instant), the queue, and the starts of claimed runs in slices.
+#include "lastcall/jobs/scheduler.hpp"
+#include "scheduler_internal.hpp"
+
+#include "lastcall/metrics/metrics.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <spdlog/spdlog.h>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <map>
+
+#include "lastcall/core/atomic_file.hpp"
+#include "lastcall/core/duration.hpp"
+#include "lastcall/core/json.hpp"
+#include "lastcall/core/read_file.hpp"
+#include "lastcall/core/safe_path.hpp"
+#include "lastcall/core/signals.hpp"
+#include "lastcall/core/timefmt.hpp"
+#include "lastcall/process/environment.hpp"
+#include "lastcall/process/process_ref.hpp"
+#include "lastcall/process/process_tree.hpp"
+#include "lastcall/process/stop.hpp"
+
+namespace lastcall {
+
+namespace {
+
+Concurrency concurrency_of(Overlap o) {
+    switch (o) {
+        case Overlap::Skip:
+            return Concurrency::Forbid;
+        case Overlap::Replace:
+            return Concurrency::Replace;
+        case Overlap::Queue:  // one machine: the scheduler queues before it claims
+        case Overlap::Allow:
+            return Concurrency::Allow;
+    }
+    return Concurrency::Allow;
+}
+
+std::string join_ids(const std::vector<std::int64_t>& ids) {
+    std::string out;
+    for (auto id : ids) out += (out.empty() ? "" : ", ") + std::to_string(id);
+    return out;
+}
+
+}  // namespace
+
+void JobScheduler::arm_fire_timer() {
+    std::optional<WallTime> at;
+    if (!retries_.empty()) {
+        at = WallTime{};  // the past: fires on the loop's first turn
+    } else {
+        for (const auto& j : jobs_)
+            if (j.next_fire && (!at || *j.next_fire < *at)) at = WallTime{*j.next_fire};
+    }
+    fire_armed_.emplace(host_->clock().now(), host_->wall_now());
+    if (auto st = fire_timer_->arm(at); !st)
+        spdlog::error("job schedule timer: {}", st.error().message);
+}
+
+void JobScheduler::on_fire_timer() {
+    auto retries = std::move(retries_);
+    retries_.clear();
+    std::vector<Due> due;
+    for (auto& r : retries) {
+        if (!host_->admission().is_open()) {
+            host_->admission().refuse(EntryPath::JobFire);
+            // A shared ledger's retry stays open for a replica that is not stopping.
+            if (!facts().shared()) record_skipped(r.job, r.scheduled_at, kShuttingDown);
+            continue;
+        }
+        due.push_back(Due{r.job, r.scheduled_at, r.of, r.keep_staging, 0});
+    }
+    auto now = wall_seconds();
+    for (std::size_t j = 0; j < jobs_.size(); ++j) {
+        auto& job = jobs_[j];
+        if (!job.next_fire || *job.next_fire > now) continue;
+        // After a suspend or a clock jump only the latest missed fire runs: a backlog of
+        // identical runs helps nobody.
+        cron::sys_seconds at = *job.next_fire;
+        int missed = 0;
+        auto next = job.spec.schedule->next_after(at);
+        while (next && *next <= now) {
+            at = *next;
+            ++missed;
+            next = job.spec.schedule->next_after(at);
+        }
+        if (missed > 0) note_missed(job, missed);
+        job.next_fire = next;
+        fire(j, at.time_since_epoch().count(), due);
+    }
+    claim(std::move(due));
+    arm_fire_timer();
+}
+
+// Fire times that passed unfired are counted (report, metrics) and said with their cause: the
+// wall clock moved further than lastcall's monotonic clock (a suspend, a clock step), or
+// lastcall itself ran late (stopped, starved of CPU).
+void JobScheduler::note_missed(const JobState& job, int missed) {
+    missed_ += missed;
+    std::string why = "lastcall ran late";
+    if (fire_armed_) {
+        auto mono = host_->clock().now() - fire_armed_->first;
+        auto wall = host_->wall_now() - fire_armed_->second;
+        auto gap = std::chrono::duration_cast<Millis>(wall - mono);
+        if (gap > Millis{1000})
+            why = "the wall clock moved " + format_duration(gap) +
+                  " further than the monotonic clock: a suspend or a clock step";
+        else
+            why = "lastcall ran " +
+                  format_duration(std::chrono::duration_cast<Millis>(host_->wall_now() -
+                                                                     WallTime{*job.next_fire})) +
+                  " late (stopped or starved of CPU)";
+    }
+    spdlog::warn("job {}: {} fire time(s) missed ({}); only the latest runs", job.spec.name, missed,
+                 why);
+}
+
+void JobScheduler::record_skipped(std::size_t job, std::int64_t scheduled_at,
+                                  const std::string& reason) {
+    const auto& name = jobs_[job].spec.name;
+    if (reason == kShuttingDown) ++skipped_at_shutdown_;
+    ledger_->record<std::int64_t>(
+        "record a skipped run of job " + name, call_budget(),
+        [name, scheduled_at, reason](Ledger& l) {
+            return l.add(name, scheduled_at, RunState::Skipped, reason);
+        },
+        [this, name, scheduled_at, reason](Result<std::int64_t> id) {
+            if (!id) {
+                spdlog::error("job {}: run at {} skipped ({}) but not recorded: {}", name,
+                              iso_utc(scheduled_at), reason, id.error().message);
+                note_unwritten_row(name, RunState::Skipped, id.error().message);
+            } else {
+                spdlog::info("job {}: run {} at {} skipped: {}", name, *id, iso_utc(scheduled_at),
+                             reason);
+            }
+        });
+}
+
+void JobScheduler::fire(std::size_t j, std::int64_t scheduled_at, std::vector<Due>& due) {
+    auto& job = jobs_[j];
+    bool shared = facts().shared();
+    if (!host_->admission().is_open()) {
+        // Refused here, whatever the ledger: the report counts every fire time turned away.
+        host_->admission().refuse(EntryPath::JobFire);
+        // A replica that is stopping leaves the fire time to the others, and says nothing of it.
+        if (shared) return;
+        return record_skipped(j, scheduled_at, kShuttingDown);
+    }
+    // With a shared ledger the claim applies the concurrency rule to every replica's runs. One
+    // machine: a run still claiming counts as running (its answer is on its way).
+    if ((job.running > 0 || job.claiming > 0) && !shared) {
+        switch (job.spec.overlap) {
+            case Overlap::Skip:
+                return record_skipped(j, scheduled_at,
+                                      "the previous run is still running (overlap = skip)");
+            case Overlap::Queue:
+                if (job.queued_id || job.queueing)
+                    return record_skipped(j, scheduled_at,
+                                          "a run is already queued behind the running one "
+                                          "(overlap = queue)");
+                return queue_run(j, scheduled_at);
+            case Overlap::Allow:
+            case Overlap::Replace:  // the claim interrupts the active run; take_away stops it
+                break;
+        }
+    }
+    // A held job's fire time is recorded skipped by the claim itself (ClaimRequest::check_hold).
+    // A released run is retried with its own policy for the staging file, and keeps its key.
+    due.push_back(Due{j, scheduled_at, {}, job.spec.on_interrupted == OnInterrupted::Retry, 0});
+}
+
+// overlap = queue, one machine: the run waits as a `scheduled` row for the running one to end.
+void JobScheduler::queue_run(std::size_t j, std::int64_t scheduled_at) {
+    auto& job = jobs_[j];
+    job.queueing = true;
+    std::string name = job.spec.name;
+    ledger_->record<std::int64_t>(
+        "queue a run of job " + name, call_budget(),
+        [name, scheduled_at](Ledger& l) {
+            return l.add(name, scheduled_at, RunState::Scheduled, "queued behind the running run");
+        },
+        [this, j, scheduled_at](Result<std::int64_t> id) {
+            auto& job = jobs_[j];
+            job.queueing = false;
+            if (!id) {
+                spdlog::error("job {}: run at {} not queued, its record failed: {}", job.spec.name,
+                              iso_utc(scheduled_at), id.error().message);
+                note_unwritten_row(job.spec.name, RunState::Scheduled, id.error().message);
+                return;
+            }
+            job.queued_id = *id;
+            job.queued_at = scheduled_at;
+            spdlog::info("job {}: run {} queued behind the running one", job.spec.name, *id);
+            // The shutdown began, or the running one ended, while the row was being written.
+            if (!host_->admission().is_open()) {
+                host_->admission().refuse(EntryPath::JobFire);
+                ++skipped_at_shutdown_;
+                finish_record(*id, job.spec.name, RunState::Skipped, {}, kShuttingDown, {});
+                job.queued_id.reset();
+            } else if (job.running == 0 && job.claiming == 0) {
+                start_queued(j);
+            }
+        });
+}
+
+// Every fire time due now (and the retries) in one call: one statement for a PostgreSQL ledger.
+// Each is admitted first: a ticket taken before the claim, rolled back if it never starts.
+void JobScheduler::claim(std::vector<Due> due) {
+    if (due.empty()) return;
+    auto asked = std::make_shared<std::vector<Asked>>();
+    std::vector<ClaimRequest> requests;
+    MonoTime now = host_->clock().now();  // before the claim: its lease starts later
+    for (auto& d : due) {
+        auto ticket = host_->admission().try_admit(EntryPath::JobFire);
+        if (!ticket) {
+            if (!facts().shared()) record_skipped(d.job, d.scheduled_at, kShuttingDown);
+            continue;
+        }
+        const JobSpec& spec = jobs_[d.job].spec;
+        ++jobs_[d.job].claiming;
+        requests.push_back(ClaimRequest{spec.name, d.scheduled_at, d.retry_of,
+                                        concurrency_of(spec.overlap), "", d.retry_of.empty()});
+        asked->push_back(Asked{std::move(d), std::move(ticket), now});
+    }
+    if (requests.empty()) return;
+    bool one_machine = !facts().shared();
+    std::vector<std::string> names;
+    for (const auto& r : requests) names.push_back(r.job);
+    std::string what = requests.size() == 1
+                           ? "claim the run of job " + requests.front().job + " at " +
+                                 iso_utc(requests.front().scheduled_at)
+                           : "claim " + std::to_string(requests.size()) + " fire times";
+    ledger_->call<std::vector<Claimed>>(
+        what, call_budget(),
+        [requests, one_machine](Ledger& l) mutable -> Result<std::vector<Claimed>> {
+            std::vector<Claimed> out(requests.size());
+            // One machine: interrupted runs released by `lastcall runs release` while lastcall
+            // runs are retried by the job's next fire time, so that the next start does not
+            // retry them a second time. (A shared ledger's lease tick claims their retry on its
+            // own, like any other recovery.)
+            if (one_machine) {
+                auto pending = l.awaiting_recovery();
+                if (!pending) {
+                    for (auto& c : out) c.claim = pending.error();
+                    return out;
+                }
+                for (std::size_t i = 0; i < requests.size(); ++i) {
+                    if (!requests[i].retry_of.empty()) continue;
+                    for (const auto& r : *pending)
+                        if (r.job == requests[i].job && r.recovery == kRecoveryReleased) {
+                            requests[i].retry_of.push_back(r.id);
+                            out[i].key_at = std::max(out[i].key_at, r.scheduled_at);
+                        }
+                }
+            }
+            auto claims = l.claim_all(requests);
+            for (std::size_t i = 0; i < requests.size(); ++i) {
+                out[i].claim = std::move(claims[i]);
+                out[i].retry_of = requests[i].retry_of;
+            }
+            return out;
+        },
+        [this, asked](Result<std::vector<Claimed>> answer) { on_claimed(*asked, answer); },
+        // The answer came after the loop had called it unknown: a fire time this replica won is
+        // recorded as not run (its retry follows the job's policy), never left `started` with
+        // nobody running it.
+        [this, names](Result<std::vector<Claimed>> late) {
+            if (!late) return;
+            for (std::size_t i = 0; i < late->size() && i < names.size(); ++i) {
+                const auto& c = (*late)[i];
+                if (!c.claim || c.claim->outcome != Claim::Outcome::Started) continue;
+                spdlog::warn("job {}: run {} was claimed after the claim's deadline: not started",
+                             names[i], c.claim->id);
+                finish_record(c.claim->id, names[i], RunState::Interrupted, {},
+                              "not started: its claim was answered after the claim's deadline", {});
+            }
+        });
+}
+
+void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Claimed>>& answer) {
+    for (std::size_t i = 0; i < asked.size(); ++i) {
+        Asked& a = asked[i];
+        auto& job = jobs_[a.due.job];
+        const JobSpec& spec = job.spec;
+        --job.claiming;
+        Result<Claim> claim = answer ? std::move((*answer)[i].claim) : answer.error();
+        const auto& retry_of = answer ? (*answer)[i].retry_of : a.due.retry_of;
+        std::int64_t key_at = answer ? (*answer)[i].key_at : 0;
+        if (!claim) {
+            a.ticket->rollback();
+            // Not recorded, so not run: a run the ledger does not know of would be a silent one.
+            const std::string& why = claim.error().message;
+            spdlog::error(
+                "job {}: run at {} not started: its `started` record could not be "
+                "written: {}",
+                spec.name, iso_utc(a.due.scheduled_at), why);
+            // A shared ledger's row would be another replica's claim of the time: it stays
+            // theirs to take, and the report counts the fire times this replica could not claim
+            // (one entry each would grow without bound in a long outage).
+            if (facts().shared()) {
+                ++unclaimed_;
+                continue;
+            }
+            // One machine: the fire time's row says why nothing ran.
+            std::string name = spec.name;
+            std::int64_t at = a.due.scheduled_at;
+            ledger_->record<std::int64_t>(
+                "record the unstarted run of job " + name, call_budget(),
+                [name, at, why](Ledger& l) {
+                    return l.add(name, at, RunState::Skipped,
+                                 "not started: `started` could not be recorded: " + why);
+                },
+                [this, name, why](Result<std::int64_t> id) {
+                    note_unwritten(id ? *id : 0, name, "started", why);
+                });
+            continue;
+        }
+        if (claim->outcome == Claim::Outcome::Lost) {
+            a.ticket->rollback();
+            spdlog::debug("job {}: run at {}{} claimed by another replica", spec.name,
+                          iso_utc(a.due.scheduled_at), retry_of.empty() ? "" : " (a retry)");
+            continue;
+        }
+        if (claim->outcome == Claim::Outcome::Skipped) {
+            a.ticket->rollback();
+            spdlog::info("job {}: run {} at {} skipped: {}", spec.name, claim->id,
+                         iso_utc(a.due.scheduled_at), claim->reason);
+            continue;
+        }
+        if (!retry_of.empty())
+            spdlog::info("job {}: run {} retries interrupted run(s) {} (on_interrupted = {})",
+                         spec.name, claim->id, join_ids(retry_of), to_string(spec.on_interrupted));
+        for (std::int64_t old : claim->replaced) {
+            spdlog::warn("job {}: run {} replaces run {} (concurrency = replace)", spec.name,
+                         claim->id, old);
+            if (auto it = runs_.find(old); it != runs_.end())
+                take_away(it->second, "replaced by run " + std::to_string(claim->id));
+        }
+        ++job.claiming;  // until it is spawned: still on its way for the overlap rules
+        starts_.push_back(ToStart{std::move(a), std::move(*claim), retry_of, key_at});
+    }
+    pump_starts();
+}
+
+// The claimed runs are spawned a slice per loop turn: a burst of a thousand fire times does not
+// keep a signal, a reap or a timer waiting for more than one slice.
+void JobScheduler::pump_starts() {
+    pump_posted_ = false;
+    MonoTime began = host_->clock().now();
+    // (While the records settle at the end nothing is spawned, and no posted task would run:
+    // every claim that came back is recorded not started, now.)
+    for (std::size_t n = 0;
+         !starts_.empty() &&
+         (settling_ || (n < kStartsPerSlice && (n == 0 || host_->clock().now() - began < kSlice)));
+         ++n) {
+        ToStart s = std::move(starts_.front());
+        starts_.pop_front();
+        auto& job = jobs_[s.asked.due.job];
+        --job.claiming;
+        // The drain began while the claim was out: the fire time was won, but nothing new starts
+        // once intake is closed. Its record says so (and its retry follows the job's policy).
+        if (!host_->admission().is_open()) {
+            not_started(s, "not started: " + std::string(kShuttingDown));
+            continue;
+        }
+        begin_run(s.asked.due.job, s.claim.id, s.asked.due.scheduled_at, std::move(*s.asked.ticket),
+                  s.asked.claimed_at, s.retry_of, s.asked.due.keep_staging,
+                  s.key_at ? s.key_at : s.asked.due.key_at, s.claim.watermark);
+    }
+    if (!starts_.empty() && !pump_posted_) {
+        pump_posted_ = true;
+        host_->post([this] { pump_starts(); });
+    }
+}
+
+void JobScheduler::not_started(const ToStart& s, const std::string& why) {
+    ++skipped_at_shutdown_;
+    const auto& name = jobs_[s.asked.due.job].spec.name;
+    spdlog::info("job {}: run {} at {} {}", name, s.claim.id, iso_utc(s.asked.due.scheduled_at),
+                 why);
+    finish_record(s.claim.id, name, RunState::Interrupted, {}, why, {});
+}
+
+void JobScheduler::start_queued(std::size_t j) {
+    auto& job = jobs_[j];
+    std::int64_t id = *job.queued_id;
+    std::int64_t at = job.queued_at;
+    job.queued_id.reset();
+    std::string name = job.spec.name;
+    auto ticket = host_->admission().try_admit(EntryPath::JobFire);
+    if (!ticket) {
+        ++skipped_at_shutdown_;
+        finish_record(id, name, RunState::Skipped, {}, kShuttingDown, {});
+        return;
+    }
+    ++job.claiming;
+    struct Started {
+        bool started = false;
+        std::optional<std::int64_t> watermark;
+    };
+    auto held = std::make_shared<std::optional<Ticket>>(std::move(ticket));
+    // `started` is written before the spawn: a run the ledger cannot call started must not run
+    // (the next lastcall would start it again). The pid follows the spawn.
+    ledger_->call<Started>(
+        "start queued run " + std::to_string(id), call_budget(),
+        [id, name](Ledger& l) -> Result<Started> {
+            auto started = l.start(id);
+            if (!started) return started.error();
+            Started out{*started, {}};
+            if (*started) {
+                auto w = l.watermark(name);
+                if (w) out.watermark = *w;
+            }
+            return out;
+        },
+        [this, j, id, at, name, held](Result<Started> r) {
+            --jobs_[j].claiming;
+            if (!r || !r->started) {
+                std::string why = r ? "the run is no longer scheduled" : r.error().message;
+                (*held)->rollback();
+                note_unwritten(id, name, "started", why);
+                spdlog::error(
+                    "job {}: run {} not started: its `started` record could not be written: {}",
+                    name, id, why);
+                finish_record(id, name, RunState::Skipped, {},
+                              "not started: `started` could not be recorded: " + why,
+                              [](Result<bool>) {});
+                return;
+            }
+            if (!host_->admission().is_open()) {
+                (*held)->rollback();
+                ++skipped_at_shutdown_;
+                finish_record(id, name, RunState::Interrupted, {},
+                              "not started: " + std::string(kShuttingDown), {});
+                return;
+            }
+            begin_run(j, id, at, std::move(**held), std::nullopt, {}, false, 0, r->watermark);
+        });
+}
+
+}  // namespace lastcall

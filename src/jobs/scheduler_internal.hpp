@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+// Private to src/jobs/scheduler*.cpp: the tunings and words the scheduler's parts share.
+#pragma once
+
+#include <cstddef>
+
+#include "lastcall/jobs/scheduler.hpp"
+
+namespace lastcall {
+
+// After a job's timeout its scope gets SIGTERM; if anything of it is still there this much later,
+// SIGKILL.
+inline constexpr Millis kTimeoutKillAfter{5000};
+inline constexpr const char* kShuttingDown = "shutting down";
+// A slice of the loop's own work on jobs (spawning claimed runs, judging exited ones): at most
+// this many, and no longer than kSlice, so a signal, a reap or a timer waits for one slice at
+// most (a spawn under load takes milliseconds: 32 of them held a SIGUSR1 85-340 ms).
+inline constexpr std::size_t kStartsPerSlice = 16;
+inline constexpr std::size_t kExitsPerSlice = 64;
+inline constexpr Millis kSlice{2};
+
+}  // namespace lastcall

@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+// Captured output with a prefix per service, the status file, the report and the metrics.
+#include "lastcall/services/service_manager.hpp"
+#include "service_manager_internal.hpp"
+
+#include "lastcall/metrics/metrics.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <deque>
+
+#include "lastcall/core/json.hpp"
+#include "lastcall/core/safe_path.hpp"
+#include "lastcall/core/signals.hpp"
+#include "lastcall/core/utf8.hpp"
+#include "lastcall/process/environment.hpp"
+#include "lastcall/process/process_ref.hpp"
+#include "lastcall/process/stop.hpp"
+#include "lastcall/services/service_status.hpp"
+
+namespace lastcall {
+
+void ServiceManager::watch_output(std::size_t service, UniqueFd fd) {
+    int raw = fd.get();
+    auto st = host_->watch(raw, EPOLLIN, [this, raw](auto) { on_output(raw, kOutputPerTurn); });
+    if (!st) {
+        spdlog::warn("service {}: output not captured: {}", services_[service].spec.name,
+                     st.error().message);
+        return;
+    }
+    streams_[raw] = Stream{service, std::move(fd), {}};
+}
+
+void ServiceManager::on_output(int fd, std::size_t budget) {
+    auto it = streams_.find(fd);
+    if (it == streams_.end()) return;
+    Stream& st = it->second;
+    char buf[16384];
+    // At most kOutputPerTurn per turn of the loop: a service that writes as fast as it can
+    // (`yes`) must not keep lastcall from a Ctrl-C or a timer. epoll is level-triggered: the
+    // rest is read on the next turn, after the other sources.
+    for (std::size_t taken = 0; taken < budget; taken += sizeof buf) {
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n > 0) {
+            st.partial.append(buf, static_cast<std::size_t>(n));
+            std::size_t nl;
+            while ((nl = st.partial.find('\n')) != std::string::npos) {
+                emit_line(st.service, std::string_view(st.partial).substr(0, nl));
+                st.partial.erase(0, nl + 1);
+            }
+            if (st.partial.size() > kMaxLine) {
+                emit_line(st.service, st.partial);
+                st.partial.clear();
+            }
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) return;
+        // EOF: the instance and everything it started closed the pipe.
+        if (!st.partial.empty()) emit_line(st.service, st.partial);
+        host_->unwatch(fd);
+        streams_.erase(it);
+        return;
+    }
+}
+
+void ServiceManager::emit_line(std::size_t service, std::string_view line) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const std::string& name = services_[service].spec.name;
+    std::string out;
+    out.reserve(line.size() + name_width_ + 16);
+    std::string padded = name + std::string(name_width_ - name.size(), ' ');
+    if (opts_.color) {
+        out += "\x1b[";
+        out += kColors[service % std::size(kColors)];
+        out += "m" + padded + " |\x1b[0m ";
+    } else {
+        out += padded + " | ";
+    }
+    append_printable(out, line);
+    out += '\n';
+    write_all(opts_.output_fd, out);
+}
+
+// ---- status and report ----
+
+void ServiceManager::write_status() {
+    if (opts_.state_path.empty()) return;
+    StatusFile f;
+    f.lastcall_pid = ::getpid();
+    f.instance = opts_.instance;
+    f.config = opts_.config_path;
+    for (const auto& s : services_) {
+        ServiceStatusRow row;
+        row.name = s.spec.name;
+        row.pid = s.pid;
+        row.state = std::string(to_string(s.state));
+        row.restarts = s.restarts();
+        row.since = s.pid > 0 ? s.started_wall : 0;
+        f.services.push_back(row);
+    }
+    // Said once per failure streak: a crash loop must not turn one problem into a log flood.
+    auto st = write_status_file(opts_.state_path, f);
+    if (!st && !status_failing_) spdlog::warn("status file not written: {}", st.error().message);
+    status_failing_ = !st;
+}
+
+void ServiceManager::contribute_metrics(MetricsWriter& m) {
+    for (const auto& s : services_) {
+        m.sample("lastcall_service_restarts_total", "counter", "Restarts of each service",
+                 {{"service", s.spec.name}}, s.restarts());
+        m.sample("lastcall_service_state", "gauge",
+                 "1 for each service's current state (pending, starting, ready, cleaning, backoff, "
+                 "exited, failed, stopping, stopped)",
+                 {{"service", s.spec.name}, {"state", std::string(to_string(s.state))}}, 1);
+    }
+}
+
+void ServiceManager::contribute_report(JsonWriter& j) {
+    j.key("services").begin_array();
+    for (const auto& s : services_) {
+        j.begin_object();
+        j.field("name", s.spec.name);
+        j.field("state", to_string(s.state));
+        j.field("starts", s.starts);
+        j.field("restarts", s.restarts());
+        j.key("last_exit_code");
+        if (s.last_status)
+            j.value(exit_code_of(*s.last_status));
+        else
+            j.null();
+        j.field("forced", s.forced());
+        j.field("leftovers_killed", s.leftovers_killed);
+        j.end_object();
+    }
+    j.end_array();
+    j.field("service_starts_refused", refused_);
+}
+
+void ServiceManager::finished(int /*exit_code*/) {
+    // Whatever the last processes wrote before they went is printed before lastcall exits.
+    std::vector<int> fds;
+    for (const auto& [fd, st] : streams_) fds.push_back(fd);
+    for (int fd : fds) on_output(fd, SIZE_MAX);
+    if (!opts_.state_path.empty()) remove_status_file(opts_.state_path);
+}
+
+Result<std::vector<ServiceSpec>> load_config_services(const std::string& config_path,
+                                                      const std::string& config_text) {
+    if (config_path.empty()) return std::vector<ServiceSpec>{};
+    return parse_services_toml(config_text, config_path);
+}
+
+}  // namespace lastcall

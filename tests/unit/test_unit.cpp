@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+// The Unit type (process/unit.hpp): its state table, its stop through the root's one record of
+// stop signals, and what the root's pass is told a unit's own stop covers. Fake members, a fake
+// clock: no process is started.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <map>
+#include <vector>
+
+#include "lastcall/core/clock.hpp"
+#include "lastcall/process/unit.hpp"
+
+using namespace lastcall;
+using namespace std::chrono_literals;
+
+namespace {
+
+ProcInfo proc(pid_t pid, pid_t ppid = 1) {
+    ProcInfo p;
+    p.pid = pid;
+    p.ppid = ppid;
+    p.start = 7;
+    p.state = 'S';
+    return p;
+}
+
+// The root's record as the supervisor keeps it during a shutdown: each process once.
+struct Root {
+    std::map<pid_t, int> record;
+    UnitTree tree{[this](const ProcInfo& p, int sig) { return record.emplace(p.pid, sig).second; }};
+};
+
+struct FakeUnit {
+    FakeClock clock;
+    std::vector<ProcInfo> live;
+    std::vector<std::pair<pid_t, int>> sent;
+    Unit unit;
+    explicit FakeUnit(UnitTree& tree, std::string name = "svc")
+        : unit(
+              tree, std::move(name), clock, [this] { return live; },
+              [] { return std::vector<FreezeHold>{}; },
+              [this](const ProcInfo& p, int sig) {
+                  sent.emplace_back(p.pid, sig);
+                  return true;
+              }) {}
+    int count(pid_t pid, int sig) const {
+        int n = 0;
+        for (const auto& [p, s] : sent) n += p == pid && s == sig;
+        return n;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("a unit goes Running -> Stopping -> Killed -> Gone, and a restart makes it Running",
+          "[unit]") {
+    using S = UnitState;
+    using E = UnitEvent;
+    CHECK(unit_transition(S::Running, E::Stop) == S::Stopping);
+    CHECK(unit_transition(S::Stopping, E::Kill) == S::Killed);
+    CHECK(unit_transition(S::Killed, E::Gone) == S::Gone);
+    CHECK(unit_transition(S::Running, E::Gone) == S::Gone);
+    CHECK(unit_transition(S::Gone, E::Restart) == S::Running);
+    // No second stop, no kill of what is gone, nothing after Gone but a restart.
+    CHECK_FALSE(unit_transition(S::Stopping, E::Stop));
+    CHECK_FALSE(unit_transition(S::Killed, E::Kill));
+    CHECK_FALSE(unit_transition(S::Gone, E::Stop));
+    CHECK_FALSE(unit_transition(S::Gone, E::Kill));
+}
+
+TEST_CASE("a unit's stop signal goes once to each member and into the root's one record",
+          "[unit]") {
+    Root root;
+    FakeUnit u(root.tree);
+    u.live = {proc(10), proc(11, 10)};
+    CHECK(u.unit.stop(SIGTERM, u.clock.now() + 5s) == 2);
+    CHECK(u.unit.state() == UnitState::Stopping);
+    CHECK(root.record.at(10) == SIGTERM);
+    CHECK(root.record.at(11) == SIGTERM);
+    // A later round (a poll) signals nobody twice.
+    CHECK(u.unit.stop(SIGTERM, u.clock.now() + 5s) == 0);
+    CHECK(u.count(10, SIGTERM) == 1);
+    CHECK(u.count(11, SIGTERM) == 1);
+}
+
+TEST_CASE("a process the tree's pass signalled first gets no second stop signal from a unit",
+          "[unit]") {
+    Root root;
+    FakeUnit u(root.tree);
+    u.live = {proc(10)};
+    root.record.emplace(10, SIGTERM);  // the tree's pass reached it first
+    CHECK(u.unit.stop(SIGTERM, u.clock.now() + 5s) == 0);
+}
+
+TEST_CASE("the root leaves to a stopping unit its members and the cleanup helpers they start",
+          "[unit]") {
+    Root root;
+    FakeUnit u(root.tree);
+    u.live = {proc(10)};
+    ProcInfo helper = proc(20, 10);
+    ProcInfo grandchild = proc(21, 20);
+    ProcInfo stranger = proc(30, 1);
+    CHECK_FALSE(root.tree.claimed(helper));  // running: nothing is the unit's to keep
+    u.unit.stop(SIGTERM, u.clock.now() + 5s);
+    CHECK(root.tree.claimed(proc(10)));
+    CHECK(root.tree.claimed(helper));      // born to a signalled member: its cleanup
+    CHECK(root.tree.claimed(grandchild));  // and what that helper starts
+    CHECK_FALSE(root.tree.claimed(stranger));
+}
+
+TEST_CASE("a killed unit no longer owes a round, and stays killed once gone until it restarts",
+          "[unit]") {
+    Root root;
+    FakeUnit u(root.tree);
+    u.live = {proc(10)};
+    u.unit.stop(SIGTERM, u.clock.now() + 1s);
+    u.unit.kill();
+    CHECK(u.unit.state() == UnitState::Killed);
+    CHECK_FALSE(u.unit.round_owed());
+    u.live.clear();
+    u.unit.gone();
+    CHECK(u.unit.state() == UnitState::Gone);
+    CHECK(u.unit.killed());
+    u.unit.restart();
+    CHECK(u.unit.state() == UnitState::Running);
+    CHECK_FALSE(u.unit.killed());
+    CHECK_FALSE(u.unit.deadline());
+}
+
+TEST_CASE("a restart keeps the record of an earlier instance's process that outlived SIGKILL",
+          "[unit]") {
+    Root root;
+    FakeUnit u(root.tree);
+    u.live = {proc(10)};
+    u.unit.stop(SIGTERM, u.clock.now() + 1s);
+    u.unit.kill();
+    u.unit.restart();  // 10 is still there (uninterruptible)
+    u.live.push_back(proc(40));
+    u.unit.stop(SIGTERM, u.clock.now() + 1s);
+    CHECK(u.count(10, SIGTERM) == 1);
+    CHECK(u.count(40, SIGTERM) == 1);
+}
+
+TEST_CASE("a unit's deadline only moves earlier while it stops", "[unit]") {
+    Root root;
+    FakeUnit u(root.tree);
+    u.live = {proc(10)};
+    MonoTime t0 = u.clock.now();
+    u.unit.stop(SIGTERM, t0 + 5s);
+    u.unit.stop(SIGTERM, t0 + 9s);
+    CHECK(*u.unit.deadline() == t0 + 5s);
+    u.unit.stop(SIGTERM, t0 + 2s);
+    CHECK(*u.unit.deadline() == t0 + 2s);
+}
+
+TEST_CASE("a unit that outlives the root records nothing and does not crash", "[unit]") {
+    FakeClock clock;
+    std::vector<std::pair<pid_t, int>> sent;
+    std::unique_ptr<Unit> unit;
+    {
+        UnitTree tree{[](const ProcInfo&, int) { return true; }};
+        unit = std::make_unique<Unit>(
+            tree, "job", clock, [] { return std::vector<ProcInfo>{proc(10)}; },
+            [] { return std::vector<FreezeHold>{}; },
+            [&](const ProcInfo& p, int sig) {
+                sent.emplace_back(p.pid, sig);
+                return true;
+            });
+        CHECK(tree.size() == 1);
+    }
+    CHECK(unit->stop(SIGTERM, clock.now() + 1s) == 0);
+    unit.reset();
+}
