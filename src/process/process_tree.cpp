@@ -812,22 +812,41 @@ std::string_view next_word(std::string_view line, std::size_t& pos) {
 
 }  // namespace
 
-Result<std::string> own_cgroup_dir() {
-    // Plain string_view scanning: this runs on every start, and string streams cost ~100,000
-    // instructions here (callgrind, bench/results/2026-12-03.md).
-    // "0::/path" is the cgroup2 line of /proc/self/cgroup.
-    std::string rel;
-    {
-        std::string text = read_kernel_file("/proc/self/cgroup");
-        std::string_view rest(text);
-        while (!rest.empty()) {
-            std::size_t nl = rest.find('\n');
-            std::string_view line = rest.substr(0, nl);
-            rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
-            if (line.starts_with("0::")) rel = std::string(line.substr(3));
-        }
+namespace {
+
+// Is `option` one of the comma-separated `list` ("rw,memory", "cpu,cpuacct")?
+bool has_option(std::string_view list, std::string_view option) {
+    for (std::size_t pos = 0; pos <= list.size();) {
+        std::size_t comma = std::min(list.find(',', pos), list.size());
+        if (list.substr(pos, comma - pos) == option) return true;
+        pos = comma + 1;
     }
-    if (rel.empty()) return Error{"no cgroup2 entry in /proc/self/cgroup"};
+    return false;
+}
+
+// lastcall's path in a hierarchy, from /proc/self/cgroup: "0::/path" for cgroup2 (controller
+// empty), "N:memory:/path" for a v1 controller; "" without one.
+std::string own_cgroup_path(std::string_view controller) {
+    std::string text = read_kernel_file("/proc/self/cgroup");
+    std::string_view rest(text);
+    while (!rest.empty()) {
+        std::size_t nl = rest.find('\n');
+        std::string_view line = rest.substr(0, nl);
+        rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+        std::size_t a = line.find(':');
+        std::size_t b = a == std::string_view::npos ? a : line.find(':', a + 1);
+        if (b == std::string_view::npos) continue;
+        std::string_view controllers = line.substr(a + 1, b - a - 1);
+        bool match =
+            controller.empty() ? line.starts_with("0::") : has_option(controllers, controller);
+        if (match) return std::string(line.substr(b + 1));
+    }
+    return {};
+}
+
+// Where `rel` of the hierarchy mounted as `fstype` (with `option` among its super options,
+// unless empty) is, from /proc/self/mountinfo; "" when no such mount shows it.
+std::string mounted_path(std::string_view fstype, std::string_view option, const std::string& rel) {
     // mountinfo: id parent major:minor root mountpoint options... - fstype source superopts
     std::string text = read_kernel_file("/proc/self/mountinfo");
     std::string_view rest(text);
@@ -838,7 +857,9 @@ Result<std::string> own_cgroup_dir() {
         auto dash = line.find(" - ");
         if (dash == std::string_view::npos) continue;
         std::size_t tail = dash + 3;
-        if (next_word(line, tail) != "cgroup2") continue;
+        if (next_word(line, tail) != fstype) continue;
+        next_word(line, tail);  // the source
+        if (!option.empty() && !has_option(next_word(line, tail), option)) continue;
         std::size_t head = 0;
         for (int i = 0; i < 3; ++i) next_word(line, head);  // id, parent, major:minor
         std::string root(next_word(line, head));
@@ -849,7 +870,24 @@ Result<std::string> own_cgroup_dir() {
         if (inside == "/") inside.clear();
         return mountpoint + inside;
     }
-    return Error{"no cgroup2 filesystem in /proc/self/mountinfo"};
+    return {};
+}
+
+}  // namespace
+
+Result<std::string> own_cgroup_dir() {
+    // Plain string_view scanning: this runs on every start, and string streams cost ~100,000
+    // instructions here (callgrind, bench/results/2026-12-03.md).
+    std::string rel = own_cgroup_path({});
+    if (rel.empty()) return Error{"no cgroup2 entry in /proc/self/cgroup"};
+    std::string dir = mounted_path("cgroup2", {}, rel);
+    if (dir.empty()) return Error{"no cgroup2 filesystem in /proc/self/mountinfo"};
+    return dir;
+}
+
+std::string own_v1_cgroup_dir(std::string_view controller) {
+    std::string rel = own_cgroup_path(controller);
+    return rel.empty() ? std::string() : mounted_path("cgroup", controller, rel);
 }
 
 Result<TrackerChoice> make_tracker(TrackerKind kind, const std::string& instance, bool main_leaf) {

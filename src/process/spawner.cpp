@@ -31,6 +31,10 @@ const char* to_string(SpawnStage stage) {
             return "setpgid";
         case SpawnStage::Cgroup:
             return "cgroup placement";
+        case SpawnStage::Rlimit:
+            return "setrlimit(RLIMIT_NOFILE)";
+        case SpawnStage::OomScoreAdj:
+            return "oom_score_adj";
         case SpawnStage::Chdir:
             return "chdir";
         case SpawnStage::Pdeathsig:
@@ -186,6 +190,14 @@ void write_decimal(char* out, long v) {
         int procs = ::openat(spec.cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
         if (procs < 0 || ::write(procs, "0", 1) != 1) fail(report_fd, SpawnStage::Cgroup);
         ::close(procs);
+    }
+    // The soft descriptor limit and the oom_score_adj lastcall itself was started with, not the
+    // ones it raised and lowered for itself (process/limits.hpp). Before the privilege drop: a
+    // process whose credentials changed is no longer dumpable, and its /proc/self files belong
+    // to root.
+    if (spec.limits) {
+        if (!restore_nofile(*spec.limits)) fail(report_fd, SpawnStage::Rlimit);
+        if (!restore_oom_score_adj(*spec.limits)) fail(report_fd, SpawnStage::OomScoreAdj);
     }
     // The one privilege-drop path (credentials.cpp), for every unit and helper alike.
     SpawnStage failed{};

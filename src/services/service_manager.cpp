@@ -234,6 +234,10 @@ void ServiceManager::instance_ended(Service& s, int status) {
 
 // The instance is over, and so is everything it left behind: the service restarts, ends or fails.
 void ServiceManager::conclude_instance(Service& s) {
+    // Its scope goes now (a cgroup directory and its descriptor): kept until the next start, and
+    // pruned only by a stop, a crash loop piled up one per restart (issue 42).
+    if (s.scope) s.retired.push_back(std::move(s.scope));
+    retire_scopes(s);
     MonoTime now = host_->clock().now();
     int status = s.last_status.value_or(0);
     if (shutting_down_) {

@@ -251,6 +251,12 @@ std::string render_report(const ReportInput& in) {
     }
     j.end_array();
     j.field("reaped_total", in.book->reaped_count());
+    // Not a kill of lastcall's: a fact of the run (a unit outgrew its memory), not a verdict.
+    j.key("oom_kills");
+    if (in.oom_kills)
+        j.value(*in.oom_kills);
+    else
+        j.null();
 
     j.field("verdict", to_string(verdict_of(in)));
     j.key("forced").begin_array();
@@ -314,7 +320,8 @@ Ending ending_of(const ReportInput& in) {
 
 bool worth_a_line(const ReportInput& in) {
     return in.shutdown->trigger().kind == TriggerKind::Signal || stop_signalled(in) > 0 ||
-           !in.book->forced().empty() || in.gave_up || in.shutdown->forced();
+           !in.book->forced().empty() || in.gave_up || in.shutdown->forced() ||
+           (in.oom_kills && *in.oom_kills > 0);
 }
 
 std::string summarize(const ReportInput& in) {
@@ -334,6 +341,8 @@ std::string summarize(const ReportInput& in) {
         if (forced.size() > kShown) s += " and " + std::to_string(forced.size() - kShown) + " more";
     }
     if (in.gave_up) s += ", some processes did not die from SIGKILL";
+    if (in.oom_kills && *in.oom_kills > 0)
+        s += ", " + std::to_string(*in.oom_kills) + " killed by the OOM killer";
     if (sd.trigger().kind != TriggerKind::None && sd.entered(State::Stopped))
         s += ", " + std::to_string(ms_between(sd.trigger().at, *sd.entered(State::Stopped))) +
              "ms of " + std::to_string(in.grace.count()) + "ms grace used";

@@ -31,6 +31,7 @@
 #include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/signals.hpp"
 #include "lastcall/process/environment.hpp"
+#include "lastcall/process/limits.hpp"
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/stop.hpp"
 #include "lastcall/shutdown/emergency.hpp"
@@ -98,6 +99,8 @@ int Supervisor::run_guarded() {
 }
 
 Status Supervisor::set_up() {
+    // Its descriptor limit raised, its OOM score lowered, before the first unit: see limits.hpp.
+    (void)protect_self();
     if (::getpid() == 1) {
         spdlog::debug("running as PID 1: orphans of the whole namespace are reaped here");
     } else if (auto st = become_subreaper(); !st) {
@@ -325,6 +328,7 @@ ReportInput Supervisor::report_input(int code) {
     in.log_lines_lost = log_lines_lost();
     in.log_lines_waiting = log_lines_waiting();
     in.pre_stop = pre_stop_run_;
+    in.oom_kills = oom_kills_since_start();
     return in;
 }
 

@@ -93,6 +93,16 @@ def cgroup2_root():
     return None
 
 
+def cgroup_usable():
+    """A writable cgroup2 hierarchy where lastcall's cgroup tracker can make its cgroups (root)."""
+    mount = cgroup2_root()
+    if mount is None or os.geteuid() != 0:
+        return False
+    with open("/proc/self/cgroup") as f:
+        rel = [l.strip()[3:] for l in f if l.startswith("0::")][0]
+    return os.access(mount + rel, os.W_OK)
+
+
 def kill_marked(marker):
     for pid in marked_pids(marker):
         try:

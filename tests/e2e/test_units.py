@@ -15,19 +15,8 @@ import threading
 import time
 import unittest
 
-from lctest import (LASTCALL, LastcallTestCase, cgroup2_root, helper, marked_pids, new_marker,
-                    wait_exit)
-
-
-
-def cgroup_usable():
-    mount = cgroup2_root()
-    if mount is None or os.geteuid() != 0:
-        return False
-    with open("/proc/self/cgroup") as f:
-        rel = [l.strip()[3:] for l in f if l.startswith("0::")][0]
-    return os.access(mount + rel, os.W_OK)
-
+from lctest import (LASTCALL, LastcallTestCase, cgroup2_root, cgroup_usable, helper, marked_pids,
+                    new_marker, wait_exit)
 
 
 def alive(pid):

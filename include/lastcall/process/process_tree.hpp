@@ -223,6 +223,9 @@ StaleSweep remove_stale_instance_cgroups(const std::string& base, const std::str
 
 // Finds the cgroup2 mount in /proc/self/mountinfo and lastcall's own cgroup directory in it.
 Result<std::string> own_cgroup_dir();
+// The same for a controller of a v1 hierarchy ("memory" of a hybrid host: systemd's legacy
+// mode, older Docker hosts); "" where lastcall is in none.
+std::string own_v1_cgroup_dir(std::string_view controller);
 
 // Lists every descendant of `root` by walking /proc: /proc/<pid>/task/<tid>/children where the
 // kernel has it (CONFIG_PROC_CHILDREN), else one scan of /proc/[0-9]*/stat building the parent map.

@@ -18,6 +18,7 @@
 #include "lastcall/core/fd.hpp"
 #include "lastcall/core/signals.hpp"
 #include "lastcall/process/credentials.hpp"
+#include "lastcall/process/limits.hpp"
 
 namespace lastcall {
 
@@ -25,6 +26,8 @@ enum class SpawnStage : int {
     Setsid,
     Setpgid,
     Cgroup,
+    Rlimit,
+    OomScoreAdj,
     Chdir,
     Pdeathsig,
     Setgroups,
@@ -59,6 +62,9 @@ struct SpawnSpec {
     // null: every disposition default, nothing blocked. Otherwise the child gets this mask and
     // these ignored dispositions (tini passes on what its own parent gave it).
     const InheritedSignals* inherited_signals = nullptr;
+    // What lastcall changed of its own inherited limits (process/limits.hpp), given back to the
+    // child: every unit, helper and hook by default. null: the child keeps lastcall's.
+    const UnitLimits* limits = &unit_limits();
 };
 
 struct SpawnFailure {

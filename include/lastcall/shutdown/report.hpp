@@ -136,6 +136,9 @@ struct ReportInput {
         std::optional<int> status;
     };
     std::optional<Hook> pre_stop;
+    // Processes the OOM killer ended in lastcall's memory cgroup during the run (none: no memory
+    // cgroup that counts them, process/limits.hpp).
+    std::optional<long long> oom_kills;
     // Extra top-level keys (components: interrupted runs, services).
     std::function<void(JsonWriter&)> extra;
 };

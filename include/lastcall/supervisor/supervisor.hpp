@@ -65,7 +65,7 @@ class SupervisorComponent {
     virtual void settle_records() {}
     // Extra keys for the shutdown report's top-level object.
     virtual void contribute_report(JsonWriter& /*j*/) {}
-    // Samples for --metrics-file (shutdown/metrics.hpp).
+    // Samples for --metrics-file (metrics/metrics.hpp).
     virtual void contribute_metrics(MetricsWriter& /*m*/) {}
     // After the report; shared resources (sockets, databases) close here, before logs flush.
     virtual void finished(int /*exit_code*/) {}
