@@ -162,6 +162,8 @@ Result<Components> create_components(const Options& options, Configuration& conf
     ServiceManagerOptions service_options;
     service_options.state_path = status_path_for(instance_id());
     service_options.instance = instance_id();
+    service_options.end_when_idle =
+        options.command.empty() && config.jobs.jobs.empty() && !options.stay;
     if (!options.config_path.empty())
         service_options.config_path = real_path(options.config_path).value_or(options.config_path);
     c.services = std::make_unique<ServiceManager>(std::move(config.services), service_options);

@@ -163,6 +163,10 @@ namespace {
             ->check(CLI::IsMember({"spawn", "notify"}));
     if (on_line("--pre-stop"))
         app.add_option("--pre-stop", o.pre_stop, "Shell command run once at the start of shutdown");
+    if (on_line("--stay"))
+        app.add_flag("--stay", o.stay,
+                     "Without a command or jobs, keep running once every service has ended "
+                     "(default: exit, 1 if one failed)");
     if (on_line("--config"))
         app.add_option("--config", o.config_path,
                        "TOML file with [services.*] (and [jobs.*]); the command becomes optional");
@@ -352,6 +356,7 @@ ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::
     if (has("--ready-on")) o.ready_on = n.ready_on;
     if (has("--pre-stop")) o.pre_stop = n.pre_stop;
     if (has("--config")) o.config_path = n.config_path;
+    if (has("--stay")) o.stay = n.stay;
     if (has("--crontab")) o.crontab_path = n.crontab_path;
     if (has("--state-dir")) o.state_dir = n.state_dir;
     if (has("--ledger")) o.ledger_url = n.ledger_url;
@@ -402,6 +407,11 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
     app.add_option("--only", up.only, "Run only these processes (comma-separated)")->delimiter(',');
     app.add_option("--except", up.except, "Run every process but these (comma-separated)")
         ->delimiter(',');
+    app.add_option("-p,--port", up.port,
+                   "Base port: each process type gets PORT = base + 100 x its place in the "
+                   "Procfile, as foreman assigns it (default: .env's PORT, the environment's, "
+                   "else 5000)")
+        ->check(CLI::Range(1, 65535));
     app.add_option("--grace", grace, "Budget from Ctrl-C to SIGKILL (default 8s)");
     app.add_option("--coalesce", coalesce,
                    "Termination signals closer than this are one burst (default 100ms)");

@@ -27,7 +27,8 @@ namespace {}  // namespace
 Result<std::vector<ServiceSpec>> procfile_services(const std::vector<ProcfileEntry>& entries,
                                                    const std::string& procfile,
                                                    const std::vector<std::string>& only,
-                                                   const std::vector<std::string>& except) {
+                                                   const std::vector<std::string>& except,
+                                                   int base_port) {
     for (const auto* list : {&only, &except})
         for (const auto& name : *list)
             if (std::none_of(entries.begin(), entries.end(),
@@ -35,7 +36,9 @@ Result<std::vector<ServiceSpec>> procfile_services(const std::vector<ProcfileEnt
                 return Error{(list == &only ? "--only: " : "--except: ") +
                              std::string("no process '") + name + "' in " + procfile};
     std::vector<ServiceSpec> out;
+    int place = 0;
     for (const auto& e : entries) {
+        int port = base_port + 100 * place++;
         bool selected = only.empty()
                             ? std::find(except.begin(), except.end(), e.name) == except.end()
                             : std::find(only.begin(), only.end(), e.name) != only.end();
@@ -47,10 +50,27 @@ Result<std::vector<ServiceSpec>> procfile_services(const std::vector<ProcfileEnt
         s.main = true;
         s.capture_output = true;
         s.origin = procfile + ":" + std::to_string(e.line);
+        s.env.push_back("PORT=" + std::to_string(port));
         out.push_back(std::move(s));
     }
     if (out.empty()) return Error{procfile + ": no process left to run after --only/--except"};
     return out;
+}
+
+Result<int> procfile_base_port(std::optional<int> flag, const std::vector<std::string>& dotenv) {
+    if (flag) return *flag;
+    std::string from, value;
+    for (const auto& kv : dotenv)
+        if (kv.rfind("PORT=", 0) == 0) from = ".env", value = kv.substr(5);
+    if (from.empty())
+        if (const char* env = std::getenv("PORT"); env && *env) from = "PORT", value = env;
+    if (from.empty()) return 5000;
+    char* end = nullptr;
+    errno = 0;
+    long port = std::strtol(value.c_str(), &end, 10);
+    if (errno || end == value.c_str() || *end || port < 1 || port > 65535)
+        return Error{from + ": PORT '" + value + "' is not a port (1-65535)"};
+    return static_cast<int>(port);
 }
 
 int run_up(const std::vector<std::string>& args) {
@@ -69,8 +89,6 @@ int run_up(const std::vector<std::string>& args) {
     if (!text) return fail(text.error());
     auto entries = parse_procfile(*text, up.procfile);
     if (!entries) return fail(entries.error());
-    auto specs = procfile_services(*entries, up.procfile, up.only, up.except);
-    if (!specs) return fail(specs.error());
     ServiceManagerOptions mo;
     if (::access(up.env_file.c_str(), F_OK) == 0 || up.env_file_given) {
         auto env_text = read_file(up.env_file);
@@ -79,10 +97,18 @@ int run_up(const std::vector<std::string>& args) {
         if (!env) return fail(env.error());
         mo.extra_env = *env;
     }
+    auto base_port = procfile_base_port(up.port, mo.extra_env);
+    if (!base_port) return fail(base_port.error());
+    auto specs = procfile_services(*entries, up.procfile, up.only, up.except, *base_port);
+    if (!specs) return fail(specs.error());
     // Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
     const char* no_color = std::getenv("NO_COLOR");
     mo.color = ::isatty(STDOUT_FILENO) == 1 && !(no_color && *no_color);
     mo.state_path = status_path_for(instance_id());
+    // Named in the status file, so that `lastcall status` tells two `lastcall up`s apart (by
+    // instance, and by the Procfile's absolute path, as `lastcall status ./Procfile` selects).
+    mo.instance = instance_id();
+    mo.config_path = real_path(up.procfile).value_or(up.procfile);
 
     twin::close_startup_window();  // the point of no return (main.cpp)
     setup_logging(up.options.log_settings());

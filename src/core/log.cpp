@@ -20,6 +20,7 @@
 
 #include "lastcall/core/fd.hpp"
 #include "lastcall/core/json.hpp"
+#include "lastcall/core/line_writer.hpp"
 #include "lastcall/core/timefmt.hpp"
 #include "lastcall/core/utf8.hpp"
 
@@ -27,93 +28,15 @@ namespace lastcall {
 
 namespace {
 
-// The non-blocking stderr writer (see log.hpp). Single-threaded, like the loop that logs.
-class StderrWriter {
-  public:
-    void open() {
-        struct stat st {};
-        if (::fstat(STDERR_FILENO, &st) != 0) return;
-        if (S_ISSOCK(st.st_mode)) {
-            socket_ = true;
-            return;
-        }
-        // O_NONBLOCK on fd 2 itself would change the description the child shares: its own
-        // writes would fail with EAGAIN. A new description of the same pipe or tty does not.
-        // A regular file does not block (and a new description would lose O_APPEND's offset).
-        if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))
-            fd_.reset(::open("/proc/self/fd/2", O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
-    }
+// The log's own lines (see log.hpp: never blocking the loop).
+LineWriter& writer() {
+    static LineWriter w(STDERR_FILENO, kLogBacklog);
+    return w;
+}
 
-    void write_line(std::string_view line) {
-        flush_some();
-        if (!backlog_.empty()) return queue(line);
-        std::size_t n = put(line);
-        if (n < line.size()) queue(line.substr(n), true);
-    }
-
-    // Writes what it can of the backlog now.
-    void flush_some() {
-        while (!backlog_.empty()) {
-            std::size_t n = put(backlog_);
-            backlog_.erase(0, n);
-            if (n == 0) return;
-        }
-    }
-
-    void flush(std::chrono::milliseconds max_wait) {
-        auto deadline = std::chrono::steady_clock::now() + max_wait;
-        flush_some();
-        while (!backlog_.empty() && std::chrono::steady_clock::now() < deadline) {
-            pollfd p{fd(), POLLOUT, 0};
-            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                deadline - std::chrono::steady_clock::now());
-            if (::poll(&p, 1, static_cast<int>(std::max<long long>(left.count(), 0))) <= 0) break;
-            flush_some();
-        }
-        if (!backlog_.empty()) {
-            // Count what never made it out, whole lines and the tail of a partial one.
-            lost_ += static_cast<std::uint64_t>(std::count(backlog_.begin(), backlog_.end(), '\n'));
-            backlog_.clear();
-        }
-    }
-
-    std::uint64_t lost() const { return lost_; }
-    std::uint64_t waiting() const {
-        return static_cast<std::uint64_t>(std::count(backlog_.begin(), backlog_.end(), '\n'));
-    }
-
-  private:
-    int fd() const { return fd_.get() >= 0 ? fd_.get() : STDERR_FILENO; }
-
-    // Bytes written (0 when it would block or failed).
-    std::size_t put(std::string_view data) {
-        ssize_t n;
-        do {
-            n = socket_
-                    ? ::send(STDERR_FILENO, data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL)
-                    : ::write(fd(), data.data(), data.size());
-        } while (n < 0 && errno == EINTR);
-        return n > 0 ? static_cast<std::size_t>(n) : 0;
-    }
-
-    // `partial`: the rest of a line already begun, which must follow it whole (dropping it would
-    // glue two lines together), so it may overshoot the bound by one line.
-    void queue(std::string_view data, bool partial = false) {
-        if (!partial && backlog_.size() + data.size() > kLogBacklog) {
-            ++lost_;
-            return;
-        }
-        backlog_.append(data);
-    }
-
-    UniqueFd fd_;
-    bool socket_ = false;
-    std::string backlog_;
-    std::uint64_t lost_ = 0;
-};
-
-StderrWriter& writer() {
-    static StderrWriter w;
+// A peer's lines that its contract puts on stdout (tini's INFO and DEBUG): the same bound.
+LineWriter& out_writer() {
+    static LineWriter w(STDOUT_FILENO, kLogBacklog);
     return w;
 }
 
@@ -162,25 +85,28 @@ class PeerSink final : public spdlog::sinks::base_sink<spdlog::details::null_mut
 
   protected:
     void sink_it_(const spdlog::details::log_msg& msg) override {
-        std::string_view text(msg.payload.data(), msg.payload.size());
+        // Through the non-blocking writers, as every other log line: tini's and dumb-init's own
+        // fprintf blocks on a full pipe, and lastcall under their names hung with it
+        // (`--compat tini -vvv` with a stalled log pipe never stopped its child).
+        std::string text = printable(std::string_view(msg.payload.data(), msg.payload.size()));
         if (mode_ == CompatMode::DumbInit) {
-            std::fprintf(stderr, "[dumb-init] %.*s\n", static_cast<int>(text.size()), text.data());
+            writer().write_line("[dumb-init] " + text + "\n");
             return;
         }
         const char* level = "FATAL";
-        std::FILE* out = stderr;
+        LineWriter* out = &writer();
         switch (msg.level) {
             case spdlog::level::trace:
                 level = "TRACE";
-                out = stdout;
+                out = &out_writer();
                 break;
             case spdlog::level::debug:
                 level = "DEBUG";
-                out = stdout;
+                out = &out_writer();
                 break;
             case spdlog::level::info:
                 level = "INFO ";
-                out = stdout;
+                out = &out_writer();
                 break;
             case spdlog::level::warn:
                 level = "WARN ";
@@ -188,12 +114,12 @@ class PeerSink final : public spdlog::sinks::base_sink<spdlog::details::null_mut
             default:
                 break;
         }
-        std::fprintf(out, "[%s tini (%d)] %.*s\n", level, static_cast<int>(::getpid()),
-                     static_cast<int>(text.size()), text.data());
+        out->write_line(std::string("[") + level + " tini (" + std::to_string(::getpid()) + ")] " +
+                        text + "\n");
     }
     void flush_() override {
-        std::fflush(stdout);
-        std::fflush(stderr);
+        writer().flush_some();
+        out_writer().flush_some();
     }
 
   private:
@@ -281,15 +207,16 @@ bool journal_stream_matches(const char* journal_stream, int fd) {
 }
 
 std::uint64_t log_lines_lost() {
-    return writer().lost();
+    return writer().lost() + out_writer().lost();
 }
 
 std::uint64_t log_lines_waiting() {
-    return writer().waiting();
+    return writer().waiting() + out_writer().waiting();
 }
 
 void flush_log_backlog(std::chrono::milliseconds max_wait) {
-    writer().flush(max_wait);
+    out_writer().flush(max_wait / 2);
+    writer().flush(max_wait / 2);
 }
 
 namespace {
@@ -309,6 +236,7 @@ void setup_logging(const LogSettings& options) {
     if (journal) {
         logger = std::make_shared<spdlog::logger>("lastcall", journal);
     } else if (options.peer != CompatMode::None && options.format == LogFormat::Text) {
+        out_writer().open();  // only a peer's contract writes lastcall's lines on stdout
         logger =
             std::make_shared<spdlog::logger>("lastcall", std::make_shared<PeerSink>(options.peer));
     } else if (options.format == LogFormat::Json) {

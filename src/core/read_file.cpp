@@ -2,6 +2,7 @@
 #include "lastcall/core/read_file.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,15 @@ namespace lastcall {
 Result<std::string> read_file(const std::string& path, std::size_t limit) {
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) return sys_error("cannot read " + path, errno);
+    return read_all(fd.get(), path, limit);
+}
+
+Result<std::string> read_regular_file(const std::string& path, std::size_t limit) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
+    if (!fd) return sys_error("cannot read " + path, errno);
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return sys_error("cannot read " + path, errno);
+    if (!S_ISREG(st.st_mode)) return Error{"cannot read " + path + ": not a regular file"};
     return read_all(fd.get(), path, limit);
 }
 

@@ -35,7 +35,7 @@
 namespace lastcall {
 
 ServiceManager::ServiceManager(std::vector<ServiceSpec> specs, ServiceManagerOptions options)
-    : opts_(std::move(options)) {
+    : opts_(std::move(options)), out_(opts_.output_fd, kOutputBacklog) {
     services_.reserve(specs.size());
     for (auto& s : specs) {
         name_width_ = std::max(name_width_, s.name.size());
@@ -55,6 +55,7 @@ Status ServiceManager::attach(Supervisor& sup) {
 
 Status ServiceManager::attach_host(UnitHost& host) {
     host_ = &host;
+    out_.open();
     for (auto& s : services_)
         s.unit = std::make_unique<Unit>(
             host.units(), "service " + s.spec.name, host.clock(),
@@ -89,7 +90,29 @@ bool ServiceManager::apply(Service& s, ServiceEvent e) {
                   to_string(e));
     s.state = *to;
     write_status();
+    // After the current event: the service's own lines (why it failed) come first.
+    if ((s.state == ServiceState::Exited || s.state == ServiceState::Failed) && opts_.end_when_idle)
+        host_->post([this] { end_if_idle(); });
     return true;
+}
+
+// Every service ended for good, and nothing else is supervised (end_when_idle): an init with
+// nothing left to run ends, so that a container is restarted instead of looking alive (foreman
+// ends when a process does). The request is queued (UnitHost), not handled inside apply().
+void ServiceManager::end_if_idle() {
+    if (!opts_.end_when_idle || shutting_down_ || idle_ended_) return;
+    std::string failed;
+    for (const auto& s : services_) {
+        if (s.state != ServiceState::Exited && s.state != ServiceState::Failed) return;
+        if (s.state == ServiceState::Failed) failed += (failed.empty() ? "" : ", ") + s.spec.name;
+    }
+    idle_ended_ = true;
+    if (failed.empty())
+        spdlog::info("every service has ended: nothing left to supervise, exiting");
+    else
+        spdlog::error("every service has ended ({} failed): nothing left to supervise, exiting 1",
+                      failed);
+    host_->request_shutdown(failed.empty() ? 0 : 1);
 }
 
 void ServiceManager::start_eligible() {

@@ -32,6 +32,11 @@ inline constexpr Millis kProbeTimeout{5000};
 inline constexpr std::size_t kOutputPerTurn = 64 * 1024;
 // Longest partial line kept before it is printed anyway.
 inline constexpr std::size_t kMaxLine = 64 * 1024;
+// Prefixed lines waiting for a reader that is behind (a terminal scrolled back, a full pipe):
+// beyond this, whole lines are dropped and counted.
+inline constexpr std::size_t kOutputBacklog = 256 * 1024;
+// At exit, how long the last lines may wait for a reader that stopped reading.
+inline constexpr Millis kOutputFlush{500};
 
 inline constexpr const char* kColors[] = {"36", "33", "32", "35", "34", "31",
                                           "96", "93", "92", "95", "94", "91"};
@@ -43,15 +48,6 @@ inline std::vector<std::string> service_environment(const std::vector<std::strin
     for (const auto& kv : dotenv) env.set(kv);
     for (const auto& kv : own) env.set(kv);
     return std::move(env).entries();
-}
-
-inline void write_all(int fd, std::string_view data) {
-    while (!data.empty()) {
-        ssize_t n = ::write(fd, data.data(), data.size());
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return;  // a closed terminal: the lines have nowhere to go
-        data.remove_prefix(static_cast<std::size_t>(n));
-    }
 }
 
 struct ServiceManager::Service {

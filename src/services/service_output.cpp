@@ -92,7 +92,7 @@ void ServiceManager::emit_line(std::size_t service, std::string_view line) {
     }
     append_printable(out, line);
     out += '\n';
-    write_all(opts_.output_fd, out);
+    out_.write_line(out);
 }
 
 // ---- status and report ----
@@ -155,6 +155,10 @@ void ServiceManager::finished(int /*exit_code*/) {
     std::vector<int> fds;
     for (const auto& [fd, st] : streams_) fds.push_back(fd);
     for (int fd : fds) on_output(fd, SIZE_MAX);
+    out_.flush(kOutputFlush);
+    if (out_.lost() > 0)
+        spdlog::warn("{} line(s) of the services' output dropped: nothing read them in time",
+                     out_.lost());
     if (!opts_.state_path.empty()) remove_status_file(opts_.state_path);
 }
 

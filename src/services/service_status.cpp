@@ -144,7 +144,8 @@ std::vector<LiveStatus> read_live_status(const std::function<void(const std::str
     std::sort(files.begin(), files.end());
     std::vector<LiveStatus> out;
     for (const auto& path : files) {
-        auto text = read_file(path);
+        // Never a FIFO someone put in the shared directory: `lastcall status` must not hang.
+        auto text = read_regular_file(path);
         if (!text) continue;  // removed by its lastcall between the listing and the read
         auto f = parse_status(*text, path);
         if (!f) {

@@ -46,7 +46,9 @@ TEST_CASE("a password in argv is overwritten in place, the rest of the URL kept"
     CHECK_FALSE(scrub_url_password(none));
 }
 
-TEST_CASE("--ledger's password is scrubbed from lastcall's arguments, never from the command's") {
+TEST_CASE(
+    "the password of the --ledger URL is scrubbed from lastcall's arguments, never from the "
+    "command's") {
     std::vector<std::string> text{
         "lastcall", "--ledger=postgresql://u:pw1@h/db", "--ledger", "postgresql://u:pw1@h/db", "--",
         "psql",     "postgresql://u:pw1@h/db"};

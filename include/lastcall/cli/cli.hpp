@@ -41,6 +41,10 @@ struct UpOptions {
     std::string env_file = ".env";
     bool env_file_given = false;  // a missing default .env is fine, a missing named one is not
     std::vector<std::string> only, except;
+    // -p/--port: the base of the PORT each process gets, as foreman assigns it (the n-th
+    // process type of the Procfile gets base + 100 * n); none: .env's PORT, then the
+    // environment's, then 5000.
+    std::optional<int> port;
 };
 struct ParsedUpCommandLine {
     std::optional<UpOptions> up;

@@ -80,6 +80,9 @@ struct Options {
     std::string user;
     std::optional<Credentials> credentials;
     bool no_new_privs = false;
+    // --stay: a run of services alone (no command, no job) keeps running once every service
+    // has ended, instead of exiting (ServiceManagerOptions::end_when_idle).
+    bool stay = false;
 
     // Logging.
     std::string log_level = "info";

@@ -4,6 +4,7 @@
 // others and its exit code becomes lastcall's.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,10 +14,16 @@
 namespace lastcall {
 
 // Procfile entries -> services, after --only/--except (an unknown name there is an error).
+// Each gets PORT = base_port + 100 x its entry's place in the Procfile (foreman's rule: a
+// process keeps its port whatever --only/--except select).
 Result<std::vector<ServiceSpec>> procfile_services(const std::vector<ProcfileEntry>& entries,
                                                    const std::string& procfile,
                                                    const std::vector<std::string>& only,
-                                                   const std::vector<std::string>& except);
+                                                   const std::vector<std::string>& except,
+                                                   int base_port = 5000);
+// foreman's base port: --port, else PORT from the .env file (its last), else PORT from
+// lastcall's environment, else 5000. An unusable value is an error naming where it came from.
+Result<int> procfile_base_port(std::optional<int> flag, const std::vector<std::string>& dotenv);
 
 int run_up(const std::vector<std::string>& args);
 

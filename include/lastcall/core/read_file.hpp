@@ -20,6 +20,11 @@ inline constexpr std::size_t kReadFileLimit = std::size_t{16} << 20;
 // `code` ("cannot read PATH: ...").
 Result<std::string> read_file(const std::string& path, std::size_t limit = kReadFileLimit);
 
+// read_file for a file that must be a regular one (a status file in a shared runtime directory):
+// opened without blocking and without following a symlink, so that a FIFO or a device put in its
+// place is an error ("not a regular file"), never a reader that waits for a writer forever.
+Result<std::string> read_regular_file(const std::string& path, std::size_t limit = kReadFileLimit);
+
 // The rest of an open fd (standard input, a pipe) up to end of file, with read_file's limit;
 // `what` names it in the error ("cannot read WHAT: ...").
 Result<std::string> read_all(int fd, const std::string& what, std::size_t limit = kReadFileLimit);

@@ -33,6 +33,7 @@
 
 #include "lastcall/core/clock.hpp"
 #include "lastcall/core/event_loop.hpp"
+#include "lastcall/core/line_writer.hpp"
 #include "lastcall/services/services.hpp"
 #include "lastcall/shutdown/admission.hpp"
 #include "lastcall/supervisor/supervisor.hpp"
@@ -47,6 +48,9 @@ struct ServiceManagerOptions {
     std::string instance;                // named in it, for `lastcall status ID`
     std::string config_path;             // named in it (absolute), for `status FILE`
     std::vector<std::string> extra_env;  // "K=V" for every service, below its own env (.env)
+    // Nothing else is supervised (no main command, no job, no --stay): once every service has
+    // ended for good, the run ends too (1 if one failed), instead of an init that does nothing.
+    bool end_when_idle = false;
 };
 
 class ServiceManager final : public SupervisorComponent {
@@ -83,6 +87,7 @@ class ServiceManager final : public SupervisorComponent {
     };
 
     bool apply(Service& s, ServiceEvent e);
+    void end_if_idle();
     void start_eligible();
     void start(Service& s);
     void mark_ready(Service& s);
@@ -116,6 +121,9 @@ class ServiceManager final : public SupervisorComponent {
     UnitHost* host_ = nullptr;
     std::unique_ptr<WakeTimer> timer_;
     std::map<int, Stream> streams_;
+    // Where the prefixed lines go (opts_.output_fd), never blocking the loop: a stalled reader
+    // costs lines (counted, said at the end), never the stop.
+    LineWriter out_;
     std::size_t name_width_ = 0;
 
     bool shutting_down_ = false;
@@ -126,6 +134,7 @@ class ServiceManager final : public SupervisorComponent {
     bool order_expired_ = false;
     long long refused_ = 0;  // starts refused because the shutdown had begun
     bool status_failing_ = false;
+    bool idle_ended_ = false;  // end_if_idle asked for the shutdown
 };
 
 // The services of `--config FILE` ([services.*]; other tables are ignored), from its text as

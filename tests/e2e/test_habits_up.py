@@ -1,0 +1,97 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Issue 41: the habits of foreman and docker users. `lastcall up` gives each process type its
+PORT as foreman does; `lastcall status` tells two `lastcall up`s apart; an init whose services
+have all ended for good, with no command and no job, ends instead of looking alive."""
+import glob
+import os
+import signal
+import subprocess
+
+from lctest import LASTCALL, LastcallTestCase
+from test_services import LogReader
+
+
+class Ports(LastcallTestCase):
+    PROCFILE = ('web: echo "web $PORT" > "$EVENTS"; exec sleep 1000\n'
+                'css: echo "css $PORT" > "$EVENTS"; exec sleep 1000\n'
+                'worker: echo "worker $PORT" > "$EVENTS"; exec sleep 1000\n')
+
+    def ports(self, args=(), dotenv=None, count=3):
+        self.write_file("Procfile", self.PROCFILE)
+        if dotenv is not None:
+            self.write_file(".env", dotenv)
+        proc = subprocess.Popen([LASTCALL, "up", *args], cwd=self.dir, env=self.env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            got = dict(self.fifo.readline().split() for _ in range(count))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+        self.assertNoLeftovers()
+        return got
+
+    def test_each_process_type_gets_port_5000_plus_100_per_place_in_the_procfile(self):
+        self.assertEqual(self.ports(), {"web": "5000", "css": "5100", "worker": "5200"})
+
+    def test_the_port_flag_moves_the_base(self):
+        got = self.ports(["-p", "6000"])
+        self.assertEqual(got, {"web": "6000", "css": "6100", "worker": "6200"})
+
+    def test_a_process_keeps_its_port_when_only_it_runs(self):
+        self.assertEqual(self.ports(["--only", "worker"], count=1), {"worker": "5200"})
+
+    def test_the_env_files_port_is_the_base_when_no_flag_is_given(self):
+        self.assertEqual(self.ports(dotenv="PORT=7000\n"),
+                         {"web": "7000", "css": "7100", "worker": "7200"})
+
+
+class StatusOfUp(LastcallTestCase):
+    def test_status_names_the_instance_and_the_procfile_of_each_lastcall_up(self):
+        runtime = os.path.join(self.dir, "runtime")
+        os.mkdir(runtime, 0o700)
+        env = dict(self.env, XDG_RUNTIME_DIR=runtime)
+        procfile = self.write_file("Procfile", 'web: echo up > "$EVENTS"; exec sleep 1000\n')
+        proc = subprocess.Popen([LASTCALL, "up"], cwd=self.dir, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            self.assertEqual(self.fifo.readline(), "up")
+            r = subprocess.run([LASTCALL, "status"], env=env, capture_output=True, text=True,
+                               timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertRegex(r.stdout, rf"lastcall pid {proc.pid}, instance {proc.pid}-[0-9a-f]+, "
+                                       rf"config {os.path.realpath(procfile)}")
+            # Selected by the Procfile, as `lastcall status FILE` selects a config.
+            r = subprocess.run([LASTCALL, "status", procfile], env=env, capture_output=True,
+                               text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("web", r.stdout)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+
+
+class NothingLeftToRun(LastcallTestCase):
+    CONFIG = """
+[services.flaky]
+command = "exit 3"
+restart = "always"
+backoff = { initial = "1ms" }
+restart_limit = { burst = 2, interval = "1h" }
+"""
+
+    def test_services_alone_end_with_code_1_once_every_service_has_failed_for_good(self):
+        cfg = self.write_file("lastcall.toml", self.CONFIG)
+        log = LogReader(["--config", cfg], self.env)
+        self.assertEqual(log.finish(timeout=60), 1, "\n".join(log.lines))
+        failed = log.wait_for("service flaky: failed")
+        ended = log.wait_for("nothing left to supervise")
+        self.assertLess(failed, ended, "\n".join(log.lines))
+
+    def test_stay_keeps_lastcall_running_after_every_service_has_ended(self):
+        cfg = self.write_file("lastcall.toml", self.CONFIG)
+        log = LogReader(["--config", cfg, "--stay"], self.env)
+        log.wait_for("service flaky: failed")
+        self.assertIsNone(log.proc.poll())
+        log.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(log.finish(timeout=60), 0, "\n".join(log.lines))
+        self.assertFalse(any("nothing left to supervise" in line for line in log.lines))
