@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -32,6 +33,8 @@ inline constexpr Millis kProbeTimeout{5000};
 inline constexpr std::size_t kOutputPerTurn = 64 * 1024;
 // Longest partial line kept before it is printed anyway.
 inline constexpr std::size_t kMaxLine = 64 * 1024;
+// Services started per turn of the loop (start_eligible): a signal waits for 16 spawns at most.
+inline constexpr std::size_t kStartsPerSlice = 16;
 // Prefixed lines waiting for a reader that is behind (a terminal scrolled back, a full pipe):
 // beyond this, whole lines are dropped and counted.
 inline constexpr std::size_t kOutputBacklog = 256 * 1024;

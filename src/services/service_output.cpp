@@ -99,6 +99,8 @@ void ServiceManager::emit_line(std::size_t service, std::string_view line) {
 
 void ServiceManager::write_status() {
     if (opts_.state_path.empty()) return;
+    status_dirty_ = batching_status_;  // a slice of starts writes once, at its end
+    if (batching_status_) return;
     StatusFile f;
     f.lastcall_pid = ::getpid();
     f.instance = opts_.instance;

@@ -134,7 +134,10 @@ class ServiceManager final : public SupervisorComponent {
     bool order_expired_ = false;
     long long refused_ = 0;  // starts refused because the shutdown had begun
     bool status_failing_ = false;
-    bool idle_ended_ = false;  // end_if_idle asked for the shutdown
+    bool idle_ended_ = false;       // end_if_idle asked for the shutdown
+    bool start_posted_ = false;     // the next slice of starts waits for a later turn
+    bool batching_status_ = false;  // within a slice of starts: the status file waits for its end
+    bool status_dirty_ = false;     // ... and a state changed meanwhile
 };
 
 // The services of `--config FILE` ([services.*]; other tables are ignored), from its text as
