@@ -422,7 +422,24 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
         ->check(CLI::IsMember({"auto", "cgroup", "proc"}));
     GlobalOptions global;
     add_global_options(app, global);
+    // Words after `up` are kept, not refused by CLI11's own message: `lastcall up web` is
+    // foreman's `foreman start web`, and the answer names lastcall's way to say it.
+    app.allow_extras();
     if (auto code = parse_subcommand(app, args, "up")) return {std::nullopt, *code};
+    if (auto extra = app.remaining(); !extra.empty()) {
+        std::string names;
+        for (const auto& e : extra)
+            if (!e.starts_with("-")) names += (names.empty() ? "" : ",") + e;
+        if (extra.front().starts_with("-") || names.empty())
+            std::fprintf(stderr, "lastcall up: unknown option %s (see lastcall up --help)\n",
+                         extra.front().c_str());
+        else
+            std::fprintf(stderr,
+                         "lastcall up: '%s' is not an option; to run only some processes: "
+                         "lastcall up --only %s\n",
+                         extra.front().c_str(), names.c_str());
+        return {std::nullopt, 2};
+    }
     o.log_level = global.level_or(o.log_level);
     if (global.log_format == "json") o.log_format = LogFormat::Json;
     up.env_file_given = app.count("--env") > 0;

@@ -95,3 +95,21 @@ restart_limit = { burst = 2, interval = "1h" }
         log.proc.send_signal(signal.SIGTERM)
         self.assertEqual(log.finish(timeout=60), 0, "\n".join(log.lines))
         self.assertFalse(any("nothing left to supervise" in line for line in log.lines))
+
+
+class UpArguments(LastcallTestCase):
+    def test_a_process_name_after_up_points_to_only(self):
+        self.write_file("Procfile", "web: sleep 1000\nworker: sleep 1000\n")
+        r = subprocess.run([LASTCALL, "up", "web", "worker"], cwd=self.dir, env=self.env,
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(r.stderr.strip().splitlines(),
+                         ["lastcall up: 'web' is not an option; to run only some processes: "
+                          "lastcall up --only web,worker"])
+
+    def test_an_unknown_option_of_up_is_a_usage_error_naming_it(self):
+        r = subprocess.run([LASTCALL, "up", "--bogus"], cwd=self.dir, env=self.env,
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--bogus", r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
