@@ -41,6 +41,8 @@ namespace lastcall {
 void Supervisor::on_pre_stop_output() {
     if (!pre_stop_out_) return;
     char buf[4096];
+    // Its lines are shown at the default level, as systemd puts ExecStop's output in the
+    // journal: a deregistration that printed why it failed is read where lastcall's log is.
     // At most 64 KiB per turn of the loop, as a service's output (on_output): a hook that writes
     // as fast as it can must not keep a signal, a reap or the grace's timer waiting. epoll is
     // level-triggered: the rest is read on the next turn.
@@ -51,7 +53,7 @@ void Supervisor::on_pre_stop_output() {
             std::size_t nl;
             while ((nl = pre_stop_partial_.find('\n')) != std::string::npos) {
                 if (nl > 0) pre_stop_last_line_ = pre_stop_partial_.substr(0, nl);
-                spdlog::debug("pre-stop: {}", pre_stop_partial_.substr(0, nl));
+                spdlog::info("pre-stop: {}", pre_stop_partial_.substr(0, nl));
                 pre_stop_partial_.erase(0, nl + 1);
             }
             if (pre_stop_partial_.size() > 65536) {  // a line without end: kept in part
@@ -64,7 +66,7 @@ void Supervisor::on_pre_stop_output() {
         // EOF (or an error): the hook and everything it started closed the pipe.
         if (!pre_stop_partial_.empty()) {
             pre_stop_last_line_ = pre_stop_partial_;
-            spdlog::debug("pre-stop: {}", pre_stop_partial_);
+            spdlog::info("pre-stop: {}", pre_stop_partial_);
         }
         pre_stop_partial_.clear();
         loop_->unwatch(pre_stop_out_.get());
