@@ -416,7 +416,10 @@ class Renderer {
         for (const auto& s : svcs) {
             auto last = num(s, "last_exit_code");
             bool forced = sub(s, "forced").is_boolean() && sub(s, "forced").get<bool>();
-            std::string ended = forced ? "forced: SIGKILL" : "by itself";
+            // A service lastcall stopped ended on its stop signal, not by itself.
+            std::string ended = forced                         ? "forced: SIGKILL"
+                                : str(s, "state") == "stopped" ? "on its stop signal"
+                                                               : "by itself";
             // Kills of an exited instance's leftovers while running: not the shutdown's.
             if (auto n = num(s, "leftovers_killed"); n && *n > 0)
                 ended += " (leftovers killed " + std::to_string(*n) + "x while running)";

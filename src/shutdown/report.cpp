@@ -328,17 +328,21 @@ std::string summarize(const ReportInput& in) {
     const Shutdown& sd = *in.shutdown;
     std::string s = "shutdown " + std::string(to_string(verdict_of(in))) + ": exit code " +
                     std::to_string(in.exit_code);
-    s += ", " + std::to_string(in.book->records().size()) + " processes in the final tree";
+    auto processes = [](std::size_t n) {
+        return std::to_string(n) + (n == 1 ? " process" : " processes");
+    };
+    s += ", " + processes(in.book->records().size()) + " in the final tree";
     s += ", " + std::to_string(stop_signalled(in)) + " sent the stop signal";
     s += ", " + std::to_string(in.book->reaped_count()) + " reaped in all";
     auto forced = in.book->forced();
     if (!forced.empty()) {
         // The log line stays readable after a fork storm; the report has the complete list.
         constexpr std::size_t kShown = 20;
-        s += ", forced with SIGKILL:";
+        s += ", SIGKILL to " + processes(forced.size()) + " (pid";
         for (std::size_t i = 0; i < forced.size() && i < kShown; ++i)
-            s += " " + std::to_string(forced[i]);
+            s += (i ? ", " : " ") + std::to_string(forced[i]);
         if (forced.size() > kShown) s += " and " + std::to_string(forced.size() - kShown) + " more";
+        s += ")";
     }
     if (in.gave_up) s += ", some processes did not die from SIGKILL";
     if (in.oom_kills && *in.oom_kills > 0)
