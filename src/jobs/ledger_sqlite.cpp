@@ -241,7 +241,20 @@ Error SqliteLedger::sql_error(std::string_view what) const {
     return Error{"sqlite " + path_ + ": " + std::string(what) + ": " + sq->errmsg(db_.get())};
 }
 
+Status SqliteLedger::still_there() const {
+    struct stat st {};
+    if (!lock_ || ::fstat(lock_.get(), &st) != 0 || st.st_nlink > 0) return Ok{};
+    std::string dir = path_.substr(0, path_.rfind('/'));
+    return Error{"state dir " + dir +
+                 " was removed while lastcall ran (its ledger.lock is gone): nothing more is "
+                 "written to the deleted ledger, and no run starts; restart lastcall"};
+}
+
 Status SqliteLedger::exec(const char* sql) {
+    // A write transaction begins here: the ledger's files must still be there (still_there).
+    if (std::string_view(sql).starts_with("BEGIN") ||
+        std::string_view(sql).starts_with("SAVEPOINT"))
+        if (auto st = still_there(); !st) return st;
     char* msg = nullptr;
     if (sq->exec(db_.get(), sql, nullptr, nullptr, &msg) != SQLITE_OK) {
         std::string text = msg ? msg : sq->errmsg(db_.get());

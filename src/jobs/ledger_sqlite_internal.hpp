@@ -111,6 +111,12 @@ class SqliteLedger final : public Ledger {
     Status exec(const char* sql);
     Status migrate();
     Error sql_error(std::string_view what) const;
+    // The state directory is still there: the lock file this ledger holds has a link left. A
+    // directory removed while lastcall runs (`rm -rf`, a volume unmounted and recreated) leaves
+    // the open database writable but deleted: every record would land nowhere, and a second
+    // lastcall on the recreated directory takes a fresh lock and runs the same fire times. Each
+    // write checks first (one fstat) and fails with the reason instead.
+    Status still_there() const;
     Result<bool> transition(std::int64_t id, RunState to, const std::string& set_clause,
                             const std::function<Status(sqlite3_stmt*, int first)>& bind);
     Result<std::vector<RunRecord>> select(const std::string& where,

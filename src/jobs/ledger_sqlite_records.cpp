@@ -53,6 +53,7 @@ RunRecord read_row(sqlite3_stmt* s) {
 Result<std::int64_t> SqliteLedger::add(std::string_view job, std::int64_t scheduled_at,
                                        RunState state, std::string_view reason,
                                        std::optional<std::int64_t> retry_of) {
+    if (auto st = still_there(); !st) return st.error();
     Stmt s(db_.get(),
            "INSERT INTO runs (job, scheduled_at, state, created_ms, ended_ms, reason, retry_of, "
            "replica, owner) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
@@ -118,6 +119,7 @@ Result<std::vector<RunRecord>> SqliteLedger::select(const std::string& where,
 
 Result<bool> SqliteLedger::transition(std::int64_t id, RunState to, const std::string& set_clause,
                                       const std::function<Status(sqlite3_stmt*, int)>& bind) {
+    if (auto st = still_there(); !st) return st.error();
     std::string sql = "UPDATE runs SET state = ?1" + set_clause + " WHERE id = ?2 AND state IN " +
                       sql_sources_of(to);
     Stmt s(db_.get(), sql);
@@ -140,6 +142,7 @@ Result<bool> SqliteLedger::start(std::int64_t id) {
 }
 
 Status SqliteLedger::set_pid(std::int64_t id, std::int64_t pid) {
+    if (auto st = still_there(); !st) return st;
     Stmt s(db_.get(), "UPDATE runs SET pid = ?1 WHERE id = ?2");
     if (!s.ok()) return sql_error("prepare set pid");
     s.bind(1, pid);
