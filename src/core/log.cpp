@@ -243,7 +243,9 @@ void setup_logging(const LogSettings& options) {
         logger = std::make_shared<spdlog::logger>("lastcall", std::make_shared<JsonStderrSink>());
     } else {
         logger = std::make_shared<spdlog::logger>("lastcall", std::make_shared<TextStderrSink>());
-        logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e lastcall[%P] %l: %v");
+        // Local time with its offset: a line stamped 03:56:22 beside a fire time written
+        // 03:00:00Z read as the past; with +01:00 both say where they stand.
+        logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e%z lastcall[%P] %l: %v");
     }
     // Every line is flushed: lastcall logs little, and a line lost in a buffer when the container
     // is killed is exactly the line someone needs.

@@ -442,11 +442,10 @@ command = "echo job > $EVENTS"
 
 
 def log_time(line):
-    """The wall-clock time (s) of a text log line: 2026-01-01T00:00:00.123 lastcall[..] ..."""
+    """The wall-clock time (s) of a text log line: 2026-01-01T00:00:00.123+00:00 lastcall[..]"""
     import datetime
     stamp = line.split(" ", 1)[0]
-    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f").replace(
-        tzinfo=datetime.timezone.utc).timestamp()
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
 
 
 class TriggerTimeTest(EndingsTestCase):

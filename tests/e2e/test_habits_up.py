@@ -113,3 +113,12 @@ class UpArguments(LastcallTestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--bogus", r.stderr)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
+
+class LogTimes(LastcallTestCase):
+    def test_the_log_prefix_is_local_time_with_its_offset(self):
+        r = subprocess.run([LASTCALL, "-v", "--", "true"], env=dict(self.env, TZ="Asia/Kolkata"),
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        first = r.stderr.splitlines()[0]
+        self.assertRegex(first, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+05:30 lastcall\[\d+\] ")
