@@ -308,6 +308,10 @@ class OutOfMemory(LastcallTestCase):
         (1,000 small children, none larger than the init), smaller."""
         if os.geteuid() != 0:
             self.skipTest("needs root to create a memory cgroup")
+        if "ASAN_OPTIONS" in os.environ:
+            # AddressSanitizer's shadow memory and quarantine alone outgrow the 64 MiB: the
+            # namespace's first process fails before lastcall runs (make test runs this case).
+            self.skipTest("the 64 MiB limit is sized for the optimized build, not for ASan")
         cgroup = MemoryCgroup(64 * 1024 * 1024)
         if cgroup.path is None:
             self.skipTest("cannot create a memory-limited cgroup: " + "; ".join(cgroup.why_not))
