@@ -187,6 +187,75 @@ Result<Components> create_components(const Options& options, Configuration& conf
     return c;
 }
 
+// Exec'd by the static binary (core/twin.hpp): its parent's mask is the one to pass on, not the
+// one the static binary had just blocked.
+std::optional<twin::HandedOver> take_over_from_static_binary(char** argv,
+                                                             sigset_t& inherited_mask) {
+    auto handed_over = twin::take_handed_over();
+    if (handed_over) inherited_mask = handed_over->inherited_mask;
+    // Until the point of no return, a run that needs what only the dynamic build can do (libpq,
+    // libmicrohttpd, NSS) is handed over to it where the need shows: in a --user lookup, here.
+    twin::open_startup_window(argv, inherited_mask);
+    return handed_over;
+}
+
+// Before logging is set up, an error that ends the run before anything starts: on stderr, with
+// the exit code of a usage error.
+int start_up_error(const Error& error) {
+    std::fprintf(stderr, "lastcall: %s\n", error.message.c_str());
+    return 2;
+}
+
+Status check_output_dirs(const Options& options) {
+    for (auto [flag, path] : {std::pair{"--report", &options.report_path},
+                              std::pair{"--metrics-file", &options.metrics_path}})
+        if (auto st = check_output_dir(flag, *path); !st) return st;
+    return Ok{};
+}
+
+// Bound before anything starts: a port in use or a missing libmicrohttpd is a start-up error, not
+// a run without the metrics it was asked for. Null without --metrics-listen.
+Result<std::unique_ptr<MetricsServer>> bind_metrics_server(const Options& options) {
+    std::unique_ptr<MetricsServer> metrics_server;
+    if (!options.metrics_listen.empty()) {
+        auto server = MetricsServer::open(options.metrics_listen);
+        if (!server) return server.error();
+        metrics_server = std::move(*server);
+    }
+    return metrics_server;
+}
+
+// No hand-over to the twin (an exec of this argv) can follow: its copy of the password is no
+// longer needed.
+void scrub_password_from_command_line(int argc, char** argv, const Options& options) {
+    if (scrub_ledger_password(argc, argv, options))
+        spdlog::warn(
+            "--ledger: the URL's password was readable by every process in lastcall's command "
+            "line (/proc/{}/cmdline) until now; give it in PGPASSWORD or a PGPASSFILE instead",
+            ::getpid());
+}
+
+void log_hand_over(const std::optional<twin::HandedOver>& handed_over) {
+    if (handed_over) {
+        spdlog::debug("handed over by the static binary: {}", handed_over->why);
+        if (handed_over->version != LASTCALL_VERSION)
+            spdlog::warn(
+                "handed over by a static lastcall {} to this dynamic one, {}: install "
+                "both from one package",
+                handed_over->version, LASTCALL_VERSION);
+    }
+}
+
+// A stderr reader that stopped reading gets a short chance, then the count of what it lost.
+void flush_logs() {
+    flush_log_backlog(std::chrono::milliseconds(200));
+    if (auto lost = log_lines_lost()) {
+        spdlog::warn("lost {} log lines (stderr was not being read)", lost);
+        flush_log_backlog(std::chrono::milliseconds(50));
+    }
+    spdlog::shutdown();  // logs are flushed last, after the report and the cgroup removal
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -197,13 +266,7 @@ int main(int argc, char** argv) {
     sigset_t handled = handled_signals();
     sigset_t inherited_mask;  // what lastcall's parent handed it, for tini mode's child
     ::sigprocmask(SIG_BLOCK, &handled, &inherited_mask);
-    // Exec'd by the static binary (core/twin.hpp): its parent's mask is the one to pass on, not
-    // the one the static binary had just blocked.
-    auto handed_over = twin::take_handed_over();
-    if (handed_over) inherited_mask = handed_over->inherited_mask;
-    // Until the point of no return, a run that needs what only the dynamic build can do (libpq,
-    // libmicrohttpd, NSS) is handed over to it where the need shows: in a --user lookup, here.
-    twin::open_startup_window(argv, inherited_mask);
+    auto handed_over = take_over_from_static_binary(argv, inherited_mask);
 
     std::vector<std::string> args(argv, argv + argc);
     if (auto code = run_subcommand(args, handled)) return *code;
@@ -221,57 +284,25 @@ int main(int argc, char** argv) {
 
     hand_over_what_needs_the_twin(options);
     auto config = load_configuration(options);
-    if (!config) {
-        std::fprintf(stderr, "lastcall: %s\n", config.error().message.c_str());
-        return 2;
-    }
-    for (auto [flag, path] : {std::pair{"--report", &options.report_path},
-                              std::pair{"--metrics-file", &options.metrics_path}})
-        if (auto st = check_output_dir(flag, *path); !st) {
-            std::fprintf(stderr, "lastcall: %s\n", st.error().message.c_str());
-            return 2;
-        }
-
+    if (!config) return start_up_error(config.error());
+    if (auto st = check_output_dirs(options); !st) return start_up_error(st.error());
     // A config's `ledger`: the ledger opens after the point of no return, too late to hand over.
     if (!config->jobs.jobs.empty() && !config->jobs.ledger_url.empty())
         twin::hand_over(kPostgresLedgerNeedsLibpq);
-
-    // Bound before anything starts: a port in use or a missing libmicrohttpd is a start-up
-    // error, not a run without the metrics it was asked for.
-    std::unique_ptr<MetricsServer> metrics_server;
-    if (!options.metrics_listen.empty()) {
-        auto server = MetricsServer::open(options.metrics_listen);
-        if (!server) {
-            std::fprintf(stderr, "lastcall: %s\n", server.error().message.c_str());
-            return 2;
-        }
-        metrics_server = std::move(*server);
-    }
+    auto metrics_server = bind_metrics_server(options);
+    if (!metrics_server) return start_up_error(metrics_server.error());
 
     twin::close_startup_window();
     setup_logging(options.log_settings());
-    // No hand-over to the twin (an exec of this argv) can follow: its copy of the password is
-    // no longer needed.
-    if (scrub_ledger_password(argc, argv, options))
-        spdlog::warn(
-            "--ledger: the URL's password was readable by every process in lastcall's command "
-            "line (/proc/{}/cmdline) until now; give it in PGPASSWORD or a PGPASSFILE instead",
-            ::getpid());
-    if (handed_over) {
-        spdlog::debug("handed over by the static binary: {}", handed_over->why);
-        if (handed_over->version != LASTCALL_VERSION)
-            spdlog::warn(
-                "handed over by a static lastcall {} to this dynamic one, {}: install "
-                "both from one package",
-                handed_over->version, LASTCALL_VERSION);
-    }
+    scrub_password_from_command_line(argc, argv, options);
+    log_hand_over(handed_over);
 
     // Signals were blocked at the top of main(), so none is lost between the child's spawn and
     // the signalfd. From here on lastcall must not die: as PID 1 its death kills the container,
     // and as a subreaper it would orphan the tree. Errors are logged and the teardown goes on.
 
     SteadyClock clock;
-    auto components = create_components(options, *config, clock, std::move(metrics_server));
+    auto components = create_components(options, *config, clock, std::move(*metrics_server));
     if (!components) {
         spdlog::critical("{}", components.error().message);
         return 1;
@@ -280,12 +311,6 @@ int main(int argc, char** argv) {
     components->attach_to(supervisor);
     int code = supervisor.run();
 
-    // A stderr reader that stopped reading gets a short chance, then the count of what it lost.
-    flush_log_backlog(std::chrono::milliseconds(200));
-    if (auto lost = log_lines_lost()) {
-        spdlog::warn("lost {} log lines (stderr was not being read)", lost);
-        flush_log_backlog(std::chrono::milliseconds(50));
-    }
-    spdlog::shutdown();  // logs are flushed last, after the report and the cgroup removal
+    flush_logs();
     return code;
 }

@@ -250,6 +250,49 @@ std::string own_user_name() {
     return user ? user->name : std::to_string(uid);
 }
 
+// What the listing of `lastcall runs` selects, and how it prints it.
+struct RunsQuery {
+    std::string job, state, since, cluster;
+    std::size_t limit = 0;
+    bool json = false;
+};
+
+// `lastcall runs` without a subcommand: the runs the query selects, as a table or JSON.
+int runs_list(const RunsQuery& query, const LedgerLocation& where, bool located) {
+    auto ledger = Ledger::open(where, false);
+    if (!ledger) {
+        std::fprintf(stderr, "lastcall runs: %s%s\n", ledger.error().message.c_str(),
+                     where_else(located).c_str());
+        return 1;
+    }
+    RunFilter filter;
+    filter.job = query.job;
+    filter.cluster = query.cluster;
+    if (!query.state.empty()) filter.state = parse_run_state(query.state);
+    if (!query.since.empty()) {
+        auto d = parse_duration(query.since);
+        if (!d) {
+            std::fprintf(stderr, "lastcall runs: --since: %s\n", d.error().message.c_str());
+            return 2;
+        }
+        filter.since_ms = unix_ms_now() - d->count();
+    }
+    // The table is read by people: the newest 50 unless asked; JSON is read by programs: all.
+    if (query.limit > 0)
+        filter.limit = query.limit;
+    else if (!query.json)
+        filter.limit = 50;
+    auto runs = (*ledger)->list(filter);
+    if (!runs) {
+        std::fprintf(stderr, "lastcall runs: %s\n", runs.error().message.c_str());
+        return 1;
+    }
+    // Which ledger this is, on stderr: the tables and the JSON on stdout stay what scripts read.
+    std::fprintf(stderr, "lastcall runs: ledger %s\n", (*ledger)->path().c_str());
+    query.json ? print_json(*runs) : print_table(*runs, (*ledger)->shared());
+    return 0;
+}
+
 }  // namespace
 
 int run_runs(const std::vector<std::string>& args) {
@@ -261,21 +304,20 @@ int run_runs(const std::vector<std::string>& args) {
               "       lastcall runs prune --before AGE [OPTIONS]");
     GlobalOptions global;  // accepted before or after the name; runs prints no log lines
     add_global_options(app, global);
-    std::string job, state, state_dir, config, crontab, url;
-    bool json = false;
+    RunsQuery query;
+    std::string state_dir, config, crontab, url;
     long long release_id = 0;
-    std::string since, before, cluster;
-    std::size_t limit = 0;
-    app.add_option("--job", job, "Only this job's runs");
-    app.add_option("--state", state, "Only runs in this state")
+    std::string before;
+    app.add_option("--job", query.job, "Only this job's runs");
+    app.add_option("--state", query.state, "Only runs in this state")
         ->check(CLI::IsMember(
             {"scheduled", "started", "completed", "failed", "interrupted", "skipped"}));
-    app.add_flag("--json", json, "A JSON array instead of a table");
+    app.add_flag("--json", query.json, "A JSON array instead of a table");
     app.add_option(
-        "--limit", limit,
+        "--limit", query.limit,
         "At most this many runs, the newest (default 50 for the table, all with --json)");
-    app.add_option("--cluster", cluster, "A shared ledger: only this deployment's runs");
-    app.add_option("--since", since, "Only runs created within this long (\"10m\", \"2d\")");
+    app.add_option("--cluster", query.cluster, "A shared ledger: only this deployment's runs");
+    app.add_option("--since", query.since, "Only runs created within this long (\"10m\", \"2d\")");
     app.add_option("--state-dir", state_dir, "Directory of the run ledger");
     app.add_option("--ledger", url,
                    "A postgresql:// ledger shared by replicas: runs of every replica, with its id");
@@ -301,38 +343,7 @@ int run_runs(const std::vector<std::string>& args) {
     if (release->parsed()) return runs_release(release_id, *where, located);
     if (check->parsed()) return runs_check(*where, located);
     if (prune->parsed()) return runs_prune(before, *where, located);
-    auto ledger = Ledger::open(*where, false);
-    if (!ledger) {
-        std::fprintf(stderr, "lastcall runs: %s%s\n", ledger.error().message.c_str(),
-                     where_else(located).c_str());
-        return 1;
-    }
-    RunFilter filter;
-    filter.job = job;
-    filter.cluster = cluster;
-    if (!state.empty()) filter.state = parse_run_state(state);
-    if (!since.empty()) {
-        auto d = parse_duration(since);
-        if (!d) {
-            std::fprintf(stderr, "lastcall runs: --since: %s\n", d.error().message.c_str());
-            return 2;
-        }
-        filter.since_ms = unix_ms_now() - d->count();
-    }
-    // The table is read by people: the newest 50 unless asked; JSON is read by programs: all.
-    if (limit > 0)
-        filter.limit = limit;
-    else if (!json)
-        filter.limit = 50;
-    auto runs = (*ledger)->list(filter);
-    if (!runs) {
-        std::fprintf(stderr, "lastcall runs: %s\n", runs.error().message.c_str());
-        return 1;
-    }
-    // Which ledger this is, on stderr: the tables and the JSON on stdout stay what scripts read.
-    std::fprintf(stderr, "lastcall runs: ledger %s\n", (*ledger)->path().c_str());
-    json ? print_json(*runs) : print_table(*runs, (*ledger)->shared());
-    return 0;
+    return runs_list(query, *where, located);
 }
 
 int run_jobs(const std::vector<std::string>& args) {

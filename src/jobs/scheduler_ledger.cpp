@@ -127,6 +127,44 @@ std::vector<std::string> kill_leftovers(const std::string& ledger_path, const Ru
     return said;
 }
 
+// A record retry_unwritten writes again, and what the ledger answered.
+struct RewriteItem {
+    std::int64_t id;
+    RunState to;
+    RunOutcome outcome;
+    std::string reason;
+};
+struct RewriteAnswer {
+    std::optional<std::string> error;  // the write failed again
+    bool written = false;              // it landed (now, or earlier after all)
+    bool accepted = false;             // ... by this write
+    std::string held;                  // else: what the ledger holds instead
+};
+
+// On the ledger's thread: each record written again, and read back where the ledger refused it.
+Result<std::vector<RewriteAnswer>> write_again(Ledger& l, const std::vector<RewriteItem>& items) {
+    std::vector<RewriteAnswer> out;
+    for (const auto& it : items) {
+        RewriteAnswer a;
+        auto done = it.to == RunState::Completed ? l.complete(it.id, it.outcome)
+                                                 : l.finish(it.id, it.to, it.outcome, it.reason);
+        if (!done) {
+            a.error = done.error().message;
+            out.push_back(std::move(a));
+            continue;
+        }
+        auto rec = l.get(it.id);
+        a.accepted = *done;
+        a.written = *done || (rec && *rec && (*rec)->state == it.to);
+        if (!a.written)
+            a.held = rec && *rec
+                         ? std::string(to_string((*rec)->state)) + " (" + (*rec)->reason + ")"
+                         : "no such run";
+        out.push_back(std::move(a));
+    }
+    return out;
+}
+
 }  // namespace
 
 // A ledger call's budget. With a shared ledger never more than a third of the lease: a renewal
@@ -344,49 +382,15 @@ void JobScheduler::on_tick_answer(const std::vector<std::int64_t>& /*ids*/, Mono
 // lease expired), which the report then shows as uncertain.
 void JobScheduler::retry_unwritten() {
     if (rewrite_out_) return;
-    struct Item {
-        std::int64_t id;
-        RunState to;
-        RunOutcome outcome;
-        std::string reason;
-    };
-    struct Answer {
-        std::optional<std::string> error;  // the write failed again
-        bool written = false;              // it landed (now, or earlier after all)
-        bool accepted = false;             // ... by this write
-        std::string held;                  // else: what the ledger holds instead
-    };
-    std::vector<Item> items;
+    std::vector<RewriteItem> items;
     for (const auto& u : unwritten_)
         if (u.retry) items.push_back({u.id, u.to, u.outcome, u.reason});
     if (items.empty()) return;
     rewrite_out_ = true;
-    ledger_->call<std::vector<Answer>>(
+    ledger_->call<std::vector<RewriteAnswer>>(
         "write " + std::to_string(items.size()) + " record(s) again", call_budget(),
-        [items](Ledger& l) -> Result<std::vector<Answer>> {
-            std::vector<Answer> out;
-            for (const auto& it : items) {
-                Answer a;
-                auto done = it.to == RunState::Completed
-                                ? l.complete(it.id, it.outcome)
-                                : l.finish(it.id, it.to, it.outcome, it.reason);
-                if (!done) {
-                    a.error = done.error().message;
-                    out.push_back(std::move(a));
-                    continue;
-                }
-                auto rec = l.get(it.id);
-                a.accepted = *done;
-                a.written = *done || (rec && *rec && (*rec)->state == it.to);
-                if (!a.written)
-                    a.held = rec && *rec ? std::string(to_string((*rec)->state)) + " (" +
-                                               (*rec)->reason + ")"
-                                         : "no such run";
-                out.push_back(std::move(a));
-            }
-            return out;
-        },
-        [this, items](Result<std::vector<Answer>> r) {
+        [items](Ledger& l) { return write_again(l, items); },
+        [this, items](Result<std::vector<RewriteAnswer>> r) {
             rewrite_out_ = false;
             for (std::size_t i = 0; i < items.size(); ++i) {
                 auto u =
@@ -398,7 +402,7 @@ void JobScheduler::retry_unwritten() {
                     u->error = r.error().message;
                     continue;
                 }
-                const Answer& a = (*r)[i];
+                const RewriteAnswer& a = (*r)[i];
                 if (a.error) {
                     u->error = *a.error;
                     continue;

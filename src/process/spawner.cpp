@@ -410,31 +410,39 @@ std::vector<std::string> command_candidates(const std::string& name,
     return out;
 }
 
-SpawnResult spawn(const SpawnSpec& spec) {
-    SpawnResult result;
-    if (spec.argv.at(0).empty()) {
-        result.failure = SpawnFailure{SpawnStage::Exec, ENOENT, spec.argv[0], {}};
-        return result;
-    }
+namespace {
+
+// What the child is handed, built before the fork: the child must not allocate. Neither copied
+// nor moved: the pointers point into the strings.
+struct ExecVectors {
+    explicit ExecVectors(const SpawnSpec& spec);
+    ExecVectors(const ExecVectors&) = delete;
+    ExecVectors& operator=(const ExecVectors&) = delete;
+
+    std::vector<std::string> candidates;
+    std::vector<char*> candidate_ptrs;
+    std::vector<char*> argv;
+    std::vector<char*> shell_argv;
+    std::vector<char*> envp;
+    std::string listen_pid;
+    char* listen_pid_slot = nullptr;
+};
+
+ExecVectors::ExecVectors(const SpawnSpec& spec) {
     // Only the candidates are computed here, as root; which of them exists and may be executed
     // is decided in the child, under the unit's own credentials.
-    std::vector<std::string> candidates = command_candidates(spec.argv[0], spec.env);
-    std::vector<char*> candidate_ptrs;
+    candidates = command_candidates(spec.argv[0], spec.env);
     for (auto& c : candidates) candidate_ptrs.push_back(c.data());
 
     // Build argv/envp before fork: the child must not allocate.
-    std::vector<char*> argv;
     for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     static char kShell[] = "/bin/sh";
-    std::vector<char*> shell_argv{kShell, nullptr};  // [1]: the script, set by the child
+    shell_argv = {kShell, nullptr};  // [1]: the script, set by the child
     shell_argv.insert(shell_argv.end(), argv.begin() + 1, argv.end());
     // The environment as given (execve does not write to it), except for LISTEN_PID, whose
     // slot the child fills in with its own pid.
-    std::vector<char*> envp;
     envp.reserve(spec.env.size() + 2);
-    std::string listen_pid;
-    char* listen_pid_slot = nullptr;
     for (const auto& kv : spec.env)
         if (!(spec.set_listen_pid && kv.rfind("LISTEN_PID=", 0) == 0))
             envp.push_back(const_cast<char*>(kv.c_str()));
@@ -444,6 +452,36 @@ SpawnResult spawn(const SpawnSpec& spec) {
         listen_pid_slot = listen_pid.data() + 11;
     }
     envp.push_back(nullptr);
+}
+
+// The child reported the step that failed before its exec, and exited: reaped here, and its
+// report said as a SpawnFailure.
+SpawnFailure failed_spawn(const ChildReport& report, pid_t pid, const SpawnSpec& spec,
+                          const std::vector<std::string>& candidates) {
+    int status;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    // The failed step's own object: the directory for chdir, else the program.
+    std::string about =
+        static_cast<SpawnStage>(report.stage) == SpawnStage::Chdir ? spec.workdir
+        : report.candidate >= 0 && static_cast<std::size_t>(report.candidate) < candidates.size()
+            ? candidates[static_cast<std::size_t>(report.candidate)]
+            : spec.argv[0];
+    SpawnFailure failure{static_cast<SpawnStage>(report.stage), report.err, about, {}};
+    if (failure.stage == SpawnStage::Exec && report.err == ENOENT)
+        explain_missing_interpreter(failure, candidates);
+    return failure;
+}
+
+}  // namespace
+
+SpawnResult spawn(const SpawnSpec& spec) {
+    SpawnResult result;
+    if (spec.argv.at(0).empty()) {
+        result.failure = SpawnFailure{SpawnStage::Exec, ENOENT, spec.argv[0], {}};
+        return result;
+    }
+    ExecVectors exec(spec);
 
     int pipefd[2];
     if (::pipe2(pipefd, O_CLOEXEC) != 0) {
@@ -453,10 +491,17 @@ SpawnResult spawn(const SpawnSpec& spec) {
     UniqueFd report_read(pipefd[0]), report_write(pipefd[1]);
     pid_t parent = ::getpid();
     const SignalBits& ignored = ignored_dispositions();  // read here: the child must not allocate
-    ChildArgs in_child{
-        &spec,       candidate_ptrs.data(), candidate_ptrs.size(), argv.data(), shell_argv.data(),
-        envp.data(), listen_pid_slot,       report_write.get(),    parent,      false,
-        &ignored};
+    ChildArgs in_child{&spec,
+                       exec.candidate_ptrs.data(),
+                       exec.candidate_ptrs.size(),
+                       exec.argv.data(),
+                       exec.shell_argv.data(),
+                       exec.envp.data(),
+                       exec.listen_pid_slot,
+                       report_write.get(),
+                       parent,
+                       false,
+                       &ignored};
     bool born_in_cgroup = false;
     pid_t pid = -1;
     if (spec.cgroup_fd >= 0) {
@@ -489,19 +534,7 @@ SpawnResult spawn(const SpawnSpec& spec) {
         n = ::read(report_read.get(), &report, sizeof report);
     } while (n < 0 && errno == EINTR);
     if (n == static_cast<ssize_t>(sizeof report)) {
-        int status;
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-        // The failed step's own object: the directory for chdir, else the program.
-        std::string about = static_cast<SpawnStage>(report.stage) == SpawnStage::Chdir
-                                ? spec.workdir
-                            : report.candidate >= 0 &&
-                                    static_cast<std::size_t>(report.candidate) < candidates.size()
-                                ? candidates[static_cast<std::size_t>(report.candidate)]
-                                : spec.argv[0];
-        result.failure = SpawnFailure{static_cast<SpawnStage>(report.stage), report.err, about, {}};
-        if (result.failure->stage == SpawnStage::Exec && report.err == ENOENT)
-            explain_missing_interpreter(*result.failure, candidates);
+        result.failure = failed_spawn(report, pid, spec, exec.candidates);
         return result;
     }
     Spawned child;

@@ -167,16 +167,9 @@ Verdict verdict_of(const ReportInput& in) {
     return in.force_facts ? verdict_from(*in.force_facts) : Verdict::Clean;
 }
 
-std::string render_report(const ReportInput& in) {
-    const Shutdown& sd = *in.shutdown;
-    JsonWriter j;
-    j.begin_object();
-    j.field("schema", 1);
-    j.key("command").begin_array();
-    for (const auto& a : in.command) j.value(a);
-    j.end_array();
-    j.field("lastcall_pid", static_cast<long long>(::getpid()));
+namespace {
 
+void write_trigger(JsonWriter& j, const Shutdown& sd, const ReportInput& in) {
     j.key("trigger").begin_object();
     switch (sd.trigger().kind) {
         case TriggerKind::Signal:
@@ -191,7 +184,9 @@ std::string render_report(const ReportInput& in) {
     }
     if (sd.trigger().kind != TriggerKind::None) j.field("at", iso_time(sd.trigger().at, in));
     j.end_object();
+}
 
+void write_transitions(JsonWriter& j, const Shutdown& sd, const ReportInput& in) {
     j.key("transitions").begin_array();
     for (State s :
          {State::Running, State::Draining, State::Stopping, State::Forcing, State::Stopped}) {
@@ -200,7 +195,9 @@ std::string render_report(const ReportInput& in) {
         j.end_object();
     }
     j.end_array();
+}
 
+void write_budget(JsonWriter& j, const Shutdown& sd, const ReportInput& in) {
     j.key("budget").begin_object();
     j.field("grace_ms", static_cast<long long>(in.grace.count()));
     j.field("drain_delay_ms", static_cast<long long>(in.drain_delay.count()));
@@ -211,22 +208,24 @@ std::string render_report(const ReportInput& in) {
     }
     j.field("used_ms", used);
     j.end_object();
+}
 
-    j.field("tracker", in.tracker).field("kill_scope", in.kill_scope);
-    if (in.pre_stop) {
-        j.key("pre_stop").begin_object();
-        j.field("pid", static_cast<long long>(in.pre_stop->pid));
-        j.field("started_at", iso_time(in.pre_stop->started, in));
-        if (in.pre_stop->ended) j.field("ended_at", iso_time(*in.pre_stop->ended, in));
-        if (in.pre_stop->status) {
-            int st = *in.pre_stop->status;
-            if (WIFEXITED(st))
-                j.field("exit_code", WEXITSTATUS(st));
-            else
-                j.field("signal", signal_name(WTERMSIG(st)));
-        }
-        j.end_object();
+void write_pre_stop(JsonWriter& j, const ReportInput& in) {
+    j.key("pre_stop").begin_object();
+    j.field("pid", static_cast<long long>(in.pre_stop->pid));
+    j.field("started_at", iso_time(in.pre_stop->started, in));
+    if (in.pre_stop->ended) j.field("ended_at", iso_time(*in.pre_stop->ended, in));
+    if (in.pre_stop->status) {
+        int st = *in.pre_stop->status;
+        if (WIFEXITED(st))
+            j.field("exit_code", WEXITSTATUS(st));
+        else
+            j.field("signal", signal_name(WTERMSIG(st)));
     }
+    j.end_object();
+}
+
+void write_signals(JsonWriter& j, const Shutdown& sd, const ReportInput& in) {
     j.key("signals").begin_array();
     for (const auto& b : sd.bursts())
         j.begin_object()
@@ -235,7 +234,9 @@ std::string render_report(const ReportInput& in) {
             .field("at", iso_time(b.first, in))
             .end_object();
     j.end_array();
+}
 
+void write_processes(JsonWriter& j, const ReportInput& in) {
     j.key("processes").begin_array();
     for (const auto& r : in.book->records()) {
         j.begin_object();
@@ -250,14 +251,10 @@ std::string render_report(const ReportInput& in) {
         j.end_object();
     }
     j.end_array();
-    j.field("reaped_total", in.book->reaped_count());
-    // Not a kill of lastcall's: a fact of the run (a unit outgrew its memory), not a verdict.
-    j.key("oom_kills");
-    if (in.oom_kills)
-        j.value(*in.oom_kills);
-    else
-        j.null();
+}
 
+// The verdict and the facts behind it.
+void write_forcing(JsonWriter& j, const ReportInput& in) {
     j.field("verdict", to_string(verdict_of(in)));
     j.key("forced").begin_array();
     for (pid_t p : in.book->forced()) j.value(static_cast<long long>(p));
@@ -273,23 +270,57 @@ std::string render_report(const ReportInput& in) {
                 .end_object();
     j.end_array();
     if (in.gave_up) j.field("abandoned", true);
-    j.field("log_lines_lost", static_cast<long long>(in.log_lines_lost));
-    j.field("log_lines_waiting", static_cast<long long>(in.log_lines_waiting));
-    if (in.admission) {
-        // Every unit of work by the way it entered: what the drain had to wait for.
-        j.key("admission").begin_object();
-        for (EntryPath p : kEntryPaths) {
-            const PathCounts& c = in.admission->of(p);
-            j.key(to_string(p)).begin_object();
-            j.field("registered", static_cast<long long>(c.registered));
-            j.field("executing", static_cast<long long>(c.executing));
-            j.field("released", static_cast<long long>(c.released));
-            j.field("refused", static_cast<long long>(c.refused));
-            j.field("rolled_back", static_cast<long long>(c.rolled_back));
-            j.end_object();
-        }
+}
+
+void write_admission(JsonWriter& j, const ReportInput& in) {
+    // Every unit of work by the way it entered: what the drain had to wait for.
+    j.key("admission").begin_object();
+    for (EntryPath p : kEntryPaths) {
+        const PathCounts& c = in.admission->of(p);
+        j.key(to_string(p)).begin_object();
+        j.field("registered", static_cast<long long>(c.registered));
+        j.field("executing", static_cast<long long>(c.executing));
+        j.field("released", static_cast<long long>(c.released));
+        j.field("refused", static_cast<long long>(c.refused));
+        j.field("rolled_back", static_cast<long long>(c.rolled_back));
         j.end_object();
     }
+    j.end_object();
+}
+
+}  // namespace
+
+std::string render_report(const ReportInput& in) {
+    const Shutdown& sd = *in.shutdown;
+    JsonWriter j;
+    j.begin_object();
+    j.field("schema", 1);
+    j.key("command").begin_array();
+    for (const auto& a : in.command) j.value(a);
+    j.end_array();
+    j.field("lastcall_pid", static_cast<long long>(::getpid()));
+
+    write_trigger(j, sd, in);
+    write_transitions(j, sd, in);
+    write_budget(j, sd, in);
+
+    j.field("tracker", in.tracker).field("kill_scope", in.kill_scope);
+    if (in.pre_stop) write_pre_stop(j, in);
+    write_signals(j, sd, in);
+
+    write_processes(j, in);
+    j.field("reaped_total", in.book->reaped_count());
+    // Not a kill of lastcall's: a fact of the run (a unit outgrew its memory), not a verdict.
+    j.key("oom_kills");
+    if (in.oom_kills)
+        j.value(*in.oom_kills);
+    else
+        j.null();
+
+    write_forcing(j, in);
+    j.field("log_lines_lost", static_cast<long long>(in.log_lines_lost));
+    j.field("log_lines_waiting", static_cast<long long>(in.log_lines_waiting));
+    if (in.admission) write_admission(j, in);
     if (in.extra) in.extra(j);
     j.field("exit_code", in.exit_code);
     j.end_object();

@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+// Private to src/process/{process_tree,cgroup_tracker,proc_tracker}.cpp: the helpers they share.
+#pragma once
+
+#include <dirent.h>
+#include <sys/types.h>
+
+#include <cerrno>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lastcall/core/error.hpp"
+#include "lastcall/process/process_tree.hpp"
+
+namespace lastcall::proctree {
+
+// Defined in process_tree.cpp.
+void throw_if_out_of_memory(int err);
+std::vector<pid_t> parse_pids(std::string_view text);
+std::string read_kernel_file(const std::string& path);
+int kill_each(const std::vector<ProcInfo>& members, const MemberFilter& record);
+
+template <typename F>
+void for_each_entry(const std::string& dir, F&& f) {
+    // Closed however the walk ends: a callback may throw (out of memory, read_kernel_file).
+    std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+    if (!d) {
+        throw_if_out_of_memory(errno);
+        return;
+    }
+    while (dirent* e = ::readdir(d.get())) f(*e);
+}
+
+// Defined in cgroup_tracker.cpp; make_tracker (proc_tracker.cpp) falls back from it to /proc.
+Result<std::unique_ptr<Tracker>> make_cgroup_tracker(const std::string& instance, bool main_leaf);
+
+}  // namespace lastcall::proctree
