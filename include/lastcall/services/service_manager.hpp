@@ -96,6 +96,8 @@ class ServiceManager final : public SupervisorComponent {
     void on_timer();
     void rearm();
     void probe(Service& s);
+    void probe_tcp(Service& s, MonoTime now);
+    void probe_exec(Service& s, MonoTime now);
     void probe_finished(Service& s, bool ok);
     void cancel_probe(Service& s);
     void end_probe_scope(Service& s);
