@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/cli/up.hpp"
 #include "lastcall/core/instance.hpp"
+#include "lastcall/core/port.hpp"
 #include "lastcall/core/read_file.hpp"
 #include "lastcall/core/safe_path.hpp"
 #include "lastcall/core/twin.hpp"
@@ -65,12 +66,9 @@ Result<int> procfile_base_port(std::optional<int> flag, const std::vector<std::s
     if (from.empty())
         if (const char* env = std::getenv("PORT"); env && *env) from = "PORT", value = env;
     if (from.empty()) return 5000;
-    char* end = nullptr;
-    errno = 0;
-    long port = std::strtol(value.c_str(), &end, 10);
-    if (errno || end == value.c_str() || *end || port < 1 || port > 65535)
-        return Error{from + ": PORT '" + value + "' is not a port (1-65535)"};
-    return static_cast<int>(port);
+    auto port = parse_port(value);
+    if (!port) return Error{from + ": PORT '" + value + "' is not a port (1-65535)"};
+    return *port;
 }
 
 int run_up(const std::vector<std::string>& args) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include "lastcall/core/port.hpp"
 #include "lastcall/core/toml_parse.hpp"
 
 #include "lastcall/core/signals.hpp"
@@ -289,10 +290,8 @@ Status parse_tcp(const Where& w, const toml::node& n, ReadyCheck& out) {
         host = text.substr(0, colon);
         port = text.substr(colon + 1);
     }
-    char* end = nullptr;
-    long p = std::strtol(port.c_str(), &end, 10);
-    if (port.empty() || *end != '\0' || p <= 0 || p > 65535)
-        return w.at(n, "ready.tcp", "invalid port '" + port + "'");
+    auto p = parse_port(port);
+    if (!p) return w.at(n, "ready.tcp", "invalid port '" + port + "'");
     if (host.empty()) return w.at(n, "ready.tcp", "missing address");
     // Checked here, not at the first probe: a name ('localhost') used to pass the load, and the
     // service then waited forever for a probe that could never run, its dependents with it.
@@ -303,7 +302,7 @@ Status parse_tcp(const Where& w, const toml::node& n, ReadyCheck& out) {
             n, "ready.tcp",
             "'" + host + "' is not a numeric IPv4 or IPv6 address (names are not looked up)");
     out.host = host;
-    out.port = static_cast<std::uint16_t>(p);
+    out.port = static_cast<std::uint16_t>(*p);
     return Ok{};
 }
 

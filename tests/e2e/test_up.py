@@ -160,7 +160,16 @@ class Up(LastcallTestCase):
             m = re.search(r"service (\w+): started pid (\d+)", line)
             if m:
                 started[m.group(1)] = int(m.group(2))
-        comm = {name: open(f"/proc/{pid}/comm").read().strip() for name, pid in started.items()}
+        # lastcall logs the pid once the spawn returns, when its shell (`sh -c 'exec sleep
+        # 1000'`) has not necessarily reached its own exec yet: web's comm is read once that
+        # exec happened (or a deadline passed), a compound line's shell never execs.
+        def comm_of(pid):
+            with open(f"/proc/{pid}/comm") as f:
+                return f.read().strip()
+        deadline = time.monotonic() + 20
+        while comm_of(started["web"]) == "sh" and time.monotonic() < deadline:
+            time.sleep(0.005)
+        comm = {name: comm_of(pid) for name, pid in started.items()}
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
         self.assertEqual(comm["web"], "sleep")
