@@ -313,8 +313,12 @@ void Notifier::reaped(const Reaped& r) {
     if (!proxy_) return;
     if (recently_reaped_.size() < kMaxRecentlyReaped) recently_reaped_.insert(r.pid);
     // Whatever is queued was sent before this exit; read it now, while the state is still what
-    // the sender saw: a child that says READY=1 and exits is ready before it is stopping.
-    on_proxy_readable();
+    // the sender saw: a main child that says READY=1 and exits is ready before it is stopping.
+    // Only the main child's exit, and only while running: its exit is the reap that begins a
+    // stop, and once stopping READY=1 counts for nothing. Read at every reap, a flood of
+    // datagrams cost a walk of the tree per reaped process: a thousand processes ending
+    // under a flood held the loop, and the grace timer, for 7-30 s.
+    if (r.pid == main_pid_ && supervisor_->state() == State::Running) on_proxy_readable();
 }
 
 void Notifier::finished(int exit_code) {
