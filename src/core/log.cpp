@@ -147,8 +147,11 @@ class JournalSink final : public spdlog::sinks::base_sink<spdlog::details::null_
                 return;
         }
         // journald gone or the line too long for one datagram: stderr still reaches it.
+        // journalctl shows a field with control characters as a blob; a terminal on stderr
+        // would obey them: escaped here, as the text sink does.
         std::string line =
-            "lastcall: " + std::string(msg.payload.data(), msg.payload.size()) + "\n";
+            "lastcall: " + printable(std::string_view(msg.payload.data(), msg.payload.size())) +
+            "\n";
         std::fwrite(line.data(), 1, line.size(), stderr);
     }
     void flush_() override {}

@@ -2,6 +2,7 @@
 // Procfile and .env parsing for `lastcall up` (the foreman/honcho formats).
 #include <string>
 
+#include "lastcall/core/utf8.hpp"
 #include "lastcall/services/services.hpp"
 
 namespace lastcall {
@@ -47,7 +48,8 @@ Result<std::vector<ProcfileEntry>> parse_procfile(std::string_view text, const s
         std::string command(trim(line.substr(colon + 1)));
         if (!valid_service_name(name))
             return at(path, number,
-                      "invalid process name '" + name + "' (use letters, digits, '_', '-', '.')");
+                      "invalid process name '" + printable(name) +
+                          "' (use letters, digits, '_', '-', '.')");
         if (command.empty()) return at(path, number, "process '" + name + "' has no command");
         for (const auto& e : out)
             if (e.name == name)

@@ -261,6 +261,13 @@ TEST_CASE("Procfile: entries, comments, and errors with the line number", "[serv
           "Procfile:1: invalid process name 'my web' (use letters, digits, '_', '-', '.')");
 }
 
+TEST_CASE("a Procfile name with control characters is shown escaped in its error",
+          "[services][procfile]") {
+    // The error goes to the reader's terminal: the file's ESC [2J must not clear it.
+    CHECK(parse_procfile("w\x1b[2J: x\n", "Procfile").error().message ==
+          "Procfile:1: invalid process name 'w\\x1b[2J' (use letters, digits, '_', '-', '.')");
+}
+
 TEST_CASE("Procfile selection with --only and --except", "[services][procfile]") {
     std::vector<ProcfileEntry> e{{"web", "w", 1}, {"worker", "k", 2}, {"css", "c", 3}};
     CHECK(names(*procfile_services(e, "Procfile", {"worker"}, {})) ==
