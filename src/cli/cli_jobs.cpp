@@ -314,8 +314,8 @@ int runs_list(const RunsQuery& query, const LedgerLocation& where, bool located)
     // Which ledger this is, on stderr: the tables and the JSON on stdout stay what scripts read.
     std::fprintf(stderr, "lastcall runs: ledger %s\n", (*ledger)->path().c_str());
     if (cut)
-        std::fprintf(stderr, "lastcall runs: the newest %zu runs; older ones with -n N or --all\n",
-                     *shown);
+        std::fprintf(stderr, "lastcall runs: the newest %zu run%s; older ones with -n N or --all\n",
+                     *shown, *shown == 1 ? "" : "s");
     query.json ? print_json(*runs) : print_table(*runs, (*ledger)->shared());
     return 0;
 }
