@@ -19,6 +19,7 @@ test, `tests/` is the repository's (its data files), TZ=UTC, NO_COLOR=1, and XDG
 XDG_STATE_HOME and HOME are inside it, so `lastcall status` and `lastcall runs` see only what the
 document started. Blocks run in the order of the document.
 """
+import difflib
 import glob
 import os
 import re
@@ -139,10 +140,10 @@ class DocsExamplesTest(unittest.TestCase):
             got = outputs[k].split("\n") if k < len(outputs) and outputs[k] else []
             while got and not got[-1].strip():
                 got.pop()
-            self.assertTrue(
-                matches(expected, got),
-                f"{block.where()}: `{command}` printed:\n" + "\n".join(got) +
-                "\n--- where the document says:\n" + "\n".join(expected))
+            if not matches(expected, got):
+                diff = difflib.unified_diff(expected, got, "the document", "printed", lineterm="")
+                self.fail(f"{block.where()}: `{command}` printed other lines than the document "
+                          "says (`...` lines of the document match anything):\n" + "\n".join(diff))
 
     def run_document(self, doc):
         cwd, env = self.scratch()
