@@ -43,15 +43,21 @@ namespace {
 
 using namespace lastcall;
 
-// `lastcall NAME ...` runs a subcommand; anything else is the supervisor's own command line
-// (a program named like a subcommand runs as `lastcall -- NAME`).
+// Whether the line is `lastcall up ...`: a supervised run, of the Procfile's processes.
+// Invoked as tini, docker-init or dumb-init, `NAME up` runs a program called up.
+bool is_up(const std::vector<std::string>& args) {
+    return args.size() >= 2 && args[1] == "up" && !compat_mode_for_program(args[0]);
+}
+
+// `lastcall NAME ...` runs a read-only subcommand; anything else is the supervisor's own command
+// line (a program named like a subcommand runs as `lastcall -- NAME`), or `lastcall up`.
 std::optional<int> run_subcommand(const std::vector<std::string>& args, const sigset_t& handled) {
     struct Subcommand {
         std::string_view name;
-        int (*run)(const std::vector<std::string>& args);
+        int (*run)(const std::vector<std::string>& args);  // null: up, which main() runs
     };
     static constexpr Subcommand kSubcommands[] = {
-        {"up", run_up},     {"status", run_status}, {"runs", run_runs},
+        {"up", nullptr},    {"status", run_status}, {"runs", run_runs},
         {"jobs", run_jobs}, {"report", run_report},
     };
     static_assert(std::size(kSubcommands) == kSubcommandNames.size(),
@@ -59,10 +65,10 @@ std::optional<int> run_subcommand(const std::vector<std::string>& args, const si
     // Invoked as tini, docker-init or dumb-init, `NAME up` runs a program called up.
     if (args.size() < 2 || compat_mode_for_program(args[0])) return std::nullopt;
     for (const auto& sub : kSubcommands) {
-        if (args[1] != sub.name) continue;
+        if (args[1] != sub.name || !sub.run) continue;
         // The read-only subcommands keep the default dispositions: Ctrl-C ends them as any
-        // command. `up` is a supervisor and keeps them blocked.
-        if (sub.name != "up") ::sigprocmask(SIG_UNBLOCK, &handled, nullptr);
+        // command.
+        ::sigprocmask(SIG_UNBLOCK, &handled, nullptr);
         return sub.run(args);
     }
     return std::nullopt;
@@ -147,9 +153,12 @@ struct Components {
     }
 };
 
+// `procfile`: the service manager's options of `lastcall up` (prefixed output, its .env, the
+// Procfile named in the status file); none: a config's services.
 Result<Components> create_components(const Options& options, Configuration& config,
                                      const Clock& clock,
-                                     std::unique_ptr<MetricsServer> metrics_server) {
+                                     std::unique_ptr<MetricsServer> metrics_server,
+                                     std::optional<ServiceManagerOptions> procfile) {
     Components c;
     c.metrics_server = std::move(metrics_server);
     // Socket activation first: its fds must be checked before lastcall opens any of its own.
@@ -159,11 +168,12 @@ Result<Components> create_components(const Options& options, Configuration& conf
     auto notifier = Notifier::from_environment(options, clock);
     if (!notifier) return notifier.error();
     c.notifier = std::move(*notifier);
-    ServiceManagerOptions service_options;
+    ServiceManagerOptions service_options = procfile.value_or(ServiceManagerOptions{});
     service_options.state_path = status_path_for(instance_id());
     service_options.instance = instance_id();
+    // A Procfile's processes are each main: the first to end ends the run, as with foreman.
     service_options.end_when_idle =
-        options.command.empty() && config.jobs.jobs.empty() && !options.stay;
+        !procfile && options.command.empty() && config.jobs.jobs.empty() && !options.stay;
     if (!options.config_path.empty())
         service_options.config_path = real_path(options.config_path).value_or(options.config_path);
     c.services = std::make_unique<ServiceManager>(std::move(config.services), service_options);
@@ -201,8 +211,8 @@ std::optional<twin::HandedOver> take_over_from_static_binary(char** argv,
 
 // Before logging is set up, an error that ends the run before anything starts: on stderr, with
 // the exit code of a usage error.
-int start_up_error(const Error& error) {
-    std::fprintf(stderr, "lastcall: %s\n", error.message.c_str());
+int start_up_error(const Error& error, bool up) {
+    std::fprintf(stderr, "%s: %s\n", up ? "lastcall up" : "lastcall", error.message.c_str());
     return 2;
 }
 
@@ -271,10 +281,23 @@ int main(int argc, char** argv) {
     std::vector<std::string> args(argv, argv + argc);
     if (auto code = run_subcommand(args, handled)) return *code;
 
-    ParsedCommandLine parsed = parse_command_line(args);
-    // `lastcall -v up`: the global options went before the subcommand's name.
-    if (!parsed.subcommand.empty())
-        if (auto code = run_subcommand(parsed.subcommand, handled)) return *code;
+    ParsedCommandLine parsed;
+    if (!is_up(args)) {
+        parsed = parse_command_line(args);
+        // `lastcall -v up`: the global options went before the subcommand's name.
+        if (!parsed.subcommand.empty()) {
+            args = std::move(parsed.subcommand);
+            if (auto code = run_subcommand(args, handled)) return *code;
+        }
+    }
+    // `lastcall up`: the Procfile's processes are the services, read before anything starts.
+    std::optional<UpRun> up;
+    if (is_up(args)) {
+        PreparedUp prepared = prepare_up(args);
+        if (!prepared.run) return prepared.exit_code;
+        up = std::move(prepared.run);
+        parsed.options = std::move(up->options);
+    }
     if (!parsed.options) return parsed.exit_code;
     Options& options = *parsed.options;
     // What its parent handed lastcall (the mask as it was before the first line of main), for a
@@ -283,14 +306,16 @@ int main(int argc, char** argv) {
         options.inherited_signals = inherited_signals(inherited_mask);
 
     hand_over_what_needs_the_twin(options);
-    auto config = load_configuration(options);
-    if (!config) return start_up_error(config.error());
-    if (auto st = check_output_dirs(options); !st) return start_up_error(st.error());
+    auto config = up ? Result<Configuration>{Configuration{std::move(up->services), {}}}
+                     : load_configuration(options);
+    if (!config) return start_up_error(config.error(), up.has_value());
+    if (auto st = check_output_dirs(options); !st)
+        return start_up_error(st.error(), up.has_value());
     // A config's `ledger`: the ledger opens after the point of no return, too late to hand over.
     if (!config->jobs.jobs.empty() && !config->jobs.ledger_url.empty())
         twin::hand_over(kPostgresLedgerNeedsLibpq);
     auto metrics_server = bind_metrics_server(options);
-    if (!metrics_server) return start_up_error(metrics_server.error());
+    if (!metrics_server) return start_up_error(metrics_server.error(), up.has_value());
 
     twin::close_startup_window();
     setup_logging(options.log_settings());
@@ -302,7 +327,9 @@ int main(int argc, char** argv) {
     // and as a subreaper it would orphan the tree. Errors are logged and the teardown goes on.
 
     SteadyClock clock;
-    auto components = create_components(options, *config, clock, std::move(*metrics_server));
+    auto components =
+        create_components(options, *config, clock, std::move(*metrics_server),
+                          up ? std::optional{std::move(up->service_options)} : std::nullopt);
     if (!components) {
         spdlog::critical("{}", components.error().message);
         return 1;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <set>
-#include <tuple>
 
 #include "lastcall/cli/cli11_app.hpp"
 #include "lastcall/cli/compat.hpp"
@@ -29,10 +28,14 @@ std::string_view to_string(Scope s) {
 
 namespace {
 
-constexpr const char* kUsageHint = " (see lastcall --help)";
+// Which command line parse_native reads: lastcall's own, the options in front of a --compat
+// (no command expected), or the options `lastcall up` shares with lastcall (no command either).
+enum class NativeRole { Main, CompatPrefix, Up };
 
-int usage_error(const std::string& message) {
-    std::fprintf(stderr, "lastcall: %s%s\n", message.c_str(), kUsageHint);
+// One line naming the option, then where to read more: exit code 2.
+int usage_error(const std::string& message, NativeRole role = NativeRole::Main) {
+    const char* who = role == NativeRole::Up ? "lastcall up" : "lastcall";
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", who, message.c_str(), who);
     return 2;
 }
 
@@ -84,7 +87,8 @@ bool mentions_compat_flag(const std::vector<std::string>& args) {
     return false;
 }
 
-ParsedCommandLine parse_native(const std::vector<std::string>& args, std::set<std::string>* prefix);
+ParsedCommandLine parse_native(const std::vector<std::string>& args, std::set<std::string>* given,
+                               NativeRole role);
 ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::size_t at);
 
 }  // namespace
@@ -110,15 +114,17 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
     // (bench/results/2026-12-06-dropin.md).
     if (as_peer && !mentions_compat_flag(args))
         if (auto compat = parse_compat_command_line(args)) return std::move(*compat);
-    return parse_native(args, nullptr);
+    return parse_native(args, nullptr, NativeRole::Main);
 }
 
 namespace {
 
-// The native command line, or (with prefix) only lastcall's own options in front of a --compat:
-// then no command is expected, and the names of the options given are collected in *prefix.
+// The native command line, or only lastcall's own options (in front of a --compat, or after
+// `lastcall up`): then no command is expected, and the names of the options given are collected
+// in *given.
 [[gnu::noinline]] ParsedCommandLine parse_native(const std::vector<std::string>& args,
-                                                 std::set<std::string>* prefix) {
+                                                 std::set<std::string>* given, NativeRole role) {
+    auto usage = [role](const std::string& message) { return usage_error(message, role); };
     Options o;
     bool as_peer = !args.empty() && compat_mode_for_program(args[0]).has_value();
     CLI::App app{
@@ -227,7 +233,7 @@ namespace {
                        "does; lastcall's own options may come before it (a symlink named tini, "
                        "docker-init or dumb-init does the same)");
 
-    if (!prefix) {
+    if (role == NativeRole::Main) {
         // Invoked as tini, docker-init or dumb-init, or with --compat: the peer's flag set, after
         // lastcall's own options if any precede --compat.
         if (std::size_t at = find_compat_flag(app, args, as_peer); at > 1)
@@ -239,7 +245,8 @@ namespace {
     std::size_t split = find_command_start(app, args);
     // `lastcall -v up`: global options before a subcommand's name. The subcommand gets them
     // after its name, where it parses them (a program of that name runs as `lastcall -- up`).
-    if (!prefix && split > 1 && split < args.size() && is_subcommand(args[split])) {
+    if (role == NativeRole::Main && split > 1 && split < args.size() &&
+        is_subcommand(args[split])) {
         ParsedCommandLine hoisted;
         hoisted.subcommand = {args[0], args[split]};
         hoisted.subcommand.insert(hoisted.subcommand.end(),
@@ -259,30 +266,40 @@ namespace {
         std::fputs(app.help().c_str(), stdout);
         return {std::nullopt, 0};
     } catch (const CLI::ParseError& e) {
-        return {std::nullopt, usage_error(one_line(e.what()))};
+        return {std::nullopt, usage(one_line(e.what()))};
     }
     if (!compat.empty())
-        return {std::nullopt, usage_error("--compat must come after lastcall's own options and "
-                                          "before the peer's")};
+        return {std::nullopt, usage("--compat must come after lastcall's own options and "
+                                    "before the peer's")};
     if (version) {
         std::printf("lastcall %s\n", LASTCALL_VERSION);
         return {std::nullopt, 0};
     }
     o.log_level = global.level_or(o.log_level);
     if (!global.log_format.empty()) log_format = global.log_format;
-    if (prefix) {
-        if (!o.command.empty())
-            return {std::nullopt,
-                    usage_error("unexpected '" + o.command.front() + "' before --compat")};
-        for (const CLI::Option* opt : app.get_options())
-            if (opt->count() > 0) prefix->insert(opt->get_name());
-    } else if (o.command.empty() && o.config_path.empty() && o.crontab_path.empty()) {
-        return {std::nullopt, usage_error("no command given")};
+    if (role == NativeRole::CompatPrefix && !o.command.empty())
+        return {std::nullopt, usage("unexpected '" + o.command.front() + "' before --compat")};
+    if (role == NativeRole::Up && !o.command.empty()) {
+        // `lastcall up web` is foreman's `foreman start web`: the answer names lastcall's way.
+        std::string names;
+        for (const auto& word : o.command)
+            if (!word.starts_with("-")) names += (names.empty() ? "" : ",") + word;
+        std::fprintf(stderr,
+                     "lastcall up: '%s' is not an option; to run only some processes: "
+                     "lastcall up --only %s\n",
+                     o.command.front().c_str(), names.c_str());
+        return {std::nullopt, 2};
     }
+    if (given)
+        for (const CLI::Option* opt : app.get_options())
+            if (opt->count() > 0) given->insert(opt->get_name());
+    if (role == NativeRole::Main && o.command.empty() && o.config_path.empty() &&
+        o.crontab_path.empty())
+        return {std::nullopt, usage("no command given")};
 
     auto dur = [&](const std::string& text, const char* name, std::chrono::milliseconds& out) {
         auto d = parse_duration(text);
-        if (!d) return usage_error(std::string(name) + ": " + d.error().message), false;
+        if (!d) return usage(std::string(name) + ": " + d.error().message), false;
         out = *d;
         return true;
     };
@@ -290,27 +307,27 @@ namespace {
         !dur(coalesce, "--coalesce", o.coalesce))
         return {std::nullopt, 2};
     if (o.drain_delay > o.grace)
-        return {std::nullopt, usage_error("--drain-delay " + format_duration(o.drain_delay) +
-                                          " is longer than --grace " + format_duration(o.grace) +
-                                          ": the drain delay is spent inside the grace budget")};
+        return {std::nullopt, usage("--drain-delay " + format_duration(o.drain_delay) +
+                                    " is longer than --grace " + format_duration(o.grace) +
+                                    ": the drain delay is spent inside the grace budget")};
     if (!stop_signal.empty()) {
         auto s = parse_signal(stop_signal);
-        if (!s) return {std::nullopt, usage_error("--stop-signal: " + s.error().message)};
+        if (!s) return {std::nullopt, usage("--stop-signal: " + s.error().message)};
         o.stop_signal = *s;
     }
     if (!pdeathsig.empty()) {
         auto s = parse_signal(pdeathsig);
-        if (!s) return {std::nullopt, usage_error("--pdeathsig: " + s.error().message)};
+        if (!s) return {std::nullopt, usage("--pdeathsig: " + s.error().message)};
         o.pdeathsig = *s;
     }
     for (const auto& rw : rewrites) {
         auto colon = rw.find(':');
         if (colon == std::string::npos)
-            return {std::nullopt, usage_error("--rewrite '" + rw + "': expected FROM:TO")};
+            return {std::nullopt, usage("--rewrite '" + rw + "': expected FROM:TO")};
         auto from = parse_signal(rw.substr(0, colon));
         auto to = parse_signal(rw.substr(colon + 1), /*allow_zero=*/true);
-        if (!from) return {std::nullopt, usage_error("--rewrite: " + from.error().message)};
-        if (!to) return {std::nullopt, usage_error("--rewrite: " + to.error().message)};
+        if (!from) return {std::nullopt, usage("--rewrite: " + from.error().message)};
+        if (!to) return {std::nullopt, usage("--rewrite: " + to.error().message)};
         o.rewrite[*from] = *to;
     }
     // Resolved here, before anything starts: an id out of range, an empty or unknown name must
@@ -318,7 +335,7 @@ namespace {
     if (const CLI::Option* user = app.get_option_no_throw("--user"); user && user->count() > 0) {
         auto creds = lookup_credentials(o.user);
         if (!creds)
-            return {std::nullopt, usage_error("--user '" + o.user + "': " + creds.error().message)};
+            return {std::nullopt, usage("--user '" + o.user + "': " + creds.error().message)};
         o.credentials = std::move(*creds);
     }
     o.success_exits.insert(success_exits.begin(), success_exits.end());
@@ -343,7 +360,7 @@ ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::
     auto compat = parse_compat_command_line(peer);
     if (!compat || !compat->options) return compat ? std::move(*compat) : ParsedCommandLine{};
     std::set<std::string> given;
-    auto mine = parse_native(native, &given);
+    auto mine = parse_native(native, &given, NativeRole::CompatPrefix);
     if (!mine.options) return mine;
     Options& o = *compat->options;
     const Options& n = *mine.options;
@@ -390,18 +407,58 @@ ParsedCommandLine with_native_prefix(const std::vector<std::string>& args, std::
     return std::move(*compat);
 }
 
+// lastcall's own options that have no meaning in `lastcall up`, and why: each is refused by name
+// (exit 2) instead of being accepted and ignored.
+struct NotForUp {
+    std::string_view option, why;
+};
+constexpr NotForUp kNotForUp[] = {
+    {"--config",
+     "lastcall up runs ./Procfile (-f FILE); a config's services and jobs run "
+     "with lastcall --config FILE"},
+    {"--crontab",
+     "a Procfile has no scheduled jobs; crontab lines run with lastcall "
+     "--crontab FILE"},
+    {"--state-dir", "a Procfile has no scheduled jobs, so no run ledger"},
+    {"--ledger", "a Procfile has no scheduled jobs, so no run ledger"},
+    {"--replica-id", "a Procfile has no scheduled jobs, so no run ledger"},
+    {"--stay", "lastcall up ends when a process ends, as foreman does"},
+    {"--ready-on", "it is the main command's readiness, and lastcall up has no main command"},
+    {"--kill-scope",
+     "it chooses who of the main command's tree gets the stop signal, and "
+     "lastcall up has no main command (each process's whole tree gets it)"},
+    {"--forward-to",
+     "it chooses who of the main command's tree gets forwarded signals, and "
+     "lastcall up has no main command"},
+    {"--pdeathsig", "it is the main command's, and lastcall up has no main command"},
+    {"--compat", "tini, docker-init and dumb-init run one command, not a Procfile"},
+};
+
+// The first word before a "--" that names an option refused above, with its reason.
+const NotForUp* refused_for_up(const std::vector<std::string>& words) {
+    for (std::size_t i = 0; i < words.size() && words[i] != "--"; ++i) {
+        std::string_view name = std::string_view(words[i]).substr(0, words[i].find('='));
+        for (const auto& refused : kNotForUp)
+            if (name == refused.option) return &refused;
+    }
+    return nullptr;
+}
+
 }  // namespace
 
 ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) {
     UpOptions up;
-    Options& o = up.options;
     CLI::App app{
         "lastcall up: run the processes of ./Procfile side by side, with ./.env in their "
         "environment and each output line prefixed with its process name. Ctrl-C stops every "
         "process's whole tree; a second Ctrl-C kills them at once.",
         "lastcall up"};
     set_usage(app, "Usage: lastcall up [OPTIONS]");
-    std::string grace = kDefaultGraceText, coalesce = "100ms", tracker = "auto";
+    app.footer(
+        "lastcall's own options that apply to a run go before or after up (lastcall --help): "
+        "--grace, --drain-delay, --coalesce, --stop-signal, --pre-stop, --ready-file, --report, "
+        "--metrics-file, --metrics-listen, --tracker, --user, --no-new-privs, --success-exit, "
+        "--rewrite. Those about a main command, a config or the run ledger are refused by name.");
     app.add_option("-f,--procfile", up.procfile, "The Procfile (default ./Procfile)");
     app.add_option("-e,--env", up.env_file, "Environment file (default ./.env, if present)");
     app.add_option("--only", up.only, "Run only these processes (comma-separated)")->delimiter(',');
@@ -412,53 +469,30 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
                    "Procfile, as foreman assigns it (default: .env's PORT, the environment's, "
                    "else 5000)")
         ->check(CLI::Range(1, 65535));
-    app.add_option("--grace", grace, "Budget from Ctrl-C to SIGKILL (default 8s)");
-    app.add_option("--coalesce", coalesce,
-                   "Termination signals closer than this are one burst (default 100ms)");
-    // No --ledger or --replica-id: a Procfile has no scheduled jobs, and the two were accepted
-    // (listed in the help) and ignored.
-    app.add_option("--report", o.report_path, "Write the JSON shutdown report here (atomically)");
-    app.add_option("--tracker", tracker, "How the tree is tracked (default auto)")
-        ->check(CLI::IsMember({"auto", "cgroup", "proc"}));
     GlobalOptions global;
     add_global_options(app, global);
-    // Words after `up` are kept, not refused by CLI11's own message: `lastcall up web` is
-    // foreman's `foreman start web`, and the answer names lastcall's way to say it.
+    // The words up does not know are lastcall's own options (--grace 5s, --metrics-listen :9100)
+    // and words that are no option at all: parse_native reads them as lastcall reads them.
     app.allow_extras();
     if (auto code = parse_subcommand(app, args, "up")) return {std::nullopt, *code};
-    if (auto extra = app.remaining(); !extra.empty()) {
-        std::string names;
-        for (const auto& e : extra)
-            if (!e.starts_with("-")) names += (names.empty() ? "" : ",") + e;
-        if (extra.front().starts_with("-") || names.empty())
-            std::fprintf(stderr, "lastcall up: unknown option %s (see lastcall up --help)\n",
-                         extra.front().c_str());
-        else
-            std::fprintf(stderr,
-                         "lastcall up: '%s' is not an option; to run only some processes: "
-                         "lastcall up --only %s\n",
-                         extra.front().c_str(), names.c_str());
+    std::vector<std::string> rest = app.remaining();
+    if (const NotForUp* refused = refused_for_up(rest)) {
+        std::fprintf(stderr, "lastcall up: %.*s does not apply to lastcall up: %.*s\n",
+                     static_cast<int>(refused->option.size()), refused->option.data(),
+                     static_cast<int>(refused->why.size()), refused->why.data());
         return {std::nullopt, 2};
     }
-    o.log_level = global.level_or(o.log_level);
-    if (global.log_format == "json") o.log_format = LogFormat::Json;
+    rest.insert(rest.begin(), args[0]);
+    ParsedCommandLine native = parse_native(rest, nullptr, NativeRole::Up);
+    if (!native.options) return {std::nullopt, native.exit_code};
+    up.options = std::move(*native.options);
+    up.options.log_level = global.level_or(up.options.log_level);
+    if (global.log_format == "json") up.options.log_format = LogFormat::Json;
     up.env_file_given = app.count("--env") > 0;
     if (!up.only.empty() && !up.except.empty()) {
         std::fprintf(stderr, "lastcall up: --only and --except exclude each other\n");
         return {std::nullopt, 2};
     }
-    for (auto [text, name, out] : {std::tuple{&grace, "--grace", &o.grace},
-                                   std::tuple{&coalesce, "--coalesce", &o.coalesce}}) {
-        auto d = parse_duration(*text);
-        if (!d) {
-            std::fprintf(stderr, "lastcall up: %s: %s\n", name, d.error().message.c_str());
-            return {std::nullopt, 2};
-        }
-        *out = *d;
-    }
-    o.tracker = tracker == "cgroup" ? TrackerKind::Cgroup
-                : tracker == "proc" ? TrackerKind::Proc
-                                    : TrackerKind::Auto;
     return {std::move(up), 0};
 }
 

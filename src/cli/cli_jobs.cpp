@@ -17,6 +17,7 @@
 #include "lastcall/core/timefmt.hpp"
 #include "lastcall/core/twin.hpp"
 #include "lastcall/jobs/config.hpp"
+#include "lastcall/jobs/cron.hpp"
 #include "lastcall/jobs/ledger.hpp"
 #include "lastcall/process/credentials.hpp"
 #include "lastcall/process/userdb.hpp"
@@ -83,13 +84,26 @@ void print_json(const std::vector<RunRecord>& runs) {
     std::printf("%s\n", j.str().c_str());
 }
 
-// Times relative to now, as people read them (`--json` has the exact ones).
+// A time as the table shows it: the local wall-clock time and how long ago it was ("2026-12-07
+// 11:02:05 (2m ago)"; rows of one minute's runs all read "2m ago" alone). The date is left out
+// when it is `same_day`'s, the zone's abbreviation is added when it is not the header's.
+std::string table_time(std::int64_t unix_ms, std::int64_t now_ms, const std::string& header_zone,
+                       const std::string& same_day = "") {
+    LocalTimeText t = local_time_text(unix_ms / 1000);
+    std::string text = t.date == same_day ? t.time : t.date + " " + t.time;
+    if (t.zone != header_zone) text += " " + t.zone;
+    return text + " (" + relative_time(unix_ms, now_ms) + ")";
+}
+
+// Local times (the zone in the header) with how long ago each was (`--json` has the exact ones).
 void print_table(const std::vector<RunRecord>& runs, bool with_replica) {
     std::int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
                            std::chrono::system_clock::now().time_since_epoch())
                            .count();
+    ::tzset();
+    const std::string zone = local_time_text(now / 1000).zone;
     std::vector<std::vector<std::string>> rows{
-        {"ID", "JOB", "STATE", "SCHEDULED", "PID", "ENDED", "EXIT", "REASON"}};
+        {"ID", "JOB", "STATE", "SCHEDULED (" + zone + ")", "PID", "ENDED", "EXIT", "REASON"}};
     if (with_replica) rows[0].insert(rows[0].begin() + 4, "REPLICA");
     if (with_replica) rows[0].insert(rows[0].begin() + 1, "CLUSTER");
     for (const auto& r : runs) {
@@ -101,10 +115,11 @@ void print_table(const std::vector<RunRecord>& runs, bool with_replica) {
             reason += (reason.empty() ? "" : "; ") + ("recovery: " + r.recovery);
         if (r.retry_of)
             reason += (reason.empty() ? "" : "; ") + ("retry of " + std::to_string(*r.retry_of));
-        rows.push_back({std::to_string(r.id), r.job, std::string(to_string(r.state)),
-                        relative_time(r.scheduled_at * 1000, now),
-                        r.pid ? std::to_string(*r.pid) : "-",
-                        r.ended_ms ? relative_time(*r.ended_ms, now) : "-", exit, reason});
+        const std::string scheduled_day = local_time_text(r.scheduled_at).date;
+        rows.push_back(
+            {std::to_string(r.id), r.job, std::string(to_string(r.state)),
+             table_time(r.scheduled_at * 1000, now, zone), r.pid ? std::to_string(*r.pid) : "-",
+             r.ended_ms ? table_time(*r.ended_ms, now, zone, scheduled_day) : "-", exit, reason});
         if (with_replica) {
             rows.back().insert(rows.back().begin() + 4, r.replica.empty() ? "-" : r.replica);
             rows.back().insert(rows.back().begin() + 1, r.cluster.empty() ? "-" : r.cluster);
@@ -253,9 +268,13 @@ std::string own_user_name() {
 // What the listing of `lastcall runs` selects, and how it prints it.
 struct RunsQuery {
     std::string job, state, since, cluster;
-    std::size_t limit = 0;
+    std::size_t limit = 0;  // -n N; 0: the default
+    bool all = false;       // --all
     bool json = false;
 };
+
+// The table's default length: the newest runs, as `journalctl -n` and `git log -n` show them.
+constexpr std::size_t kRunsShown = 20;
 
 // `lastcall runs` without a subcommand: the runs the query selects, as a table or JSON.
 int runs_list(const RunsQuery& query, const LedgerLocation& where, bool located) {
@@ -277,18 +296,26 @@ int runs_list(const RunsQuery& query, const LedgerLocation& where, bool located)
         }
         filter.since_ms = unix_ms_now() - d->count();
     }
-    // The table is read by people: the newest 50 unless asked; JSON is read by programs: all.
+    // The table is read by people: the newest 20 unless asked; JSON is read by programs: all.
+    // One more than shown is read, to say whether older runs were left out.
+    std::optional<std::size_t> shown;
     if (query.limit > 0)
-        filter.limit = query.limit;
-    else if (!query.json)
-        filter.limit = 50;
+        shown = query.limit;
+    else if (!query.json && !query.all)
+        shown = kRunsShown;
+    if (shown) filter.limit = *shown + 1;
     auto runs = (*ledger)->list(filter);
     if (!runs) {
         std::fprintf(stderr, "lastcall runs: %s\n", runs.error().message.c_str());
         return 1;
     }
+    bool cut = shown && runs->size() > *shown;
+    if (cut) runs->erase(runs->begin());  // oldest first: the one read beyond the newest N
     // Which ledger this is, on stderr: the tables and the JSON on stdout stay what scripts read.
     std::fprintf(stderr, "lastcall runs: ledger %s\n", (*ledger)->path().c_str());
+    if (cut)
+        std::fprintf(stderr, "lastcall runs: the newest %zu run%s; older ones with -n N or --all\n",
+                     *shown, *shown == 1 ? "" : "s");
     query.json ? print_json(*runs) : print_table(*runs, (*ledger)->shared());
     return 0;
 }
@@ -313,9 +340,10 @@ int run_runs(const std::vector<std::string>& args) {
         ->check(CLI::IsMember(
             {"scheduled", "started", "completed", "failed", "interrupted", "skipped"}));
     app.add_flag("--json", query.json, "A JSON array instead of a table");
-    app.add_option(
-        "--limit", query.limit,
-        "At most this many runs, the newest (default 50 for the table, all with --json)");
+    auto* limit = app.add_option(
+        "-n,--limit", query.limit,
+        "At most this many runs, the newest (default 20 for the table, all with --json)");
+    app.add_flag("--all", query.all, "Every run the other options select")->excludes(limit);
     app.add_option("--cluster", query.cluster, "A shared ledger: only this deployment's runs");
     app.add_option("--since", query.since, "Only runs created within this long (\"10m\", \"2d\")");
     app.add_option("--state-dir", state_dir, "Directory of the run ledger");
@@ -405,7 +433,7 @@ int run_jobs(const std::vector<std::string>& args) {
                 std::printf("  (no further fire time)\n");
                 break;
             }
-            std::printf("  %s\n", iso_utc(t->time_since_epoch().count()).c_str());
+            std::printf("  %s\n", cron::fire_time_text(*job.schedule, *t).c_str());
         }
     }
     return 0;

@@ -1,29 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/cli/up.hpp"
-#include "lastcall/core/instance.hpp"
 #include "lastcall/core/port.hpp"
 #include "lastcall/core/read_file.hpp"
 #include "lastcall/core/safe_path.hpp"
-#include "lastcall/core/twin.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 
 #include "lastcall/cli/cli.hpp"
-#include "lastcall/core/clock.hpp"
-#include "lastcall/core/log.hpp"
-#include "lastcall/services/service_manager.hpp"
-#include "lastcall/services/service_status.hpp"
-#include "lastcall/supervisor/supervisor.hpp"
+#include "lastcall/process/credentials.hpp"
 
 namespace lastcall {
-
-namespace {}  // namespace
 
 Result<std::vector<ServiceSpec>> procfile_services(const std::vector<ProcfileEntry>& entries,
                                                    const std::string& procfile,
@@ -71,18 +61,16 @@ Result<int> procfile_base_port(std::optional<int> flag, const std::vector<std::s
     return *port;
 }
 
-int run_up(const std::vector<std::string>& args) {
+PreparedUp prepare_up(const std::vector<std::string>& args) {
     ParsedUpCommandLine parsed = parse_up_command_line(args);
-    if (!parsed.up) return parsed.exit_code;
+    if (!parsed.up) return {std::nullopt, parsed.exit_code};
     UpOptions& up = *parsed.up;
 
     // Every file error ends the run before anything starts: exit 2, one line with file and line.
     auto fail = [](const Error& e) {
         std::fprintf(stderr, "lastcall up: %s\n", e.message.c_str());
-        return 2;
+        return PreparedUp{std::nullopt, 2};
     };
-    if (auto st = check_output_dir("--report", up.options.report_path); !st)
-        return fail(st.error());
     auto text = read_file(up.procfile);
     if (!text) return fail(text.error());
     auto entries = parse_procfile(*text, up.procfile);
@@ -99,34 +87,14 @@ int run_up(const std::vector<std::string>& args) {
     if (!base_port) return fail(base_port.error());
     auto specs = procfile_services(*entries, up.procfile, up.only, up.except, *base_port);
     if (!specs) return fail(specs.error());
+    // --user is every process's user, as it is every service's without its own.
+    for (auto& s : *specs) s.user = unit_credentials(s.user, s.group, up.options.credentials);
     // Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
     const char* no_color = std::getenv("NO_COLOR");
     mo.color = ::isatty(STDOUT_FILENO) == 1 && !(no_color && *no_color);
-    mo.state_path = status_path_for(instance_id());
-    // Named in the status file, so that `lastcall status` tells two `lastcall up`s apart (by
-    // instance, and by the Procfile's absolute path, as `lastcall status ./Procfile` selects).
-    mo.instance = instance_id();
+    // Named in the status file, so that `lastcall status ./Procfile` selects this run.
     mo.config_path = real_path(up.procfile).value_or(up.procfile);
-
-    twin::close_startup_window();  // the point of no return (main.cpp)
-    setup_logging(up.options.log_settings());
-    if (auto st = block_handled_signals(); !st) {
-        spdlog::critical("{}", st.error().message);
-        return 1;
-    }
-    SteadyClock clock;
-    ServiceManager services(std::move(*specs), std::move(mo));
-    Supervisor supervisor(std::move(up.options), clock);
-    supervisor.add_component(&services);
-    int code = supervisor.run();
-    // A stderr reader that stopped reading gets a short chance, then the count of what it lost.
-    flush_log_backlog(std::chrono::milliseconds(200));
-    if (auto lost = log_lines_lost()) {
-        spdlog::warn("lost {} log lines (stderr was not being read)", lost);
-        flush_log_backlog(std::chrono::milliseconds(50));
-    }
-    spdlog::shutdown();
-    return code;
+    return {UpRun{std::move(up.options), std::move(*specs), std::move(mo)}, 0};
 }
 
 }  // namespace lastcall

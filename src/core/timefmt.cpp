@@ -61,6 +61,32 @@ std::string relative_time(std::int64_t unix_ms, std::int64_t now_ms) {
     return future ? "in " + amount : amount + " ago";
 }
 
+std::string iso_zoned(std::int64_t unix_seconds, std::int32_t offset_seconds,
+                      std::string_view zone_name) {
+    char buf[48];
+    std::size_t n = format_seconds(unix_seconds + offset_seconds, buf, sizeof buf);
+    const char sign = offset_seconds < 0 ? '-' : '+';
+    const std::int32_t off = offset_seconds < 0 ? -offset_seconds : offset_seconds;
+    std::snprintf(buf + n, sizeof buf - n, "%c%02d:%02d", sign, off / 3600, off / 60 % 60);
+    return std::string(buf) + "[" + std::string(zone_name) + "]";
+}
+
+LocalTimeText local_time_text(std::int64_t unix_seconds) {
+    std::time_t t = static_cast<std::time_t>(unix_seconds);
+    std::tm tm{};
+    ::localtime_r(&t, &tm);
+    char date[32], time[16], zone[16];
+    std::strftime(date, sizeof date, "%Y-%m-%d", &tm);
+    std::strftime(time, sizeof time, "%H:%M:%S", &tm);
+    // A POSIX TZ string may name no abbreviation (glibc then gives the offset's digits or "");
+    // the numeric offset is never ambiguous.
+    if (tm.tm_zone && *tm.tm_zone && std::string_view(tm.tm_zone) != " ")
+        std::snprintf(zone, sizeof zone, "%s", tm.tm_zone);
+    else
+        std::strftime(zone, sizeof zone, "%z", &tm);
+    return {date, time, zone};
+}
+
 std::string iso_utc_ms(std::int64_t unix_ms) {
     std::int64_t secs = floor_div(unix_ms, 1000);
     char buf[48];

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cron_internal.hpp"
+#include "lastcall/core/timefmt.hpp"
 #include "lastcall/jobs/cron.hpp"
 
 namespace lastcall::cron {
@@ -120,6 +121,12 @@ std::optional<sys_seconds> Schedule::next_after(sys_seconds t) const {
         wall = *w + 1;
     }
     return std::nullopt;
+}
+
+std::string fire_time_text(const Schedule& schedule, sys_seconds t) {
+    const TimeZone& zone = schedule.zone();
+    return iso_zoned(t.time_since_epoch().count(),
+                     static_cast<std::int32_t>(zone.offset_at(t).count()), zone.name());
 }
 
 }  // namespace lastcall::cron

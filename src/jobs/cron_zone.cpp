@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Time zones: POSIX TZ rules and TZif files (RFC 8536), and the offsets and transitions
 // they give.
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -408,12 +410,34 @@ Result<TimeZone> TimeZone::load(std::string_view name) {
     return from_tzif(name, *bytes);
 }
 
+namespace {
+
+// The name /etc/localtime stands for, as fire times show it: the zone its link points to
+// (/usr/share/zoneinfo/Europe/Berlin, as timedatectl and tzdata's debconf make it), else
+// "localtime" (a copy of the file carries no name).
+std::string localtime_name() {
+    char target[4096];
+    ssize_t n = ::readlink("/etc/localtime", target, sizeof target - 1);
+    if (n <= 0) return "localtime";
+    std::string_view path(target, static_cast<std::size_t>(n));
+    constexpr std::string_view kDir = "zoneinfo/";
+    std::size_t at = path.rfind(kDir);
+    if (at == std::string_view::npos || at + kDir.size() == path.size()) return "localtime";
+    std::string_view name = path.substr(at + kDir.size());
+    // posix/ and right/ are the same zones under other rules of leap seconds.
+    for (std::string_view tree : {"posix/", "right/"})
+        if (name.starts_with(tree)) name.remove_prefix(tree.size());
+    return std::string(name);
+}
+
+}  // namespace
+
 Result<TimeZone> TimeZone::local() {
     const char* tz = std::getenv("TZ");
     if (!tz) {
         auto bytes = read_file("/etc/localtime", kZoneFileLimit);
         if (!bytes) return utc();
-        return from_tzif("localtime", *bytes);
+        return from_tzif(localtime_name(), *bytes);
     }
     std::string_view spec = tz;
     if (spec.empty()) return utc();

@@ -133,7 +133,7 @@ Status JobScheduler::attach_host(UnitHost& host) {
         if (j.next_fire)
             spdlog::info("job {}: schedule '{}', next run at {}", j.spec.name,
                          j.spec.schedule->expression(),
-                         iso_utc(j.next_fire->time_since_epoch().count()));
+                         cron::fire_time_text(*j.spec.schedule, *j.next_fire));
         else
             spdlog::warn("job {}: schedule '{}' never fires again", j.spec.name,
                          j.spec.schedule->expression());

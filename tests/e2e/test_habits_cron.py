@@ -10,6 +10,7 @@ checked through `lastcall jobs` (computed, not waited for)."""
 import os
 import pwd
 import signal
+import sqlite3
 import subprocess
 import unittest
 
@@ -58,7 +59,8 @@ class CrontabFormsTest(CronTestCase):
         self.assertEqual(code, 0, err)
         self.assertRegex(self.heads(out)[0], r"schedule 'CRON_TZ=UTC 0 3 \* \* \* 2099'.*"
                                              r"  command: echo hi$")
-        self.assertEqual(self.times(out), ["2099-01-01T03:00:00Z", "2099-01-02T03:00:00Z"])
+        self.assertEqual(self.times(out), ["2099-01-01T03:00:00+00:00[UTC]",
+                                          "2099-01-02T03:00:00+00:00[UTC]"])
 
     def test_a_line_whose_years_are_past_is_refused_at_start_naming_it(self):
         crontab = self.write_file("crontab", "0 3 * * * 2020 echo hi\n")
@@ -156,6 +158,77 @@ class JobsCommandTest(CronTestCase):
         crontab = self.write_file("crontab", "@hourly true\n")
         code, out, err = self.jobs("--crontab", crontab)
         self.assertEqual(code, 0, err)
+
+
+class TimesTest(CronTestCase):
+    """Item 6: a fire time is shown in its schedule's zone, with the offset and the zone's name;
+    `lastcall runs` shows the newest runs, each time beside how long ago it was."""
+    ZONE = "XST-5:30"  # a POSIX TZ string: no zoneinfo file needed, and not UTC
+
+    def zoned_env(self):
+        return dict(self.env, TZ=self.ZONE)
+
+    def test_jobs_shows_fire_times_in_the_schedules_zone_with_its_offset_and_name(self):
+        crontab = self.write_file("crontab", "0 3 * * * echo hi\n")
+        r = subprocess.run([LASTCALL, "jobs", "--crontab", crontab, "--count", "2"],
+                           env=self.zoned_env(), capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        times = self.times(r.stdout)
+        self.assertEqual(len(times), 2, r.stdout)
+        for t in times:
+            self.assertRegex(t, r"^\d{4}-\d\d-\d\dT03:00:00\+05:30\[XST-5:30\]$")
+
+    def test_the_log_says_the_next_run_in_the_schedules_zone_with_its_name(self):
+        crontab = self.write_file("crontab", "0 3 * * * echo hi\n")
+        r = subprocess.run([LASTCALL, "--crontab", crontab, "--state-dir", self.state, "--",
+                            "true"], env=self.zoned_env(), capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stderr, r"schedule '0 3 \* \* \*', next run at "
+                                   r"\d{4}-\d\d-\d\dT03:00:00\+05:30\[XST-5:30\]\n")
+
+    def ledger_with_runs(self, count):
+        """A ledger (made by a lastcall run) with `count` completed runs of job x, a minute
+        apart from 2026-01-02T03:04:05Z, each ended 2 s after its fire time."""
+        crontab = self.write_file("crontab", "0 3 * * * true\n")
+        r = subprocess.run([LASTCALL, "--crontab", crontab, "--state-dir", self.state, "--",
+                            "true"], env=self.env, capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        base = 1767323045
+        con = sqlite3.connect(os.path.join(self.state, "ledger.sqlite"))
+        with con:
+            con.executemany(
+                "INSERT INTO runs (job, scheduled_at, state, created_ms, started_ms, ended_ms, "
+                "exit_code) VALUES ('x', ?, 'completed', ?, ?, ?, 0)",
+                [(base + 60 * i, (base + 60 * i) * 1000, (base + 60 * i) * 1000,
+                  (base + 60 * i + 2) * 1000) for i in range(count)])
+        con.close()
+
+    def runs(self, *args):
+        r = subprocess.run([LASTCALL, "runs", "--state-dir", self.state, *args],
+                           env=self.zoned_env(), capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ids = [int(line.split()[0]) for line in r.stdout.splitlines()[1:]]
+        return r, ids
+
+    def test_runs_shows_the_newest_20_and_says_that_older_ones_were_left_out(self):
+        self.ledger_with_runs(25)
+        r, ids = self.runs()
+        self.assertEqual(ids, list(range(6, 26)), r.stdout)
+        self.assertIn("lastcall runs: the newest 20 runs; older ones with -n N or --all", r.stderr)
+        r, ids = self.runs("-n", "3")
+        self.assertEqual(ids, [23, 24, 25], r.stdout)
+        r, ids = self.runs("--all")
+        self.assertEqual(ids, list(range(1, 26)), r.stdout)
+        self.assertNotIn("older ones", r.stderr)
+
+    def test_runs_shows_each_time_beside_how_long_ago_it_was(self):
+        self.ledger_with_runs(1)
+        r, _ = self.runs()
+        header, row = r.stdout.splitlines()
+        self.assertIn("SCHEDULED (XST)", header)
+        # 03:04:05Z is 08:34:05 at +05:30; the end, on the same day, shows its time alone.
+        self.assertRegex(row, r"  2026-01-02 08:34:05 \(\d+d ago\)  .*  08:34:07 \(\d+d ago\)  ")
 
 
 if __name__ == "__main__":

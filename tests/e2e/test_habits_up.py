@@ -4,8 +4,10 @@ PORT as foreman does; `lastcall status` tells two `lastcall up`s apart; an init 
 have all ended for good, with no command and no job, ends instead of looking alive."""
 import glob
 import os
+import re
 import signal
 import subprocess
+import urllib.request
 
 from lctest import LASTCALL, LastcallTestCase
 from test_services import LogReader
@@ -113,6 +115,43 @@ class UpArguments(LastcallTestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--bogus", r.stderr)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
+
+class GlobalOptionsOfUp(LastcallTestCase):
+    """Item 4: lastcall's own options go before or after `up`; those that make no sense there
+    are refused by name."""
+
+    def test_up_takes_lastcalls_own_options_before_and_after_its_name(self):
+        procfile = self.write_file("Procfile", 'web: echo up > "$EVENTS"; exec sleep 1000\n')
+        report = os.path.join(self.dir, "report.json")
+        log = LogReader(["--metrics-listen", "127.0.0.1:0", "-v", "up", "-f", procfile,
+                         "--report", report, "--pre-stop", 'echo pre-stop > "$EVENTS"'], self.env)
+        try:
+            self.assertEqual(self.fifo.readline(), "up")
+            line = log.lines[log.wait_for("metrics: serving /metrics")]
+            port = re.search(r"\(port (\d+)\)", line).group(1)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                body = r.read().decode()
+            self.assertIn('lastcall_service_restarts_total{service="web"}', body)
+        finally:
+            log.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(self.fifo.readline(), "pre-stop")
+        log.finish(timeout=60)
+        self.assertTrue(os.path.exists(report), "\n".join(log.lines))
+        self.assertNoLeftovers()
+
+    def test_an_option_about_a_main_command_or_a_config_is_refused_by_name(self):
+        for args, option in ((["up", "--kill-scope", "child"], "--kill-scope"),
+                             (["--config", "x.toml", "up"], "--config"),
+                             (["up", "--ledger=postgresql://db/x"], "--ledger")):
+            with self.subTest(args=args):
+                r = subprocess.run([LASTCALL, *args], cwd=self.dir, env=self.env,
+                                   capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                lines = r.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, r.stderr)
+                self.assertTrue(lines[0].startswith(f"lastcall up: {option} does not apply to "
+                                                    "lastcall up: "), r.stderr)
 
 
 class LogTimes(LastcallTestCase):

@@ -680,7 +680,7 @@ class ConfigErrorTest(JobsTestCase):
         self.assertTrue(lines[0].startswith("nightly"), r.stdout)
         self.assertEqual(len(lines), 3)
         for line in lines[1:]:
-            self.assertRegex(line.strip(), r"^\d{4}-\d\d-\d\dT02:30:00Z$")
+            self.assertRegex(line.strip(), r"^\d{4}-\d\d-\d\dT02:30:00\+00:00\[UTC\]$")
 
 
 class RunsCommandTest(JobsTestCase):

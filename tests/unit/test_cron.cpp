@@ -344,6 +344,23 @@ TEST_CASE("POSIX TZ strings give the same offsets as the zoneinfo file", "[cron]
     CHECK_FALSE(TimeZone::from_posix("X"));
 }
 
+TEST_CASE("a fire time is shown in its schedule's zone, with the offset that day and the name",
+          "[cron]") {
+    auto berlin = TimeZone::from_posix("CET-1CEST,M3.5.0,M10.5.0/3");
+    REQUIRE(berlin);
+    auto daily = must_parse("0 3 * * *", *berlin);
+    auto winter = daily.next_after(utc(2026, 12, 7));
+    REQUIRE(winter);
+    CHECK(fire_time_text(daily, *winter) ==
+          "2026-12-07T03:00:00+01:00[CET-1CEST,M3.5.0,M10.5.0/3]");
+    auto summer = daily.next_after(utc(2027, 7, 1));
+    REQUIRE(summer);
+    CHECK(fire_time_text(daily, *summer) ==
+          "2027-07-01T03:00:00+02:00[CET-1CEST,M3.5.0,M10.5.0/3]");
+    auto hourly = must_parse("CRON_TZ=UTC 0 * * * *", *berlin);
+    CHECK(fire_time_text(hourly, utc(2026, 12, 7, 5)) == "2026-12-07T05:00:00+00:00[UTC]");
+}
+
 TEST_CASE("resolve maps wall times: normal, ambiguous -> first, gap -> jump instant", "[cron]") {
     auto ny = zone("America/New_York");
     auto wall = [](sys_seconds t) { return local_seconds{t.time_since_epoch()}; };

@@ -32,6 +32,15 @@ TEST_CASE("relative times read as people say them", "[timefmt]") {
     CHECK(relative_time(now + 600'000, now) == "in 10m");
 }
 
+TEST_CASE("a zoned time shows the wall-clock time, its offset and the zone's name", "[timefmt]") {
+    const std::int64_t t = 1796698800;  // 2026-12-08T03:00:00Z
+    CHECK(iso_zoned(t, 0, "UTC") == "2026-12-08T03:00:00+00:00[UTC]");
+    CHECK(iso_zoned(t, 3600, "Europe/Berlin") == "2026-12-08T04:00:00+01:00[Europe/Berlin]");
+    CHECK(iso_zoned(t, 19800, "Asia/Kolkata") == "2026-12-08T08:30:00+05:30[Asia/Kolkata]");
+    CHECK(iso_zoned(t, -12600, "America/St_Johns") ==
+          "2026-12-07T23:30:00-03:30[America/St_Johns]");
+}
+
 TEST_CASE("a table's columns are as wide as their widest cell, without trailing blanks",
           "[table]") {
     std::string t =

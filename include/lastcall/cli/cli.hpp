@@ -36,7 +36,7 @@ bool scrub_ledger_password(int argc, char** argv, const Options& options);
 
 // `lastcall up [OPTIONS]`: the Procfile dev runner (up.cpp).
 struct UpOptions {
-    Options options;  // the supervisor's: grace, coalesce, tracker, report, logging
+    Options options;  // lastcall's own options given before or after up (parse_native's)
     std::string procfile = "Procfile";
     std::string env_file = ".env";
     bool env_file_given = false;  // a missing default .env is fine, a missing named one is not

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "lastcall/cli/options.hpp"
 #include "lastcall/core/error.hpp"
+#include "lastcall/services/service_manager.hpp"
 #include "lastcall/services/services.hpp"
 
 namespace lastcall {
@@ -25,6 +27,19 @@ Result<std::vector<ServiceSpec>> procfile_services(const std::vector<ProcfileEnt
 // lastcall's environment, else 5000. An unusable value is an error naming where it came from.
 Result<int> procfile_base_port(std::optional<int> flag, const std::vector<std::string>& dotenv);
 
-int run_up(const std::vector<std::string>& args);
+// What `lastcall up` runs: lastcall's own options (the global ones, given before or after `up`),
+// the Procfile's processes as services, and how their manager shows them. main() runs it as it
+// runs a config's services, with the same components (metrics, notify, the report).
+struct UpRun {
+    Options options;
+    std::vector<ServiceSpec> services;
+    ServiceManagerOptions service_options;
+};
+struct PreparedUp {
+    std::optional<UpRun> run;
+    int exit_code = 0;  // without a run: 0 after --help, 2 after an error (printed, one line)
+};
+// `lastcall up [OPTIONS]`: the command line, the Procfile and the .env read, nothing started.
+PreparedUp prepare_up(const std::vector<std::string>& args);
 
 }  // namespace lastcall

@@ -105,6 +105,11 @@ class Schedule {
     sys_seconds anchor_{};
 };
 
+// A fire time as lastcall shows it (the log's "next run at", `lastcall jobs`): the wall-clock
+// time in the schedule's zone, its offset and the zone's name,
+// "2026-12-08T03:00:00+01:00[Europe/Berlin]" (core/timefmt: iso_zoned).
+std::string fire_time_text(const Schedule& schedule, sys_seconds t);
+
 // Parses "[CRON_TZ=Zone/Name ]EXPR" where EXPR is fields as `layout` says, an @macro or
 // "@every DURATION". Errors name the field and the token, e.g.
 // "minute field: 61 is out of range 0-59". Never throws on malformed input.
