@@ -463,6 +463,12 @@ Status parse_service_key(const Where& w, std::string_view key, const toml::node&
     if (key == "restart_limit") return parse_restart_limit(w, v, s.restart_limit);
     if (key == "ready") return parse_ready(w, v, s.ready);
     if (key == "stop_signal") return parse_stop_signal(w, v, s.stop_signal);
+    // As --kill-scope words it; "child" is the leader alone.
+    if (key == "kill_scope")
+        return get_word<StopReach>(
+            w, v, key,
+            {{"tree", StopReach::Tree}, {"group", StopReach::Group}, {"child", StopReach::Leader}},
+            s.kill_scope);
     return parse_simple_key(w, key, v, s);
 }
 
