@@ -288,6 +288,35 @@ Result<JobSpec> parse_job(const std::string& path, const std::string& name, cons
     return job;
 }
 
+// The [jobs.NAME] tables, in the file's order; no two promoting onto one file.
+Status parse_jobs_tables(const std::string& path, const toml::node& jobs,
+                         const cron::TimeZone* zone, JobsConfig& config) {
+    const toml::table* table = jobs.as_table();
+    if (!table) return at(path, jobs, "jobs", "expected tables [jobs.NAME]");
+    for (const auto& [k, v] : *table) {
+        std::string name(k.str());
+        const toml::table* t = v.as_table();
+        if (!t) return at(path, v, "jobs." + name, "expected a table [jobs." + name + "]");
+        if (!valid_job_name(name))
+            return at(path, v, "jobs." + name, "a job name uses only letters, digits, _ . -");
+        auto job = parse_job(path, name, *t, zone);
+        if (!job) return job.error();
+        config.jobs.push_back(std::move(*job));
+    }
+    // Two jobs promoting onto one final name would overwrite each other's artifact.
+    for (std::size_t i = 0; i < config.jobs.size(); ++i)
+        for (std::size_t j = 0; j < i; ++j)
+            if (!config.jobs[i].output.empty() && config.jobs[i].output == config.jobs[j].output)
+                return Error{config.jobs[i].origin + ": jobs." + config.jobs[i].name +
+                             ".output: the same file as jobs." + config.jobs[j].name + ".output"};
+    // toml++ keeps tables sorted by key; the file's order is what a reader expects.
+    std::stable_sort(config.jobs.begin(), config.jobs.end(), [](const auto& a, const auto& b) {
+        auto line = [](const std::string& o) { return std::stol(o.substr(o.rfind(':') + 1)); };
+        return line(a.origin) < line(b.origin);
+    });
+    return Ok{};
+}
+
 }  // namespace
 
 Result<JobsConfig> parse_jobs_toml(std::string_view text, const std::string& path) {
@@ -345,29 +374,8 @@ Result<JobsConfig> parse_jobs_toml(std::string_view text, const std::string& pat
         }
     }
     if (!jobs) return config;
-    const toml::table* table = jobs->as_table();
-    if (!table) return at(path, *jobs, "jobs", "expected tables [jobs.NAME]");
-    for (const auto& [k, v] : *table) {
-        std::string name(k.str());
-        const toml::table* t = v.as_table();
-        if (!t) return at(path, v, "jobs." + name, "expected a table [jobs." + name + "]");
-        if (!valid_job_name(name))
-            return at(path, v, "jobs." + name, "a job name uses only letters, digits, _ . -");
-        auto job = parse_job(path, name, *t, zone ? &*zone : nullptr);
-        if (!job) return job.error();
-        config.jobs.push_back(std::move(*job));
-    }
-    // Two jobs promoting onto one final name would overwrite each other's artifact.
-    for (std::size_t i = 0; i < config.jobs.size(); ++i)
-        for (std::size_t j = 0; j < i; ++j)
-            if (!config.jobs[i].output.empty() && config.jobs[i].output == config.jobs[j].output)
-                return Error{config.jobs[i].origin + ": jobs." + config.jobs[i].name +
-                             ".output: the same file as jobs." + config.jobs[j].name + ".output"};
-    // toml++ keeps tables sorted by key; the file's order is what a reader expects.
-    std::stable_sort(config.jobs.begin(), config.jobs.end(), [](const auto& a, const auto& b) {
-        auto line = [](const std::string& o) { return std::stol(o.substr(o.rfind(':') + 1)); };
-        return line(a.origin) < line(b.origin);
-    });
+    if (auto st = parse_jobs_tables(path, *jobs, zone ? &*zone : nullptr, config); !st)
+        return st.error();
     return config;
 }
 
