@@ -119,22 +119,9 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args) {
 
 namespace {
 
-// The native command line, or only lastcall's own options (in front of a --compat, or after
-// `lastcall up`): then no command is expected, and the names of the options given are collected
-// in *given.
-[[gnu::noinline]] ParsedCommandLine parse_native(const std::vector<std::string>& args,
-                                                 std::set<std::string>* given, NativeRole role) {
-    auto usage = [role](const std::string& message) { return usage_error(message, role); };
-    Options o;
-    bool as_peer = !args.empty() && compat_mode_for_program(args[0]).has_value();
-    CLI::App app{
-        "lastcall: an init and process supervisor that shuts a whole process tree down within a "
-        "budget and records how it ended.",
-        "lastcall"};
-    set_usage(app,
-              "Usage: lastcall [OPTIONS] [--] COMMAND [ARGS...]\n"
-              "       lastcall [OPTIONS] SUBCOMMAND [ARGS...]");
-    app.footer(kSubcommandHelp);
+// The text of the options that Options keeps in another form (a duration, a signal, a scope),
+// as the line gives it; defaults are the documented ones.
+struct NativeValues {
     std::string grace = kDefaultGraceText, drain_delay = "0", coalesce = "100ms", stop_signal,
                 pdeathsig;
     std::string kill_scope = "tree", forward_to = "group", tracker = "auto", log_format = "text";
@@ -143,32 +130,38 @@ namespace {
     std::vector<int> success_exits;
     bool version = false;
     std::string compat;
+    GlobalOptions global;
+};
 
-    // Only the options the line names are built (OptionsOnLine says why); --help builds them all.
-    OptionsOnLine on_line(args);
+// The options of the shutdown: its budget, its signal, readiness and the pre-stop hook.
+void add_stop_options(CLI::App& app, Options& o, NativeValues& v, const OptionsOnLine& on_line) {
     if (on_line("--grace"))
-        app.add_option("--grace", grace,
+        app.add_option("--grace", v.grace,
                        "Budget from the first stop request to SIGKILL (default 8s)");
     if (on_line("--drain-delay"))
-        app.add_option("--drain-delay", drain_delay,
+        app.add_option("--drain-delay", v.drain_delay,
                        "Wait this long after readiness goes off before signalling (default 0)");
     if (on_line("--coalesce"))
-        app.add_option("--coalesce", coalesce,
+        app.add_option("--coalesce", v.coalesce,
                        "Termination signals closer than this are one burst (default 100ms)");
     if (on_line("--stop-signal"))
         app.add_option(
-            "--stop-signal", stop_signal,
+            "--stop-signal", v.stop_signal,
             "Signal the tree receives at shutdown (default: the one received, TERM on exit)");
     if (on_line("--ready-file"))
         app.add_option("--ready-file", o.ready_file,
                        "Created when the child started, removed first thing at shutdown");
     if (on_line("--ready-on"))
-        app.add_option("--ready-on", ready_on,
+        app.add_option("--ready-on", v.ready_on,
                        "When systemd hears READY=1: spawn (the child started) or notify (the child "
                        "sent its own READY=1 to the socket in its NOTIFY_SOCKET)")
             ->check(CLI::IsMember({"spawn", "notify"}));
     if (on_line("--pre-stop"))
         app.add_option("--pre-stop", o.pre_stop, "Shell command run once at the start of shutdown");
+}
+
+// Services, jobs, their ledger, the report and the metrics.
+void add_config_options(CLI::App& app, Options& o, const OptionsOnLine& on_line) {
     if (on_line("--stay"))
         app.add_flag("--stay", o.stay,
                      "Without a command or jobs, keep running once every service has ended "
@@ -205,33 +198,164 @@ namespace {
         app.add_option("--metrics-listen", o.metrics_listen,
                        "Serve the same metrics at http://ADDR/metrics (HOST:PORT, :PORT for every "
                        "interface, [IPV6]:PORT); needs libmicrohttpd12");
+}
+
+// Who gets signals, how the tree is tracked, the child's credentials, and the global options.
+void add_process_options(CLI::App& app, Options& o, NativeValues& v, const OptionsOnLine& on_line) {
     if (on_line("--kill-scope"))
-        app.add_option("--kill-scope", kill_scope, "Who receives the stop signal")
+        app.add_option("--kill-scope", v.kill_scope, "Who receives the stop signal")
             ->check(CLI::IsMember({"tree", "group", "child"}));
     if (on_line("--forward-to"))
-        app.add_option("--forward-to", forward_to, "Who receives forwarded signals (default group)")
+        app.add_option("--forward-to", v.forward_to,
+                       "Who receives forwarded signals (default group)")
             ->check(CLI::IsMember({"tree", "group", "child"}));
     if (on_line("--tracker"))
-        app.add_option("--tracker", tracker, "How the tree is tracked (default auto)")
+        app.add_option("--tracker", v.tracker, "How the tree is tracked (default auto)")
             ->check(CLI::IsMember({"auto", "cgroup", "proc"}));
     if (on_line("--rewrite"))
-        app.add_option("--rewrite", rewrites, "Rewrite a received signal, SIG:SIG (to 0 drops it)");
+        app.add_option("--rewrite", v.rewrites,
+                       "Rewrite a received signal, SIG:SIG (to 0 drops it)");
     if (on_line("--success-exit"))
-        app.add_option("--success-exit", success_exits, "Report this child exit code as 0")
+        app.add_option("--success-exit", v.success_exits, "Report this child exit code as 0")
             ->check(CLI::Range(0, 255));
     if (on_line("--pdeathsig"))
-        app.add_option("--pdeathsig", pdeathsig, "Signal the child gets if lastcall dies");
+        app.add_option("--pdeathsig", v.pdeathsig, "Signal the child gets if lastcall dies");
     if (on_line("--user")) app.add_option("--user", o.user, "Run the child as USER[:GROUP]");
     if (on_line("--no-new-privs"))
         app.add_flag("--no-new-privs", o.no_new_privs, "Set PR_SET_NO_NEW_PRIVS for the child");
-    GlobalOptions global;
-    add_global_options(app, global, on_line);
-    if (on_line("--version")) app.add_flag("--version", version, "Print the version and exit");
+    add_global_options(app, v.global, on_line);
+    if (on_line("--version")) app.add_flag("--version", v.version, "Print the version and exit");
     if (on_line("--compat"))
-        app.add_option("--compat", compat,
+        app.add_option("--compat", v.compat,
                        "tini, docker-init or dumb-init: parse the rest of the line as that program "
                        "does; lastcall's own options may come before it (a symlink named tini, "
                        "docker-init or dumb-init does the same)");
+}
+
+// `lastcall -v up`: global options before a subcommand's name. The subcommand gets them after its
+// name, where it parses them (a program of that name runs as `lastcall -- up`).
+ParsedCommandLine hoist_subcommand(const std::vector<std::string>& args, std::size_t split) {
+    ParsedCommandLine hoisted;
+    hoisted.subcommand = {args[0], args[split]};
+    hoisted.subcommand.insert(hoisted.subcommand.end(), args.begin() + static_cast<long>(split) + 1,
+                              args.end());
+    hoisted.subcommand.insert(hoisted.subcommand.end(), args.begin() + 1,
+                              args.begin() + static_cast<long>(split));
+    return hoisted;
+}
+
+// The durations and signals, checked; 0 when they are fine, else the usage error's exit code.
+int apply_durations(const NativeValues& v, Options& o, NativeRole role) {
+    auto dur = [&](const std::string& text, const char* name, std::chrono::milliseconds& out) {
+        auto d = parse_duration(text);
+        if (!d) return usage_error(std::string(name) + ": " + d.error().message, role), false;
+        out = *d;
+        return true;
+    };
+    if (!dur(v.grace, "--grace", o.grace) || !dur(v.drain_delay, "--drain-delay", o.drain_delay) ||
+        !dur(v.coalesce, "--coalesce", o.coalesce))
+        return 2;
+    if (o.drain_delay > o.grace)
+        return usage_error("--drain-delay " + format_duration(o.drain_delay) +
+                               " is longer than --grace " + format_duration(o.grace) +
+                               ": the drain delay is spent inside the grace budget",
+                           role);
+    return 0;
+}
+
+int apply_signals(const NativeValues& v, Options& o, NativeRole role) {
+    if (!v.stop_signal.empty()) {
+        auto s = parse_signal(v.stop_signal);
+        if (!s) return usage_error("--stop-signal: " + s.error().message, role);
+        o.stop_signal = *s;
+    }
+    if (!v.pdeathsig.empty()) {
+        auto s = parse_signal(v.pdeathsig);
+        if (!s) return usage_error("--pdeathsig: " + s.error().message, role);
+        o.pdeathsig = *s;
+    }
+    for (const auto& rw : v.rewrites) {
+        auto colon = rw.find(':');
+        if (colon == std::string::npos)
+            return usage_error("--rewrite '" + rw + "': expected FROM:TO", role);
+        auto from = parse_signal(rw.substr(0, colon));
+        auto to = parse_signal(rw.substr(colon + 1), /*allow_zero=*/true);
+        if (!from) return usage_error("--rewrite: " + from.error().message, role);
+        if (!to) return usage_error("--rewrite: " + to.error().message, role);
+        o.rewrite[*from] = *to;
+    }
+    return 0;
+}
+
+// The parsed texts into Options; 0, or the usage error's exit code.
+int apply_native_values(const CLI::App& app, const NativeValues& v, Options& o, NativeRole role) {
+    if (int code = apply_durations(v, o, role)) return code;
+    if (int code = apply_signals(v, o, role)) return code;
+    // Resolved here, before anything starts: an id out of range, an empty or unknown name must
+    // stop lastcall, never leave the command running as root.
+    if (const CLI::Option* user = app.get_option_no_throw("--user"); user && user->count() > 0) {
+        auto creds = lookup_credentials(o.user);
+        if (!creds) return usage_error("--user '" + o.user + "': " + creds.error().message, role);
+        o.credentials = std::move(*creds);
+    }
+    o.success_exits.insert(v.success_exits.begin(), v.success_exits.end());
+    o.kill_scope = parse_scope(v.kill_scope);
+    o.forward_to = parse_scope(v.forward_to);
+    o.tracker = v.tracker == "cgroup" ? TrackerKind::Cgroup
+                : v.tracker == "proc" ? TrackerKind::Proc
+                                      : TrackerKind::Auto;
+    o.log_format = v.log_format == "json" ? LogFormat::Json : LogFormat::Text;
+    o.ready_on = v.ready_on == "notify" ? ReadyOn::Notify : ReadyOn::Spawn;
+    return 0;
+}
+
+// After the parse: a command where one is needed (none before a --compat or after up), and
+// (with given) the names of the options given. 0, or the exit code of the usage error said.
+int check_native_command(const CLI::App& app, const Options& o, std::set<std::string>* given,
+                         NativeRole role) {
+    if (role == NativeRole::CompatPrefix && !o.command.empty())
+        return usage_error("unexpected '" + o.command.front() + "' before --compat", role);
+    if (role == NativeRole::Up && !o.command.empty()) {
+        // `lastcall up web` is foreman's `foreman start web`: the answer names lastcall's way.
+        std::string names;
+        for (const auto& word : o.command)
+            if (!word.starts_with("-")) names += (names.empty() ? "" : ",") + word;
+        std::fprintf(stderr,
+                     "lastcall up: '%s' is not an option; to run only some processes: "
+                     "lastcall up --only %s\n",
+                     o.command.front().c_str(), names.c_str());
+        return 2;
+    }
+    if (given)
+        for (const CLI::Option* opt : app.get_options())
+            if (opt->count() > 0) given->insert(opt->get_name());
+    if (role == NativeRole::Main && o.command.empty() && o.config_path.empty() &&
+        o.crontab_path.empty())
+        return usage_error("no command given", role);
+    return 0;
+}
+
+// The native command line, or only lastcall's own options (in front of a --compat, or after
+// `lastcall up`): then no command is expected, and the names of the options given are collected
+// in *given.
+[[gnu::noinline]] ParsedCommandLine parse_native(const std::vector<std::string>& args,
+                                                 std::set<std::string>* given, NativeRole role) {
+    Options o;
+    bool as_peer = !args.empty() && compat_mode_for_program(args[0]).has_value();
+    CLI::App app{
+        "lastcall: an init and process supervisor that shuts a whole process tree down within a "
+        "budget and records how it ended.",
+        "lastcall"};
+    set_usage(app,
+              "Usage: lastcall [OPTIONS] [--] COMMAND [ARGS...]\n"
+              "       lastcall [OPTIONS] SUBCOMMAND [ARGS...]");
+    app.footer(kSubcommandHelp);
+    NativeValues v;
+    // Only the options the line names are built (OptionsOnLine says why); --help builds them all.
+    OptionsOnLine on_line(args);
+    add_stop_options(app, o, v, on_line);
+    add_config_options(app, o, on_line);
+    add_process_options(app, o, v, on_line);
 
     if (role == NativeRole::Main) {
         // Invoked as tini, docker-init or dumb-init, or with --compat: the peer's flag set, after
@@ -243,18 +367,8 @@ namespace {
     // Options end at "--" or at the first word that is not an option, so "lastcall sh -c x" passes
     // -c to sh (getopt's "+" convention, as in tini and env).
     std::size_t split = find_command_start(app, args);
-    // `lastcall -v up`: global options before a subcommand's name. The subcommand gets them
-    // after its name, where it parses them (a program of that name runs as `lastcall -- up`).
-    if (role == NativeRole::Main && split > 1 && split < args.size() &&
-        is_subcommand(args[split])) {
-        ParsedCommandLine hoisted;
-        hoisted.subcommand = {args[0], args[split]};
-        hoisted.subcommand.insert(hoisted.subcommand.end(),
-                                  args.begin() + static_cast<long>(split) + 1, args.end());
-        hoisted.subcommand.insert(hoisted.subcommand.end(), args.begin() + 1,
-                                  args.begin() + static_cast<long>(split));
-        return hoisted;
-    }
+    if (role == NativeRole::Main && split > 1 && split < args.size() && is_subcommand(args[split]))
+        return hoist_subcommand(args, split);
     std::vector<std::string> reversed(args.rend() - static_cast<long>(split), args.rend() - 1);
     if (split < args.size()) {
         o.command.assign(args.begin() + static_cast<long>(split), args.end());
@@ -266,86 +380,20 @@ namespace {
         std::fputs(app.help().c_str(), stdout);
         return {std::nullopt, 0};
     } catch (const CLI::ParseError& e) {
-        return {std::nullopt, usage(one_line(e.what()))};
+        return {std::nullopt, usage_error(one_line(e.what()), role)};
     }
-    if (!compat.empty())
-        return {std::nullopt, usage("--compat must come after lastcall's own options and "
-                                    "before the peer's")};
-    if (version) {
+    if (!v.compat.empty())
+        return {std::nullopt, usage_error("--compat must come after lastcall's own options and "
+                                          "before the peer's",
+                                          role)};
+    if (v.version) {
         std::printf("lastcall %s\n", LASTCALL_VERSION);
         return {std::nullopt, 0};
     }
-    o.log_level = global.level_or(o.log_level);
-    if (!global.log_format.empty()) log_format = global.log_format;
-    if (role == NativeRole::CompatPrefix && !o.command.empty())
-        return {std::nullopt, usage("unexpected '" + o.command.front() + "' before --compat")};
-    if (role == NativeRole::Up && !o.command.empty()) {
-        // `lastcall up web` is foreman's `foreman start web`: the answer names lastcall's way.
-        std::string names;
-        for (const auto& word : o.command)
-            if (!word.starts_with("-")) names += (names.empty() ? "" : ",") + word;
-        std::fprintf(stderr,
-                     "lastcall up: '%s' is not an option; to run only some processes: "
-                     "lastcall up --only %s\n",
-                     o.command.front().c_str(), names.c_str());
-        return {std::nullopt, 2};
-    }
-    if (given)
-        for (const CLI::Option* opt : app.get_options())
-            if (opt->count() > 0) given->insert(opt->get_name());
-    if (role == NativeRole::Main && o.command.empty() && o.config_path.empty() &&
-        o.crontab_path.empty())
-        return {std::nullopt, usage("no command given")};
-
-    auto dur = [&](const std::string& text, const char* name, std::chrono::milliseconds& out) {
-        auto d = parse_duration(text);
-        if (!d) return usage(std::string(name) + ": " + d.error().message), false;
-        out = *d;
-        return true;
-    };
-    if (!dur(grace, "--grace", o.grace) || !dur(drain_delay, "--drain-delay", o.drain_delay) ||
-        !dur(coalesce, "--coalesce", o.coalesce))
-        return {std::nullopt, 2};
-    if (o.drain_delay > o.grace)
-        return {std::nullopt, usage("--drain-delay " + format_duration(o.drain_delay) +
-                                    " is longer than --grace " + format_duration(o.grace) +
-                                    ": the drain delay is spent inside the grace budget")};
-    if (!stop_signal.empty()) {
-        auto s = parse_signal(stop_signal);
-        if (!s) return {std::nullopt, usage("--stop-signal: " + s.error().message)};
-        o.stop_signal = *s;
-    }
-    if (!pdeathsig.empty()) {
-        auto s = parse_signal(pdeathsig);
-        if (!s) return {std::nullopt, usage("--pdeathsig: " + s.error().message)};
-        o.pdeathsig = *s;
-    }
-    for (const auto& rw : rewrites) {
-        auto colon = rw.find(':');
-        if (colon == std::string::npos)
-            return {std::nullopt, usage("--rewrite '" + rw + "': expected FROM:TO")};
-        auto from = parse_signal(rw.substr(0, colon));
-        auto to = parse_signal(rw.substr(colon + 1), /*allow_zero=*/true);
-        if (!from) return {std::nullopt, usage("--rewrite: " + from.error().message)};
-        if (!to) return {std::nullopt, usage("--rewrite: " + to.error().message)};
-        o.rewrite[*from] = *to;
-    }
-    // Resolved here, before anything starts: an id out of range, an empty or unknown name must
-    // stop lastcall, never leave the command running as root.
-    if (const CLI::Option* user = app.get_option_no_throw("--user"); user && user->count() > 0) {
-        auto creds = lookup_credentials(o.user);
-        if (!creds)
-            return {std::nullopt, usage("--user '" + o.user + "': " + creds.error().message)};
-        o.credentials = std::move(*creds);
-    }
-    o.success_exits.insert(success_exits.begin(), success_exits.end());
-    o.kill_scope = parse_scope(kill_scope);
-    o.forward_to = parse_scope(forward_to);
-    o.tracker = tracker == "cgroup" ? TrackerKind::Cgroup
-                : tracker == "proc" ? TrackerKind::Proc
-                                    : TrackerKind::Auto;
-    o.log_format = log_format == "json" ? LogFormat::Json : LogFormat::Text;
-    o.ready_on = ready_on == "notify" ? ReadyOn::Notify : ReadyOn::Spawn;
+    o.log_level = v.global.level_or(o.log_level);
+    if (!v.global.log_format.empty()) v.log_format = v.global.log_format;
+    if (int code = check_native_command(app, o, given, role)) return {std::nullopt, code};
+    if (int code = apply_native_values(app, v, o, role)) return {std::nullopt, code};
     return {std::move(o), 0};
 }
 

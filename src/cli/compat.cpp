@@ -211,6 +211,91 @@ std::string tini_log_level(int verbosity) {
     return "trace";
 }
 
+namespace {
+
+// What tini's flags and environment decide beyond the Options they set directly.
+struct TiniFlags {
+    bool subreaper = false, group = false;
+    int verbosity = 1;
+};
+
+// One flag of tini's getopt loop. nullopt: go on; else the parse ends there (help, license, a
+// bad value or an unknown flag).
+std::optional<ParsedCommandLine> take_tini_flag(int c, Options& o, TiniFlags& f, Argv& argv,
+                                                const std::string& program, CompatOutput io) {
+    switch (c) {
+        case 'h':
+            print_tini_usage(io.out, program);
+            return ParsedCommandLine{std::nullopt, 0};
+        case 's':
+            f.subreaper = true;
+            return std::nullopt;
+        case 'p': {
+            auto sig = tini_signal(optarg);
+            if (!sig) {
+                tini_fatal(io.err, "Not a valid option for -p: " + std::string(optarg));
+                return ParsedCommandLine{std::nullopt, 1};
+            }
+            o.self_pdeathsig = *sig;
+            return std::nullopt;
+        }
+        case 'v':
+            ++f.verbosity;
+            return std::nullopt;
+        case 'w':
+            o.warn_on_reap = true;
+            return std::nullopt;
+        case 'g':
+            f.group = true;
+            return std::nullopt;
+        case 'e': {
+            auto code = tini_exit_code(optarg);
+            if (!code) {
+                tini_fatal(io.err, "Not a valid option for -e: " + std::string(optarg));
+                return ParsedCommandLine{std::nullopt, 1};
+            }
+            o.success_exits.insert(*code);
+            return std::nullopt;
+        }
+        case 'l':
+            std::fprintf(io.out,
+                         "lastcall %s in tini compatibility mode. It contains no code from "
+                         "tini, so tini's MIT license does not apply to it; lastcall's own "
+                         "terms come with its distribution.\n",
+                         LASTCALL_VERSION);
+            return ParsedCommandLine{std::nullopt, 0};
+        default:
+            print_getopt_error(io.err, c, argv.argv(), nullptr);
+            print_tini_usage(io.err, program);
+            return ParsedCommandLine{std::nullopt, 1};
+    }
+}
+
+// As in tini, the environment is read after the flags; TINI_VERBOSITY replaces any -v count.
+void read_tini_environment(const EnvLookup& env, TiniFlags& f) {
+    if (env("TINI_SUBREAPER")) f.subreaper = true;
+    if (env("TINI_KILL_PROCESS_GROUP")) f.group = true;
+    if (auto v = env("TINI_VERBOSITY")) f.verbosity = std::atoi(v->c_str());
+    // tini keeps it unsigned: a negative value is a huge one, and shows everything.
+    if (f.verbosity < 0) f.verbosity = INT_MAX;
+}
+
+// tini's way of running its child, as lastcall's options.
+void apply_tini_flags(const TiniFlags& f, Options& o) {
+    o.forward_to = o.kill_scope = f.group ? Scope::Group : Scope::Child;
+    // tini exits as soon as its child has; as PID 1 that makes the kernel kill every other
+    // process of the container at once. lastcall ends what the child left behind the same way,
+    // without a grace: SIGTERM, then SIGKILL right away, then it exits.
+    o.grace = std::chrono::milliseconds{0};
+    o.log_level = tini_log_level(f.verbosity);
+    // lastcall's own lines: its warnings and errors as tini prints its own; its debug lines only
+    // one -v beyond tini's most verbose (-vvvv).
+    o.own_log_level = f.verbosity <= 0 ? "error" : f.verbosity >= 5 ? "debug" : "warn";
+    o.warn_implicit_subreaper = !f.subreaper;
+}
+
+}  // namespace
+
 ParsedCommandLine parse_tini(const std::vector<std::string>& args, const EnvLookup& env,
                              CompatOutput io) {
     const std::string program = args.empty() ? "tini" : basename_of(args[0]);
@@ -225,172 +310,135 @@ ParsedCommandLine parse_tini(const std::vector<std::string>& args, const EnvLook
     o.restore_inherited_signals = true;
     // tini puts the child in a new group of its own session (no setsid) and signals only it.
     o.new_session = false;
-    bool subreaper = false, group = false;
-    int verbosity = 1;
+    TiniFlags flags;
 
     Argv argv(args);
     reset_getopt();
     // No '+': tini's getopt permutes, so options after PROGRAM are tini's unless "--" ends them.
     int c;
-    while ((c = ::getopt(argv.argc(), argv.argv(), ":hsp:vwgle:")) != -1) {
-        switch (c) {
-            case 'h':
-                print_tini_usage(io.out, program);
-                return {std::nullopt, 0};
-            case 's':
-                subreaper = true;
-                break;
-            case 'p': {
-                auto sig = tini_signal(optarg);
-                if (!sig) {
-                    tini_fatal(io.err, "Not a valid option for -p: " + std::string(optarg));
-                    return {std::nullopt, 1};
-                }
-                o.self_pdeathsig = *sig;
-                break;
-            }
-            case 'v':
-                ++verbosity;
-                break;
-            case 'w':
-                o.warn_on_reap = true;
-                break;
-            case 'g':
-                group = true;
-                break;
-            case 'e': {
-                auto code = tini_exit_code(optarg);
-                if (!code) {
-                    tini_fatal(io.err, "Not a valid option for -e: " + std::string(optarg));
-                    return {std::nullopt, 1};
-                }
-                o.success_exits.insert(*code);
-                break;
-            }
-            case 'l':
-                std::fprintf(io.out,
-                             "lastcall %s in tini compatibility mode. It contains no code from "
-                             "tini, so tini's MIT license does not apply to it; lastcall's own "
-                             "terms come with its distribution.\n",
-                             LASTCALL_VERSION);
-                return {std::nullopt, 0};
-            default:
-                print_getopt_error(io.err, c, argv.argv(), nullptr);
-                print_tini_usage(io.err, program);
-                return {std::nullopt, 1};
-        }
-    }
-    // As in tini, the environment is read after the flags; TINI_VERBOSITY replaces any -v count.
-    if (env("TINI_SUBREAPER")) subreaper = true;
-    if (env("TINI_KILL_PROCESS_GROUP")) group = true;
-    if (auto v = env("TINI_VERBOSITY")) verbosity = std::atoi(v->c_str());
-    // tini keeps it unsigned: a negative value is a huge one, and shows everything.
-    if (verbosity < 0) verbosity = INT_MAX;
+    while ((c = ::getopt(argv.argc(), argv.argv(), ":hsp:vwgle:")) != -1)
+        if (auto end = take_tini_flag(c, o, flags, argv, program, io)) return std::move(*end);
+    read_tini_environment(env, flags);
 
     o.command = argv.from(optind);
     if (o.command.empty()) {
         print_tini_usage(io.err, program);
         return {std::nullopt, 1};
     }
-    o.forward_to = o.kill_scope = group ? Scope::Group : Scope::Child;
-    // tini exits as soon as its child has; as PID 1 that makes the kernel kill every other
-    // process of the container at once. lastcall ends what the child left behind the same way,
-    // without a grace: SIGTERM, then SIGKILL right away, then it exits.
-    o.grace = std::chrono::milliseconds{0};
-    o.log_level = tini_log_level(verbosity);
-    // lastcall's own lines: its warnings and errors as tini prints its own; its debug lines only
-    // one -v beyond tini's most verbose (-vvvv).
-    o.own_log_level = verbosity <= 0 ? "error" : verbosity >= 5 ? "debug" : "warn";
-    o.warn_implicit_subreaper = !subreaper;
+    apply_tini_flags(flags, o);
     // tini's exec failure: 127 for ENOENT, 126 for EACCES, 1 otherwise (set in the supervisor).
     return {std::move(o), 0};
 }
 
-ParsedCommandLine parse_dumb_init(const std::vector<std::string>& args, const EnvLookup& env,
-                                  CompatOutput io) {
-    const std::string argv0 = args.empty() ? "dumb-init" : args[0];
-    static const option kLong[] = {
-        {"help", no_argument, nullptr, 'h'},          {"single-child", no_argument, nullptr, 'c'},
-        {"rewrite", required_argument, nullptr, 'r'}, {"verbose", no_argument, nullptr, 'v'},
-        {"version", no_argument, nullptr, 'V'},       {nullptr, 0, nullptr, 0},
-    };
-    Options o;
-    o.compat = CompatMode::DumbInit;
-    o.forward_termination = true;
-    bool setsid = true, debug = false;
+namespace {
 
-    Argv argv(args);
-    reset_getopt();
-    // '+': dumb-init stops at the first word that is not an option ("dumb-init sh -c x").
-    int c;
-    while ((c = ::getopt_long(argv.argc(), argv.argv(), "+:hvVcr:", kLong, nullptr)) != -1) {
-        switch (c) {
-            case 'h':
-                print_dumb_init_help(io.err, argv0);
-                return {std::nullopt, 0};
-            case 'v':
-                debug = true;
-                break;
-            case 'V':
-                std::fprintf(io.err, "dumb-init v%s\n", kDumbInitVersion);
-                return {std::nullopt, 0};
-            case 'c':
-                setsid = false;
-                break;
-            case 'r': {
-                auto rw = dumb_init_rewrite(optarg);
-                if (!rw) {
-                    std::fprintf(io.err,
-                                 "Usage: -r option takes <signum>:<signum>, where <signum> is "
-                                 "between 1 and %d.\n"
-                                 "This option can be specified multiple times.\n"
-                                 "Use --help for full usage.\n",
-                                 kDumbInitMaxSignal);
-                    return {std::nullopt, 1};
-                }
-                o.rewrite[rw->first] = rw->second;
-                break;
+// What dumb-init's flags and environment decide beyond the Options they set directly.
+struct DumbInitFlags {
+    bool setsid = true, debug = false;
+};
+
+const option kDumbInitLong[] = {
+    {"help", no_argument, nullptr, 'h'},          {"single-child", no_argument, nullptr, 'c'},
+    {"rewrite", required_argument, nullptr, 'r'}, {"verbose", no_argument, nullptr, 'v'},
+    {"version", no_argument, nullptr, 'V'},       {nullptr, 0, nullptr, 0},
+};
+
+// One flag of dumb-init's getopt loop. nullopt: go on; else the parse ends there.
+std::optional<ParsedCommandLine> take_dumb_init_flag(int c, Options& o, DumbInitFlags& f,
+                                                     Argv& argv, const std::string& argv0,
+                                                     CompatOutput io) {
+    switch (c) {
+        case 'h':
+            print_dumb_init_help(io.err, argv0);
+            return ParsedCommandLine{std::nullopt, 0};
+        case 'v':
+            f.debug = true;
+            return std::nullopt;
+        case 'V':
+            std::fprintf(io.err, "dumb-init v%s\n", kDumbInitVersion);
+            return ParsedCommandLine{std::nullopt, 0};
+        case 'c':
+            f.setsid = false;
+            return std::nullopt;
+        case 'r': {
+            auto rw = dumb_init_rewrite(optarg);
+            if (!rw) {
+                std::fprintf(io.err,
+                             "Usage: -r option takes <signum>:<signum>, where <signum> is "
+                             "between 1 and %d.\n"
+                             "This option can be specified multiple times.\n"
+                             "Use --help for full usage.\n",
+                             kDumbInitMaxSignal);
+                return ParsedCommandLine{std::nullopt, 1};
             }
-            default:
-                print_getopt_error(io.err, c, argv.argv(), kLong);
-                return {std::nullopt, 1};
+            o.rewrite[rw->first] = rw->second;
+            return std::nullopt;
         }
+        default:
+            print_getopt_error(io.err, c, argv.argv(), kDumbInitLong);
+            return ParsedCommandLine{std::nullopt, 1};
     }
-    o.command = argv.from(optind);
-    if (o.command.empty()) {
-        std::fprintf(io.err, "Usage: %s [option] program [args]\nTry %s --help for full usage.\n",
-                     argv0.c_str(), argv0.c_str());
-        return {std::nullopt, 1};
-    }
-    // Only the exact value changes anything; unset and empty mean the default (as in dumb-init).
-    // dumb-init says so in debug mode, at once, before anything else it prints.
+}
+
+// Only the exact value changes anything; unset and empty mean the default (as in dumb-init).
+// dumb-init says so in debug mode, at once, before anything else it prints.
+void read_dumb_init_environment(const EnvLookup& env, DumbInitFlags& f, CompatOutput io) {
     if (auto v = env("DUMB_INIT_DEBUG"); v && *v == "1") {
-        debug = true;
+        f.debug = true;
         std::fprintf(io.err, "[dumb-init] Running in debug mode.\n");
     }
     if (auto v = env("DUMB_INIT_SETSID"); v && *v == "0") {
-        setsid = false;
-        if (debug) std::fprintf(io.err, "[dumb-init] Not running in setsid mode.\n");
+        f.setsid = false;
+        if (f.debug) std::fprintf(io.err, "[dumb-init] Not running in setsid mode.\n");
     }
+}
 
+// dumb-init's way of running its child, as lastcall's options.
+void apply_dumb_init_flags(const DumbInitFlags& f, Options& o) {
     // setsid mode: the child leads a new session and every signal goes to its whole group;
     // single-child mode: no setsid, and only the child is signalled.
-    o.new_session = setsid;
-    o.forward_to = o.kill_scope = setsid ? Scope::Group : Scope::Child;
+    o.new_session = f.setsid;
+    o.forward_to = o.kill_scope = f.setsid ? Scope::Group : Scope::Child;
     // In setsid mode the child's group is orphaned (its parent is in another session): the
     // kernel drops TSTP/TTIN/TTOU sent to it, so dumb-init sends SIGSTOP instead unless -r says
     // otherwise.
-    if (setsid)
+    if (f.setsid)
         for (int sig : {SIGTSTP, SIGTTOU, SIGTTIN}) o.rewrite.try_emplace(sig, SIGSTOP);
     // dumb-init sends SIGTERM through its rewrite table when the child exits: the stop signal
     // for what the child left behind is the rewritten one.
     if (auto it = o.rewrite.find(SIGTERM); it != o.rewrite.end() && it->second != 0)
         o.stop_signal = it->second;
     // dumb-init is silent unless asked; lastcall keeps its warnings (survivors).
-    o.log_level = debug ? "debug" : "warn";
+    o.log_level = f.debug ? "debug" : "warn";
     o.own_log_level = "warn";
     // dumb-init's child exits 2 when the exec fails, whatever the reason.
     o.exec_failure_exit = 2;
+}
+
+}  // namespace
+
+ParsedCommandLine parse_dumb_init(const std::vector<std::string>& args, const EnvLookup& env,
+                                  CompatOutput io) {
+    const std::string argv0 = args.empty() ? "dumb-init" : args[0];
+    Options o;
+    o.compat = CompatMode::DumbInit;
+    o.forward_termination = true;
+    DumbInitFlags flags;
+
+    Argv argv(args);
+    reset_getopt();
+    // '+': dumb-init stops at the first word that is not an option ("dumb-init sh -c x").
+    int c;
+    while ((c = ::getopt_long(argv.argc(), argv.argv(), "+:hvVcr:", kDumbInitLong, nullptr)) != -1)
+        if (auto end = take_dumb_init_flag(c, o, flags, argv, argv0, io)) return std::move(*end);
+    o.command = argv.from(optind);
+    if (o.command.empty()) {
+        std::fprintf(io.err, "Usage: %s [option] program [args]\nTry %s --help for full usage.\n",
+                     argv0.c_str(), argv0.c_str());
+        return {std::nullopt, 1};
+    }
+    read_dumb_init_environment(env, flags, io);
+    apply_dumb_init_flags(flags, o);
     return {std::move(o), 0};
 }
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// [jobs.*] and top-level keys of the TOML config; plain crontab files.
+// [jobs.*] and top-level keys of the TOML config, and how a run finds its state directory
+// (crontab files: config_crontab.cpp).
 #include "lastcall/jobs/config.hpp"
+#include "config_internal.hpp"
 #include "lastcall/core/read_file.hpp"
 
 #include <dirent.h>
@@ -92,8 +94,6 @@ std::string default_state_dir() {
     return "/tmp/lastcall-state-" + std::to_string(::geteuid());
 }
 
-namespace {
-
 bool valid_job_name(std::string_view name) {
     return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -101,11 +101,15 @@ bool valid_job_name(std::string_view name) {
     });
 }
 
-constexpr const char* kOnInterruptedWords =
-    "expected \"retry\", \"cleanup-retry\", \"hold\" or \"none\"";
+Error config_error_at(const std::string& path, long line, std::string_view key,
+                      const std::string& message) {
+    return Error{path + ":" + std::to_string(line) + ": " + std::string(key) + ": " + message};
+}
+
+namespace {
 
 Error at(const std::string& path, long line, std::string_view key, const std::string& message) {
-    return Error{path + ":" + std::to_string(line) + ": " + std::string(key) + ": " + message};
+    return config_error_at(path, line, key, message);
 }
 
 Error at(const std::string& path, const toml::node& n, std::string_view key,
@@ -132,6 +136,141 @@ Result<std::vector<std::string>> get_command(const std::string& path, const toml
     return argv;
 }
 
+// The keys of a [jobs.NAME] table that the checks after the keys look back at.
+struct JobNodes {
+    const toml::node* schedule = nullptr;
+    const toml::node* output = nullptr;
+    const toml::node* overlap = nullptr;
+};
+
+Status parse_timeout(const std::string& path, const toml::node& v, const std::string& full,
+                     JobSpec& job) {
+    auto s = v.value_exact<std::string>();
+    if (!s) return at(path, v, full, "expected a duration string such as \"30s\"");
+    auto d = parse_duration(*s);
+    if (!d) return at(path, v, full, d.error().message);
+    if (d->count() <= 0) return at(path, v, full, "must be above 0");
+    job.timeout = *d;
+    return Ok{};
+}
+
+// `overlap` (lastcall's words) or `concurrency` (Kubernetes' CronJob words): one setting.
+Status parse_overlap(const std::string& path, const toml::node& v, const std::string& full,
+                     bool k8s, JobSpec& job, JobNodes& nodes) {
+    if (nodes.overlap)
+        return at(path, v, full,
+                  "give `overlap` or `concurrency`, not both (they are one setting)");
+    auto s = v.value_exact<std::string>();
+    if (s == (k8s ? "forbid" : "skip"))
+        job.overlap = Overlap::Skip;
+    else if (!k8s && s == "queue")
+        job.overlap = Overlap::Queue;
+    else if (s == "allow")
+        job.overlap = Overlap::Allow;
+    else if (s == "replace")
+        job.overlap = Overlap::Replace;
+    else
+        return at(path, v, full,
+                  k8s ? "expected \"forbid\", \"allow\" or \"replace\""
+                      : "expected \"skip\", \"queue\", \"allow\" or \"replace\"");
+    nodes.overlap = &v;
+    return Ok{};
+}
+
+Status parse_output(const std::string& path, const toml::node& v, const std::string& full,
+                    JobSpec& job) {
+    auto s = v.value_exact<std::string>();
+    if (!s || s->empty()) return at(path, v, full, "expected a file path");
+    if (s->front() != '/') return at(path, v, full, "must be an absolute path");
+    if (s->back() == '/') return at(path, v, full, "must name a file, not a directory");
+    job.output = *s;
+    return Ok{};
+}
+
+Status parse_job_credentials(const std::string& path, const toml::node& v, const std::string& full,
+                             bool group, JobSpec& job) {
+    auto s = v.value_exact<std::string>();
+    if (!s)
+        return at(
+            path, v, full,
+            group ? "expected a group name or id" : "expected a user name or id, USER[:GROUP]");
+    if (group) {
+        auto gid = parse_group(*s, system_userdb());
+        if (!gid) return at(path, v, full, gid.error().message);
+        job.group = *gid;
+        return Ok{};
+    }
+    auto creds = lookup_credentials(*s);
+    if (!creds) return at(path, v, full, creds.error().message);
+    job.user = std::move(*creds);
+    return Ok{};
+}
+
+// The keys that hold a command: the job's own, and its output's `verify`.
+Status parse_job_command(const std::string& path, const toml::node& v, const std::string& full,
+                         bool verify, JobSpec& job) {
+    auto argv = get_command(path, v, full);
+    if (!argv) return argv.error();
+    if (!verify) {
+        job.command = std::move(*argv);
+        return Ok{};
+    }
+    // A shell string sees the staged path as $1 ("verify" is its $0).
+    if (argv->size() == 3 && (*argv)[0] == "/bin/sh") argv->push_back("verify");
+    job.verify = std::move(*argv);
+    return Ok{};
+}
+
+// One key of [jobs.NAME] into the spec.
+Status parse_job_key(const std::string& path, const std::string& key, const toml::node& v,
+                     const std::string& full, const cron::TimeZone* zone, JobSpec& job,
+                     JobNodes& nodes) {
+    if (key == "schedule") {
+        auto s = v.value_exact<std::string>();
+        if (!s) return at(path, v, full, "expected a cron expression string");
+        auto sched = cron::parse(*s, zone);
+        if (!sched) return at(path, v, full, sched.error().message);
+        job.schedule = std::move(*sched);
+        nodes.schedule = &v;
+        return Ok{};
+    }
+    if (key == "command" || key == "verify")
+        return parse_job_command(path, v, full, key == "verify", job);
+    if (key == "timeout") return parse_timeout(path, v, full, job);
+    if (key == "overlap" || key == "concurrency")
+        return parse_overlap(path, v, full, key == "concurrency", job, nodes);
+    if (key == "on_interrupted") {
+        auto s = v.value_exact<std::string>();
+        auto policy = s ? parse_on_interrupted(*s) : std::nullopt;
+        if (!policy) return at(path, v, full, kOnInterruptedWords);
+        job.on_interrupted = *policy;
+        return Ok{};
+    }
+    if (key == "output") {
+        nodes.output = &v;
+        return parse_output(path, v, full, job);
+    }
+    if (key == "user" || key == "group")
+        return parse_job_credentials(path, v, full, key == "group", job);
+    return at(path, v, full, "unknown key");
+}
+
+// What the keys say together: what is missing, and what cannot be combined.
+Status check_job(const std::string& path, long line, const std::string& prefix, const JobSpec& job,
+                 const JobNodes& nodes) {
+    if (!nodes.schedule) return at(path, line, prefix + "schedule", "missing");
+    if (job.command.empty()) return at(path, line, prefix + "command", "missing");
+    if (!job.verify.empty() && job.output.empty())
+        return at(path, line, prefix + "verify", "needs `output` (it checks the staged output)");
+    // Each run stages its own file, but two runs at once would race to promote onto the one
+    // final name: the artifact would be whichever finished last, not the latest fire time's.
+    if (nodes.output && job.overlap == Overlap::Allow)
+        return at(path, *nodes.overlap, prefix + "overlap",
+                  "\"allow\" cannot be combined with `output`: concurrent runs would race to "
+                  "promote onto the same final file");
+    return Ok{};
+}
+
 Result<JobSpec> parse_job(const std::string& path, const std::string& name, const toml::table& t,
                           const cron::TimeZone* zone) {
     JobSpec job;
@@ -139,94 +278,43 @@ Result<JobSpec> parse_job(const std::string& path, const std::string& name, cons
     long line = static_cast<long>(t.source().begin.line);
     job.origin = path + ":" + std::to_string(line);
     const std::string prefix = "jobs." + name + ".";
-    const toml::node* schedule_node = nullptr;
-    const toml::node* output_node = nullptr;
-    const toml::node* overlap_node = nullptr;
+    JobNodes nodes;
     for (const auto& [k, v] : t) {
         std::string key(k.str());
-        std::string full = prefix + key;
-        if (key == "schedule") {
-            auto s = v.value_exact<std::string>();
-            if (!s) return at(path, v, full, "expected a cron expression string");
-            auto sched = cron::parse(*s, zone);
-            if (!sched) return at(path, v, full, sched.error().message);
-            job.schedule = std::move(*sched);
-            schedule_node = &v;
-        } else if (key == "command") {
-            auto argv = get_command(path, v, full);
-            if (!argv) return argv.error();
-            job.command = std::move(*argv);
-        } else if (key == "timeout") {
-            auto s = v.value_exact<std::string>();
-            if (!s) return at(path, v, full, "expected a duration string such as \"30s\"");
-            auto d = parse_duration(*s);
-            if (!d) return at(path, v, full, d.error().message);
-            if (d->count() <= 0) return at(path, v, full, "must be above 0");
-            job.timeout = *d;
-        } else if (key == "overlap" || key == "concurrency") {
-            if (overlap_node)
-                return at(path, v, full,
-                          "give `overlap` or `concurrency`, not both (they are one setting)");
-            auto s = v.value_exact<std::string>();
-            bool k8s = key == "concurrency";
-            if (s == (k8s ? "forbid" : "skip"))
-                job.overlap = Overlap::Skip;
-            else if (!k8s && s == "queue")
-                job.overlap = Overlap::Queue;
-            else if (s == "allow")
-                job.overlap = Overlap::Allow;
-            else if (s == "replace")
-                job.overlap = Overlap::Replace;
-            else
-                return at(path, v, full,
-                          k8s ? "expected \"forbid\", \"allow\" or \"replace\""
-                              : "expected \"skip\", \"queue\", \"allow\" or \"replace\"");
-            overlap_node = &v;
-        } else if (key == "on_interrupted") {
-            auto s = v.value_exact<std::string>();
-            auto policy = s ? parse_on_interrupted(*s) : std::nullopt;
-            if (!policy) return at(path, v, full, kOnInterruptedWords);
-            job.on_interrupted = *policy;
-        } else if (key == "output") {
-            auto s = v.value_exact<std::string>();
-            if (!s || s->empty()) return at(path, v, full, "expected a file path");
-            if (s->front() != '/') return at(path, v, full, "must be an absolute path");
-            if (s->back() == '/') return at(path, v, full, "must name a file, not a directory");
-            job.output = *s;
-            output_node = &v;
-        } else if (key == "verify") {
-            auto argv = get_command(path, v, full);
-            if (!argv) return argv.error();
-            // A shell string sees the staged path as $1 ("verify" is its $0).
-            if (argv->size() == 3 && (*argv)[0] == "/bin/sh") argv->push_back("verify");
-            job.verify = std::move(*argv);
-        } else if (key == "user") {
-            auto s = v.value_exact<std::string>();
-            if (!s) return at(path, v, full, "expected a user name or id, USER[:GROUP]");
-            auto creds = lookup_credentials(*s);
-            if (!creds) return at(path, v, full, creds.error().message);
-            job.user = std::move(*creds);
-        } else if (key == "group") {
-            auto s = v.value_exact<std::string>();
-            if (!s) return at(path, v, full, "expected a group name or id");
-            auto gid = parse_group(*s, system_userdb());
-            if (!gid) return at(path, v, full, gid.error().message);
-            job.group = *gid;
-        } else {
-            return at(path, v, full, "unknown key");
-        }
+        if (auto st = parse_job_key(path, key, v, prefix + key, zone, job, nodes); !st)
+            return st.error();
     }
-    if (!schedule_node) return at(path, line, prefix + "schedule", "missing");
-    if (job.command.empty()) return at(path, line, prefix + "command", "missing");
-    if (!job.verify.empty() && job.output.empty())
-        return at(path, line, prefix + "verify", "needs `output` (it checks the staged output)");
-    // Each run stages its own file, but two runs at once would race to promote onto the one
-    // final name: the artifact would be whichever finished last, not the latest fire time's.
-    if (output_node && job.overlap == Overlap::Allow)
-        return at(path, *overlap_node, prefix + "overlap",
-                  "\"allow\" cannot be combined with `output`: concurrent runs would race to "
-                  "promote onto the same final file");
+    if (auto st = check_job(path, line, prefix, job, nodes); !st) return st.error();
     return job;
+}
+
+// The [jobs.NAME] tables, in the file's order; no two promoting onto one file.
+Status parse_jobs_tables(const std::string& path, const toml::node& jobs,
+                         const cron::TimeZone* zone, JobsConfig& config) {
+    const toml::table* table = jobs.as_table();
+    if (!table) return at(path, jobs, "jobs", "expected tables [jobs.NAME]");
+    for (const auto& [k, v] : *table) {
+        std::string name(k.str());
+        const toml::table* t = v.as_table();
+        if (!t) return at(path, v, "jobs." + name, "expected a table [jobs." + name + "]");
+        if (!valid_job_name(name))
+            return at(path, v, "jobs." + name, "a job name uses only letters, digits, _ . -");
+        auto job = parse_job(path, name, *t, zone);
+        if (!job) return job.error();
+        config.jobs.push_back(std::move(*job));
+    }
+    // Two jobs promoting onto one final name would overwrite each other's artifact.
+    for (std::size_t i = 0; i < config.jobs.size(); ++i)
+        for (std::size_t j = 0; j < i; ++j)
+            if (!config.jobs[i].output.empty() && config.jobs[i].output == config.jobs[j].output)
+                return Error{config.jobs[i].origin + ": jobs." + config.jobs[i].name +
+                             ".output: the same file as jobs." + config.jobs[j].name + ".output"};
+    // toml++ keeps tables sorted by key; the file's order is what a reader expects.
+    std::stable_sort(config.jobs.begin(), config.jobs.end(), [](const auto& a, const auto& b) {
+        auto line = [](const std::string& o) { return std::stol(o.substr(o.rfind(':') + 1)); };
+        return line(a.origin) < line(b.origin);
+    });
+    return Ok{};
 }
 
 }  // namespace
@@ -286,29 +374,8 @@ Result<JobsConfig> parse_jobs_toml(std::string_view text, const std::string& pat
         }
     }
     if (!jobs) return config;
-    const toml::table* table = jobs->as_table();
-    if (!table) return at(path, *jobs, "jobs", "expected tables [jobs.NAME]");
-    for (const auto& [k, v] : *table) {
-        std::string name(k.str());
-        const toml::table* t = v.as_table();
-        if (!t) return at(path, v, "jobs." + name, "expected a table [jobs." + name + "]");
-        if (!valid_job_name(name))
-            return at(path, v, "jobs." + name, "a job name uses only letters, digits, _ . -");
-        auto job = parse_job(path, name, *t, zone ? &*zone : nullptr);
-        if (!job) return job.error();
-        config.jobs.push_back(std::move(*job));
-    }
-    // Two jobs promoting onto one final name would overwrite each other's artifact.
-    for (std::size_t i = 0; i < config.jobs.size(); ++i)
-        for (std::size_t j = 0; j < i; ++j)
-            if (!config.jobs[i].output.empty() && config.jobs[i].output == config.jobs[j].output)
-                return Error{config.jobs[i].origin + ": jobs." + config.jobs[i].name +
-                             ".output: the same file as jobs." + config.jobs[j].name + ".output"};
-    // toml++ keeps tables sorted by key; the file's order is what a reader expects.
-    std::stable_sort(config.jobs.begin(), config.jobs.end(), [](const auto& a, const auto& b) {
-        auto line = [](const std::string& o) { return std::stol(o.substr(o.rfind(':') + 1)); };
-        return line(a.origin) < line(b.origin);
-    });
+    if (auto st = parse_jobs_tables(path, *jobs, zone ? &*zone : nullptr, config); !st)
+        return st.error();
     return config;
 }
 
@@ -316,186 +383,6 @@ Result<JobsConfig> load_jobs_config(const std::string& path) {
     auto text = read_file(path);
     if (!text) return text.error();
     return parse_jobs_toml(*text, path);
-}
-
-// A crontab entry's name, stable across edits of the file: its `# name:` comment, else the
-// command's program and a hash of schedule and command ("backup-3f09a1c2"). A line number
-// would rename every entry below an inserted line and lose their history in the ledger.
-std::string crontab_entry_name(const std::string& schedule, const std::string& command) {
-    std::uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : schedule + "\n" + command) h = (h ^ c) * 1099511628211ull;
-    std::string program = command.substr(0, command.find_first_of(" \t"));
-    program = program.substr(program.rfind('/') + 1);
-    std::string slug;
-    for (char c : program)
-        if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')
-            slug += c;
-    if (slug.empty() || slug.size() > 32) slug = slug.empty() ? "cron" : slug.substr(0, 32);
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-    return slug + "-" + std::string(hex, 8);
-}
-
-Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::string& path,
-                                           CrontabFormat format) {
-    std::vector<JobSpec> jobs;
-    std::vector<std::string> env;
-    std::string cron_tz;    // a CRON_TZ= line applies to the entries after it
-    std::string next_name;  // a "# name: NAME" comment names the entry right after it
-    // cron and supercronic never run an interrupted line again at the next start: neither does
-    // lastcall, unless a "# on_interrupted: POLICY" comment on the line before asks for it.
-    OnInterrupted next_policy = OnInterrupted::None;
-    long line_no = 0;
-    std::size_t pos = 0;
-    while (pos <= text.size()) {
-        std::size_t nl = text.find('\n', pos);
-        std::string_view raw =
-            text.substr(pos, nl == std::string_view::npos ? text.npos : nl - pos);
-        pos = nl == std::string_view::npos ? text.size() + 1 : nl + 1;
-        ++line_no;
-        std::string line(raw);
-        while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
-            line.pop_back();
-        std::size_t first = line.find_first_not_of(" \t");
-        if (first != std::string::npos && line[first] == '#') {
-            std::string_view comment = std::string_view(line).substr(first + 1);
-            comment.remove_prefix(std::min(comment.find_first_not_of(" \t"), comment.size()));
-            if (comment.starts_with("name:")) {
-                comment.remove_prefix(5);
-                comment.remove_prefix(std::min(comment.find_first_not_of(" \t"), comment.size()));
-                next_name = std::string(comment);
-                if (!valid_job_name(next_name))
-                    return at(path, line_no, "name",
-                              "'" + next_name + "' is not a job name (letters, digits, _ - .)");
-            } else if (comment.starts_with("on_interrupted:")) {
-                comment.remove_prefix(15);
-                comment.remove_prefix(std::min(comment.find_first_not_of(" \t"), comment.size()));
-                auto policy = parse_on_interrupted(comment);
-                if (!policy) return at(path, line_no, "on_interrupted", kOnInterruptedWords);
-                next_policy = *policy;
-            }
-            continue;
-        }
-        if (first == std::string::npos) continue;
-        line.erase(0, first);
-
-        // Words and where each one ends, so the command keeps its own spacing.
-        std::vector<std::pair<std::size_t, std::size_t>> words;
-        for (std::size_t i = 0; i < line.size();) {
-            std::size_t b = line.find_first_not_of(" \t", i);
-            if (b == std::string::npos) break;
-            std::size_t e = line.find_first_of(" \t", b);
-            if (e == std::string::npos) e = line.size();
-            words.emplace_back(b, e);
-            i = e;
-        }
-        std::string first_word = line.substr(words[0].first, words[0].second - words[0].first);
-        auto eq = first_word.find('=');
-        if (eq != std::string::npos && line[0] != '@' && line[0] != '*' &&
-            !std::isdigit(static_cast<unsigned char>(line[0]))) {
-            // NAME=VALUE: an environment assignment for the entries that follow, as in cron.
-            std::string name = line.substr(0, line.find('='));
-            std::string value = line.substr(line.find('=') + 1);
-            if (name == "CRON_TZ")
-                cron_tz = value;
-            else
-                env.push_back(name + "=" + value);
-            continue;
-        }
-        auto expr_of = [&](std::size_t n) { return line.substr(0, words[n - 1].second); };
-        // How many words are the schedule is supercronic's decision (cron::crontab_schedule_words);
-        // a line that reading does not parse is an error naming it, never another reading.
-        std::vector<std::string_view> texts;
-        for (const auto& [b, e] : words) texts.push_back(std::string_view(line).substr(b, e - b));
-        const std::size_t used = cron::crontab_schedule_words(texts);
-        const std::string in_line = " (in '" + line + "')";
-        if (words.size() <= used)
-            return at(path, line_no, "schedule", "expected a schedule and a command" + in_line);
-        std::string expr = expr_of(used);
-        if (!cron_tz.empty()) expr = "CRON_TZ=" + cron_tz + " " + expr;
-        auto schedule = cron::parse(expr, nullptr, cron::Fields::Crontab);
-        if (!schedule) return at(path, line_no, "schedule", schedule.error().message + in_line);
-        JobSpec job;
-        job.origin = path + ":" + std::to_string(line_no);
-        job.on_interrupted = std::exchange(next_policy, OnInterrupted::None);
-        // The system format (/etc/crontab, /etc/cron.d) has the user between schedule and
-        // command; the entry runs as that user.
-        std::size_t command_word = used;
-        if (format == CrontabFormat::System) {
-            if (words.size() <= used + 1)
-                return at(path, line_no, "user",
-                          "expected a user and a command after the schedule");
-            std::string user = std::string(texts[used]);
-            auto creds = lookup_credentials(user);
-            if (!creds)
-                return at(path, line_no, "user", "'" + user + "': " + creds.error().message);
-            job.user = std::move(*creds);
-            ++command_word;
-        }
-        std::string command = line.substr(words[command_word].first);
-        job.name = !next_name.empty() ? std::exchange(next_name, {})
-                                      : crontab_entry_name(expr_of(used), command);
-        for (const auto& other : jobs)
-            if (other.name == job.name)
-                return at(path, line_no, "name",
-                          job.name + " is already the name of " + other.origin +
-                              " (the same schedule and command twice? name one with '# name:')");
-        job.schedule = std::move(*schedule);
-        job.command = {"/bin/sh", "-c", command};
-        job.env = env;
-        jobs.push_back(std::move(job));
-    }
-    return jobs;
-}
-
-CrontabFormat crontab_format_of(const std::string& path) {
-    // Where cron itself reads the system format: /etc/crontab and the files of /etc/cron.d
-    // (also a copy of them elsewhere: an image's etc/crontab, a mounted cron.d).
-    auto [dir, name] = split_path(path);
-    std::string parent = dir.substr(dir.rfind('/') + 1);
-    if ((name == "crontab" && parent == "etc") || parent == "cron.d") return CrontabFormat::System;
-    return CrontabFormat::User;
-}
-
-Result<std::vector<JobSpec>> load_crontab(const std::string& path) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-        // A cron.d directory: every file whose name cron would run (letters, digits, _ and -:
-        // no editor backups, no .dpkg-old), in name order, in the system format.
-        std::vector<std::string> names;
-        if (DIR* d = ::opendir(path.c_str())) {
-            while (dirent* e = ::readdir(d)) {
-                std::string n = e->d_name;
-                if (!n.empty() && std::all_of(n.begin(), n.end(), [](char c) {
-                        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-                    }))
-                    names.push_back(n);
-            }
-            ::closedir(d);
-        } else {
-            return sys_error("opendir " + path, errno);
-        }
-        std::sort(names.begin(), names.end());
-        std::vector<JobSpec> all;
-        for (const auto& n : names) {
-            std::string file = path + "/" + n;
-            auto text = read_file(file);
-            if (!text) return text.error();
-            auto jobs = parse_crontab(*text, file, CrontabFormat::System);
-            if (!jobs) return jobs.error();
-            for (auto& j : *jobs) {
-                for (const auto& other : all)
-                    if (other.name == j.name)
-                        return Error{j.origin + ": " + j.name + " is already the name of " +
-                                     other.origin};
-                all.push_back(std::move(j));
-            }
-        }
-        return all;
-    }
-    auto text = read_file(path);
-    if (!text) return text.error();
-    return parse_crontab(*text, path, crontab_format_of(path));
 }
 
 std::string resolve_state_dir(const std::string& flag, const std::string& from_config,

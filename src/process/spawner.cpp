@@ -167,10 +167,14 @@ void write_decimal(char* out, long v) {
     out[n] = '\0';
 }
 
-[[noreturn]] void run_child(const SpawnSpec& spec, char* const* candidates,
-                            std::size_t candidate_count, char* const* argv, char** shell_argv,
-                            char** envp, char* listen_pid_slot, int report_fd, pid_t parent,
-                            bool born_in_cgroup, const SignalBits& ignored) {
+// The steps of the child between fork and exec, in their order. Only async-signal-safe calls
+// (the child may share lastcall's memory, spawn_sharing_memory), each fails through fail().
+// Inlined into child_main: the hot-symbol list (packaging/hot-symbols.txt) places that one
+// function with the start's code, and a step out of line would sit elsewhere, a page fault
+// more per spawn.
+
+// Its own session (or group), and the terminal's foreground where it had it.
+[[gnu::always_inline]] inline void enter_session(const SpawnSpec& spec, int report_fd) {
     using Session = SpawnSpec::Session;
     if (spec.session == Session::NewSession) {
         if (::setsid() < 0) fail(report_fd, SpawnStage::Setsid);
@@ -185,12 +189,20 @@ void write_decimal(char* out, long v) {
         if (::setpgid(0, 0) < 0) fail(report_fd, SpawnStage::Setpgid);
         if (foreground) ::tcsetpgrp(STDIN_FILENO, ::getpid());
     }
+}
+
+[[gnu::always_inline]] inline void join_cgroup(const SpawnSpec& spec, bool born_in_cgroup,
+                                               int report_fd) {
     if (spec.cgroup_fd >= 0 && !born_in_cgroup) {
         // "0" moves the writing process: the command is in the cgroup before its first instruction.
         int procs = ::openat(spec.cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
         if (procs < 0 || ::write(procs, "0", 1) != 1) fail(report_fd, SpawnStage::Cgroup);
         ::close(procs);
     }
+}
+
+// Limits, credentials, working directory and the parent-death signal, in that order.
+[[gnu::always_inline]] inline void take_identity(const SpawnSpec& spec, int report_fd) {
     // The soft descriptor limit and the oom_score_adj lastcall itself was started with, not the
     // ones it raised and lowered for itself (process/limits.hpp). Before the privilege drop: a
     // process whose credentials changed is no longer dumpable, and its /proc/self files belong
@@ -212,6 +224,10 @@ void write_decimal(char* out, long v) {
     if (spec.pdeathsig > 0) {
         if (::prctl(PR_SET_PDEATHSIG, spec.pdeathsig) < 0) fail(report_fd, SpawnStage::Pdeathsig);
     }
+}
+
+// Output, and which descriptors reach the command.
+[[gnu::always_inline]] inline void set_up_fds(const SpawnSpec& spec, int report_fd) {
     if (spec.stdout_fd >= 0) {
         if (::dup2(spec.stdout_fd, STDOUT_FILENO) < 0 || ::dup2(spec.stdout_fd, STDERR_FILENO) < 0)
             fail(report_fd, SpawnStage::Dup);
@@ -226,7 +242,10 @@ void write_decimal(char* out, long v) {
             if (flags >= 0) ::fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
         }
     }
-    if (listen_pid_slot) write_decimal(listen_pid_slot, ::getpid());
+}
+
+[[gnu::always_inline]] inline void restore_signals(const SpawnSpec& spec,
+                                                   const SignalBits& ignored) {
     // Dispositions first, then the mask: a signal already pending is then delivered with its
     // default action, as if lastcall had never been in between. Exec resets every handler to
     // the default and keeps only SIG_IGN, and lastcall ignores nothing it did not inherit
@@ -244,6 +263,18 @@ void write_decimal(char* out, long v) {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, in ? &in->mask : &none, nullptr);
+}
+
+[[noreturn]] void run_child(const SpawnSpec& spec, char* const* candidates,
+                            std::size_t candidate_count, char* const* argv, char** shell_argv,
+                            char** envp, char* listen_pid_slot, int report_fd, pid_t parent,
+                            bool born_in_cgroup, const SignalBits& ignored) {
+    enter_session(spec, report_fd);
+    join_cgroup(spec, born_in_cgroup, report_fd);
+    take_identity(spec, report_fd);
+    set_up_fds(spec, report_fd);
+    if (listen_pid_slot) write_decimal(listen_pid_slot, ::getpid());
+    restore_signals(spec, ignored);
     // PR_SET_PDEATHSIG fires on the death of the parent *thread*; if lastcall died between fork
     // and prctl, the signal will never come, so check by hand (prctl(2)).
     // kill(getpid()), not raise(): after a raw clone3 glibc's cached thread id is the parent's.

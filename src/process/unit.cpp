@@ -95,8 +95,24 @@ int Unit::round() {
         .signalled;
 }
 
+bool Unit::reaches(const ProcInfo& p) const {
+    switch (reach_) {
+        case StopReach::Tree:
+            return true;
+        case StopReach::Group:
+            return leader_ > 0 && p.pgid == leader_;
+        case StopReach::Leader:
+            return leader_ > 0 && p.pid == leader_;
+    }
+    return true;
+}
+
 bool Unit::take(const ProcInfo& p) {
     if (signalled_.count(key_of(p))) return false;
+    if (!reaches(p)) {
+        out_of_reach_.insert(p.pid);
+        return false;
+    }
     // Started by a process told to stop before this stop began (a leftover's cleanup): its
     // helper, which the kill at the end of the grace covers.
     if (told_before_.count(p.ppid) || (!told_before_.empty() && helpers_.count(p.ppid))) {
@@ -132,6 +148,7 @@ void Unit::restart() {
     helpers_.clear();
     told_before_.clear();
     last_members_.clear();
+    out_of_reach_.clear();
     rounds_.end();
     deadline_.reset();
     kill_sent_ = false;
@@ -147,7 +164,7 @@ bool Unit::claims(const ProcInfo& p) const {
     if (state_ != UnitState::Stopping && state_ != UnitState::Killed) return false;
     // Every member of a unit being stopped is the unit's: signalled by it, one of its helpers
     // (also one whose parent has exited), or one its next round will reach.
-    if (last_members_.count(p.pid)) return true;
+    if (last_members_.count(p.pid) || out_of_reach_.count(p.pid)) return true;
     if (rounds_.pending || p.ppid <= 1) return false;
     auto parent = signalled_.lower_bound(ProcKey{p.ppid, 0});
     bool parent_stopping = parent != signalled_.end() && parent->first == p.ppid;

@@ -8,9 +8,11 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 #include "lastcall/core/port.hpp"
 #include "lastcall/core/toml_parse.hpp"
 
@@ -342,6 +344,134 @@ Status parse_ready(const Where& w, const toml::node& n, ReadyCheck& out) {
     return Ok{};
 }
 
+Status parse_env(const Where& w, const toml::node& n, std::vector<std::string>& out) {
+    const toml::table* env = n.as_table();
+    if (!env) return w.at(n, "env", "expected a table of NAME = \"value\"");
+    for (const auto& [ek, ev] : *env) {
+        std::string ekey = "env." + std::string(ek.str());
+        if (ek.str().empty() || ek.str().find('=') != std::string_view::npos)
+            return w.at(ev, ekey, "invalid variable name");
+        std::string value;
+        if (ev.is_string())
+            value = *ev.value<std::string>();
+        else if (ev.is_integer())
+            value = std::to_string(*ev.value<long long>());
+        else if (ev.is_boolean())
+            value = *ev.value<bool>() ? "true" : "false";
+        else
+            return w.at(ev, ekey, "expected a string, integer or boolean");
+        out.push_back(std::string(ek.str()) + "=" + value);
+    }
+    return Ok{};
+}
+
+Status parse_user(const Where& w, const toml::node& n, std::optional<Credentials>& out) {
+    auto u = get_string(w, n, "user");
+    if (!u) return u.error();
+    auto creds = lookup_credentials(*u);
+    if (!creds) return w.at(n, "user", creds.error().message);
+    out = *creds;
+    return Ok{};
+}
+
+Status parse_group_key(const Where& w, const toml::node& n, std::optional<gid_t>& out) {
+    auto g = get_string(w, n, "group");
+    if (!g) return g.error();
+    auto gid = parse_group(*g, system_userdb());
+    if (!gid) return w.at(n, "group", gid.error().message);
+    out = *gid;
+    return Ok{};
+}
+
+// A key whose value is one of a few words: `expected "a", "b" or "c", not "x"` otherwise.
+template <typename T>
+Status get_word(const Where& w, const toml::node& n, std::string_view key,
+                std::initializer_list<std::pair<std::string_view, T>> words, T& out) {
+    auto text = get_string(w, n, key);
+    if (!text) return text.error();
+    std::string expected;
+    std::size_t i = 0;
+    for (const auto& [word, value] : words) {
+        if (*text == word) {
+            out = value;
+            return Ok{};
+        }
+        if (i > 0) expected += i + 1 == words.size() ? " or " : ", ";
+        expected += "\"" + std::string(word) + "\"";
+        ++i;
+    }
+    return w.at(n, key, "expected " + expected + ", not \"" + *text + "\"");
+}
+
+Status parse_stop_signal(const Where& w, const toml::node& n, int& out) {
+    std::string text;
+    if (n.is_integer())
+        text = std::to_string(*n.value<long long>());
+    else if (n.is_string())
+        text = *n.value<std::string>();
+    else
+        return w.at(n, "stop_signal", "expected a signal name or number");
+    auto sig = parse_signal(text);
+    if (!sig) return w.at(n, "stop_signal", sig.error().message);
+    out = *sig;
+    return Ok{};
+}
+
+// The keys whose value is a plain string, list, duration or boolean.
+Status parse_simple_key(const Where& w, std::string_view key, const toml::node& v, ServiceSpec& s) {
+    if (key == "workdir") {
+        auto d = get_string(w, v, key);
+        if (!d) return d.error();
+        s.workdir = *d;
+    } else if (key == "depends_on") {
+        auto deps = get_string_list(w, v, key, true);
+        if (!deps) return deps.error();
+        s.depends_on = *deps;
+        s.depends_on_origin = w.origin(v);
+    } else if (key == "grace") {
+        auto d = get_duration(w, v, key);
+        if (!d) return d.error();
+        s.grace = *d;
+    } else if (key == "main") {
+        if (!v.is_boolean()) return w.at(v, key, "expected true or false");
+        s.main = *v.value<bool>();
+    } else {
+        return w.at(v, key, "unknown key");
+    }
+    return Ok{};
+}
+
+// One key of [services.NAME] into the spec.
+Status parse_service_key(const Where& w, std::string_view key, const toml::node& v,
+                         ServiceSpec& s) {
+    if (key == "command") {
+        auto argv = get_command(w, v);
+        if (!argv) return argv.error();
+        s.argv = *argv;
+        return Ok{};
+    }
+    if (key == "env") return parse_env(w, v, s.env);
+    if (key == "user") return parse_user(w, v, s.user);
+    if (key == "group") return parse_group_key(w, v, s.group);
+    if (key == "restart")
+        return get_word<RestartPolicy>(w, v, key,
+                                       {{"no", RestartPolicy::No},
+                                        {"on-failure", RestartPolicy::OnFailure},
+                                        {"always", RestartPolicy::Always}},
+                                       s.restart);
+    if (key == "backoff") return parse_backoff(w, v, s.backoff);
+    if (key == "restart_limit") return parse_restart_limit(w, v, s.restart_limit);
+    if (key == "ready") return parse_ready(w, v, s.ready);
+    if (key == "stop_signal") return parse_stop_signal(w, v, s.stop_signal);
+    // As --kill-scope words it; "child" is the leader alone.
+    if (key == "kill_scope")
+        return get_word<StopReach>(
+            w, v, key,
+            {{"tree", StopReach::Tree}, {"group", StopReach::Group}, {"child", StopReach::Leader}},
+            s.kill_scope);
+    return parse_simple_key(w, key, v, s);
+}
+
 Result<ServiceSpec> parse_service(const std::string& path, const std::string& name,
                                   const toml::table& t) {
     Where w(path, "services." + name);
@@ -351,94 +481,9 @@ Result<ServiceSpec> parse_service(const std::string& path, const std::string& na
     if (!valid_service_name(name))
         return w.at_line(static_cast<int>(t.source().begin.line), "",
                          "invalid service name (use letters, digits, '_', '-', '.')");
-    bool have_command = false;
-    for (const auto& [k, v] : t) {
-        std::string_view key = k.str();
-        if (key == "command") {
-            auto argv = get_command(w, v);
-            if (!argv) return argv.error();
-            s.argv = *argv;
-            have_command = true;
-        } else if (key == "env") {
-            const toml::table* env = v.as_table();
-            if (!env) return w.at(v, key, "expected a table of NAME = \"value\"");
-            for (const auto& [ek, ev] : *env) {
-                std::string ekey = "env." + std::string(ek.str());
-                if (ek.str().empty() || ek.str().find('=') != std::string_view::npos)
-                    return w.at(ev, ekey, "invalid variable name");
-                std::string value;
-                if (ev.is_string())
-                    value = *ev.value<std::string>();
-                else if (ev.is_integer())
-                    value = std::to_string(*ev.value<long long>());
-                else if (ev.is_boolean())
-                    value = *ev.value<bool>() ? "true" : "false";
-                else
-                    return w.at(ev, ekey, "expected a string, integer or boolean");
-                s.env.push_back(std::string(ek.str()) + "=" + value);
-            }
-        } else if (key == "workdir") {
-            auto d = get_string(w, v, key);
-            if (!d) return d.error();
-            s.workdir = *d;
-        } else if (key == "user") {
-            auto u = get_string(w, v, key);
-            if (!u) return u.error();
-            auto creds = lookup_credentials(*u);
-            if (!creds) return w.at(v, key, creds.error().message);
-            s.user = *creds;
-        } else if (key == "group") {
-            auto g = get_string(w, v, key);
-            if (!g) return g.error();
-            auto gid = parse_group(*g, system_userdb());
-            if (!gid) return w.at(v, key, gid.error().message);
-            s.group = *gid;
-        } else if (key == "restart") {
-            auto r = get_string(w, v, key);
-            if (!r) return r.error();
-            if (*r == "no")
-                s.restart = RestartPolicy::No;
-            else if (*r == "on-failure")
-                s.restart = RestartPolicy::OnFailure;
-            else if (*r == "always")
-                s.restart = RestartPolicy::Always;
-            else
-                return w.at(v, key,
-                            "expected \"no\", \"on-failure\" or \"always\", not \"" + *r + "\"");
-        } else if (key == "backoff") {
-            if (auto st = parse_backoff(w, v, s.backoff); !st) return st.error();
-        } else if (key == "restart_limit") {
-            if (auto st = parse_restart_limit(w, v, s.restart_limit); !st) return st.error();
-        } else if (key == "depends_on") {
-            auto deps = get_string_list(w, v, key, true);
-            if (!deps) return deps.error();
-            s.depends_on = *deps;
-            s.depends_on_origin = w.origin(v);
-        } else if (key == "ready") {
-            if (auto st = parse_ready(w, v, s.ready); !st) return st.error();
-        } else if (key == "stop_signal") {
-            std::string text;
-            if (v.is_integer())
-                text = std::to_string(*v.value<long long>());
-            else if (v.is_string())
-                text = *v.value<std::string>();
-            else
-                return w.at(v, key, "expected a signal name or number");
-            auto sig = parse_signal(text);
-            if (!sig) return w.at(v, key, sig.error().message);
-            s.stop_signal = *sig;
-        } else if (key == "grace") {
-            auto d = get_duration(w, v, key);
-            if (!d) return d.error();
-            s.grace = *d;
-        } else if (key == "main") {
-            if (!v.is_boolean()) return w.at(v, key, "expected true or false");
-            s.main = *v.value<bool>();
-        } else {
-            return w.at(v, key, "unknown key");
-        }
-    }
-    if (!have_command)
+    for (const auto& [k, v] : t)
+        if (auto st = parse_service_key(w, k.str(), v, s); !st) return st.error();
+    if (!t.contains("command"))
         return w.at_line(static_cast<int>(t.source().begin.line), "command", "missing");
     // A relative ready.file is the service's: resolved against its workdir, as its ready.exec
     // and its own `touch ready.flag` are. Read against lastcall's directory, the service was

@@ -67,6 +67,7 @@ Status ServiceManager::attach_host(UnitHost& host) {
                 return holds;
             },
             [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); });
+    for (auto& s : services_) s.unit->set_reach(s.spec.kill_scope);
     auto timer = host.new_timer([this] { on_timer(); });
     if (!timer) return timer.error();
     timer_ = std::move(*timer);
@@ -208,6 +209,8 @@ void ServiceManager::start(Service& s) {
     s.ticket = std::move(ticket);
     s.pid = result.child->pid;
     s.scope->started(s.pid);
+    // The leader of its own session and group (setsid): kill_scope group and child count from it.
+    s.unit->led_by(s.pid);
     if (out_read) watch_output(index, std::move(out_read));
     spdlog::info("service {}: started pid {}{}", s.spec.name, s.pid,
                  s.starts > 1 ? " (restart " + std::to_string(s.restarts()) + ")" : "");

@@ -199,6 +199,27 @@ depends_on = ["db"]
         self.assertFalse(self.service(r, "db")["forced"])
         self.assertNoLeftovers()
 
+    def test_a_service_with_kill_scope_child_only_its_leader_gets_the_stop_signal_the_rest_is_killed_at_its_grace(self):
+        # A master and its worker, both trapping SIGTERM. With kill_scope = "child" the leader
+        # alone hears it (a master that stops its own workers); the worker, still running, is
+        # killed at the service's grace and never runs its trap.
+        cfg = self.config("""
+[services.app]
+command = '''sh -c 'trap "echo worker-term > \\"$EVENTS\\"; kill \\$p; exit 0" TERM; sleep 1000 & p=$!; echo worker-start > "$EVENTS"; wait' & trap 'echo leader-term > "$EVENTS"; exit 0' TERM; echo leader-start > "$EVENTS"; wait'''
+kill_scope = "child"
+grace = "1s"
+""")
+        run = self.start(["--config", cfg, "--grace", "10s"])
+        self.assertEqual({self.fifo.readline() for _ in range(2)}, {"leader-start", "worker-start"})
+        run.signal(signal.SIGTERM)
+        self.assertEqual(self.fifo.readline(), "leader-term")
+        run.wait()
+        self.assertNotIn(b"worker-term", self.fifo.drain())
+        out = run.output()
+        self.assertIn("service app: sent SIGTERM to 1 process(es)", out)
+        self.assertRegex(out, r"service app: still [0-9]+ process\(es\) at the end of its grace: sent SIGKILL to [1-9]")
+        self.assertNoLeftovers()
+
     def test_services_killed_before_their_stop_signal_are_reported_forced_not_exited(self):
         # A second SIGTERM during the drain delay: nothing had its stop signal yet, and the
         # tree's SIGKILL ended both services. Their record said "exited" by themselves.

@@ -28,6 +28,7 @@ class FakeHost;
 struct FakeProc {
     pid_t pid = 0;
     pid_t ppid = 1;  // its parent (the fake lastcall is 1)
+    pid_t pgid = 0;  // its process group: a spawned unit leads its own (setsid)
     std::vector<std::string> argv;
     std::string scope;  // the unit it was spawned into ("" for a helper such as a probe)
     std::vector<std::pair<int, MonoTime>> signals;  // every signal, with the fake time it came
@@ -91,10 +92,13 @@ class FakeHost final : public UnitHost {
         child.pid = next_pid_++;
         child.argv = {"child-of-" + std::to_string(parent)};
         child.ppid = parent;
+        child.pgid = procs_.at(parent).pgid;
         child.scope = procs_.at(parent).scope;
         procs_[child.pid] = child;
         return child.pid;
     }
+    // The process leaves its parent's group for one of its own (setpgid(0, 0), a daemon's setsid).
+    void new_group(pid_t pid) { procs_.at(pid).pgid = pid; }
     // The tasks the loop would run after the current event (request_shutdown, release_drain).
     // Until none is left: a ledger answer may post the next call (the ledger worker runs its
     // calls as posted tasks here, LedgerWorker::Mode::OnLoop).
@@ -113,6 +117,7 @@ class FakeHost final : public UnitHost {
         ProcInfo i;
         i.pid = pid;
         i.ppid = procs_.at(pid).ppid;
+        i.pgid = procs_.at(pid).pgid;
         i.start = static_cast<unsigned long long>(pid);
         i.state = 'S';
         return i;
@@ -205,6 +210,7 @@ class FakeHost final : public UnitHost {
         }
         FakeProc p;
         p.pid = next_pid_++;
+        p.pgid = p.pid;
         p.argv = spec.argv;
         for (const auto& [name, fd] : scope_fds_)
             if (fd == spec.cgroup_fd) p.scope = name;
@@ -282,6 +288,7 @@ class FakeHost final : public UnitHost {
                     ProcInfo info;
                     info.pid = pid;
                     info.ppid = p.ppid;
+                    info.pgid = p.pgid;
                     info.start = static_cast<unsigned long long>(pid);
                     info.state = 'S';
                     out.push_back(info);

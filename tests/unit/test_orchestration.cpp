@@ -429,6 +429,98 @@ grace = "1h"
     CHECK(s.host.drain_releases == 1);
 }
 
+// A service "app" with a 2 s grace and the kill_scope given, running.
+struct ScopedApp : Services {
+    explicit ScopedApp(const std::string& scope)
+        : Services("[services.app]\ncommand = [\"app\"]\nkill_scope = \"" + scope +
+                   "\"\ngrace = \"2s\"\n") {
+        app = pid("app");
+    }
+    pid_t app = 0;
+};
+
+TEST_CASE(
+    "a service with kill_scope = child: only its leader gets the stop signal, the rest is killed "
+    "at its grace",
+    "[orchestration][services]") {
+    ScopedApp s("child");
+    pid_t app = s.app;
+    pid_t worker = s.host.fork_child(app);  // in app's group and scope
+    s.begin_shutdown();
+    s.host.advance(0ms);
+    CHECK(s.host.count(app, SIGTERM) == 1);
+    CHECK(s.host.proc(worker).signals.empty());
+    // Out of reach of the stop signal, the worker is the service's still: the tree's pass (at
+    // the hold's limit) leaves it to the service's kill.
+    CHECK(s.host.units().claimed(s.host.info(worker)));
+    s.host.exit(app, kTermed);  // the leader obeys; the worker stays
+    s.host.advance(1999ms);
+    CHECK(s.state("app") == ServiceState::Stopping);
+    CHECK(s.host.proc(worker).signals.empty());
+    s.host.advance(1ms);
+    CHECK(s.host.count(worker, SIGKILL) == 1);
+    CHECK_FALSE(s.host.got(worker, SIGTERM));
+    s.host.reap_killed();
+    CHECK(s.state("app") == ServiceState::Stopped);
+    REQUIRE(s.host.forces.size() == 1);
+    CHECK(s.host.forces[0].source == "service app: grace");
+    CHECK(s.host.drain_releases == 1);
+}
+
+TEST_CASE(
+    "a service with kill_scope = group: its leader's process group gets the stop signal, a "
+    "process in a group of its own only the kill at the grace",
+    "[orchestration][services]") {
+    ScopedApp s("group");
+    pid_t app = s.app;
+    pid_t worker = s.host.fork_child(app);  // in app's group
+    pid_t daemon = s.host.fork_child(app);
+    s.host.new_group(daemon);  // left app's group (setsid)
+    s.begin_shutdown();
+    s.host.advance(0ms);
+    CHECK(s.host.count(app, SIGTERM) == 1);
+    CHECK(s.host.count(worker, SIGTERM) == 1);
+    CHECK(s.host.proc(daemon).signals.empty());
+    s.host.exit(worker, kTermed);
+    s.host.exit(app, kTermed);
+    s.host.advance(2s);
+    CHECK(s.host.count(daemon, SIGKILL) == 1);
+    CHECK_FALSE(s.host.got(daemon, SIGTERM));
+}
+
+TEST_CASE("a service's kill_scope counts from its current instance's leader after a restart",
+          "[orchestration][services]") {
+    Services s(R"(
+[services.app]
+command = ["app"]
+restart = "always"
+kill_scope = "child"
+backoff = { initial = "1s" }
+)");
+    pid_t first = s.pid("app");
+    s.host.exit(first, kExit1);
+    s.host.advance(1s);  // the back-off: the next instance starts
+    pid_t second = s.pid("app");
+    REQUIRE(second != first);
+    pid_t worker = s.host.fork_child(second);
+    s.begin_shutdown();
+    s.host.advance(0ms);
+    CHECK(s.host.count(second, SIGTERM) == 1);
+    CHECK(s.host.proc(worker).signals.empty());
+}
+
+TEST_CASE("a service's kill_scope is tree, group or child", "[orchestration][services]") {
+    auto r = parse_services_toml("[services.app]\ncommand = [\"app\"]\nkill_scope = \"process\"\n",
+                                 "test.toml");
+    REQUIRE_FALSE(r);
+    CHECK(r.error().message ==
+          "test.toml:3: services.app.kill_scope: expected \"tree\", \"group\" or \"child\", not "
+          "\"process\"");
+    auto d = parse_services_toml("[services.app]\ncommand = [\"app\"]\n", "test.toml");
+    REQUIRE(d);
+    CHECK((*d)[0].kill_scope == StopReach::Tree);
+}
+
 // A service "app" with a 3 s grace, already sent its stop signal by the shutdown; its TERM
 // trap then starts `helper`.
 struct StoppingApp : Services {

@@ -39,6 +39,10 @@
 namespace lastcall {
 
 enum class UnitState { Running, Stopping, Killed, Gone };
+// Which of a unit's members its stop signal reaches (a service's `kill_scope`): all of them
+// (tree), those in its leader's process group (group), or its leader alone (leader). The kill
+// at the end of its grace reaches every member, whatever the reach.
+enum class StopReach { Tree, Group, Leader };
 enum class UnitEvent { Stop, Kill, Gone, Restart };
 std::string_view to_string(UnitState s);
 // nullopt: the event does not apply in that state (a second stop of a stopping unit, a kill of
@@ -115,6 +119,12 @@ class Unit {
     // instances still alive (one that outlived its SIGKILL must not get a second stop signal).
     void restart();
 
+    // Which members the stop signal reaches (default: all), and the leader it is counted from:
+    // set at each instance's start. A member out of reach is the unit's still (claims), left
+    // to the kill at the end of the grace.
+    void set_reach(StopReach reach) { reach_ = reach; }
+    void led_by(pid_t leader) { leader_ = leader; }
+
     // p had this unit's stop signal.
     bool signalled(const ProcInfo& p) const { return signalled_.count(key_of(p)) != 0; }
     // The tree's question (UnitTree::claimed): p belongs to this unit's own stop.
@@ -124,6 +134,7 @@ class Unit {
     friend class UnitTree;
     bool apply(UnitEvent e);
     bool take(const ProcInfo& p);
+    bool reaches(const ProcInfo& p) const;
     int round();
 
     UnitTree* tree_;  // null once the tree is gone (~UnitTree)
@@ -146,6 +157,10 @@ class Unit {
     std::set<pid_t> told_before_;
     // Its members at the last look of a stop in progress.
     std::set<pid_t> last_members_;
+    StopReach reach_ = StopReach::Tree;
+    pid_t leader_ = 0;
+    // Members the stop signal does not reach (reach_): the kill's, not the tree pass's.
+    std::set<pid_t> out_of_reach_;
 };
 
 }  // namespace lastcall

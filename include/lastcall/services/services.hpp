@@ -17,6 +17,7 @@
 #include "lastcall/core/duration.hpp"
 #include "lastcall/core/error.hpp"
 #include "lastcall/process/spawner.hpp"
+#include "lastcall/process/unit.hpp"
 
 namespace lastcall {
 
@@ -83,6 +84,10 @@ struct ServiceSpec {
     ReadyCheck ready;
     int stop_signal = SIGTERM;
     std::optional<Millis> grace;  // unset: the global --grace
+    // `kill_scope`: who gets the stop signal (tree: every process of the instance's scope;
+    // group: its leader's process group; child: the leader alone). The kill at the end of the
+    // grace takes the whole scope whatever it says (docs/services.md).
+    StopReach kill_scope = StopReach::Tree;
     bool main = false;            // its exit ends the run with its exit code
     bool capture_output = false;  // stdout/stderr through a pipe into prefixed lines (`up`)
     std::string origin;           // "file:line", for messages
