@@ -5,6 +5,7 @@
 
 Usage: bench/teardown.py [--processes 10000] [--runs 3] [--lastcall NAME=PATH ...]
                          [--out bench/results/DATE-teardown.md] [--plot PNG]
+       bench/teardown.py --replot bench/results/DATE-teardown.md --plot PNG
 
 `unshare --pid --fork --mount-proc INIT... sleepers N FIFO`: the child forks N-1 processes that
 wait in pause(), all in its process group, and says so on a FIFO. Then SIGTERM to the init, and
@@ -64,6 +65,38 @@ def emit(lines, out):
     return text
 
 
+def plot(rows, path, processes):
+    """A bar per init: (name, median, min, max) seconds, drawn by gnuplot where it is installed."""
+    if not shutil.which("gnuplot") or not rows:
+        log("no plot: gnuplot is not installed or there is nothing to draw")
+        return
+    data = os.path.join(os.path.dirname(os.path.abspath(path)), ".teardown.dat")
+    with open(data, "w") as f:
+        for i, (name, m, lo, hi) in enumerate(rows):
+            f.write(f'{i} "{name}" {m:.3f} {lo:.3f} {hi:.3f}\n')
+    script = (f'set terminal pngcairo size 900,420; set output "{path}";'
+              f'set title "SIGTERM to an empty namespace, {processes} processes (median, '
+              'min-max)"; set ylabel "seconds"; set yrange [0:*]; set style fill solid 0.6;'
+              'set boxwidth 0.6; set xtics rotate by -20;'
+              f'plot "{data}" using 1:3:xtic(2) with boxes notitle, '
+              f'"{data}" using 1:3:4:5 with yerrorbars notitle lc rgb "black"')
+    subprocess.run(["gnuplot", "-e", script], check=False)
+    os.unlink(data)
+
+
+def replot(table, path):
+    """The plot again from a results table this script wrote (--replot MD --plot PNG)."""
+    rows, processes = [], 0
+    with open(table) as f:
+        for line in f:
+            if line.startswith("# Teardown of "):
+                processes = int(line.split()[3])
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) == 8 and cells[2].replace(".", "").isdigit():
+                rows.append((cells[0], float(cells[2]), float(cells[3]), float(cells[4])))
+    plot(rows, path, processes)
+
+
 def one_run(argv, n, sleepers, tmp):
     fifo = os.path.join(tmp, "ready.fifo")
     if os.path.exists(fifo):
@@ -114,7 +147,10 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated contender names")
     ap.add_argument("--out")
     ap.add_argument("--plot")
+    ap.add_argument("--replot", help="a results table to draw again (with --plot)")
     a = ap.parse_args()
+    if a.replot:
+        return replot(a.replot, a.plot)
     lcs = [x.split("=", 1) for x in a.lastcall] or [
         ("lastcall", os.path.join(ROOT, "build", "static", "lastcall"))]
     inits = [("tini -g", ["tini", "-g", "--"]), ("dumb-init", ["dumb-init", "--"]),
@@ -162,20 +198,8 @@ def main():
         lines.append(f"| {name} | {len(rs)} | {statistics.median(secs):.2f} | {min(secs):.2f} | "
                      f"{max(secs):.2f} | {before:.0f} | {peak:.0f} | {per:.0f} |")
     text = emit(lines, a.out)
-    if a.plot and shutil.which("gnuplot") and rows:
-        data = os.path.join(os.path.dirname(os.path.abspath(a.plot)), ".teardown.dat")
-        with open(data, "w") as f:
-            for i, (name, m, lo, hi) in enumerate(rows):
-                f.write(f'{i} "{name}" {m:.3f} {lo:.3f} {hi:.3f}\n')
-        script = (f'set terminal pngcairo size 900,420; set output "{a.plot}";'
-                  f'set title "SIGTERM to an empty namespace, {a.processes} processes (median, '
-                  'min-max)"; set ylabel "seconds"; set yrange [0:*]; set style fill solid 0.6;'
-                  'set boxwidth 0.6; set xtics rotate by -20;'
-                  f'plot "{data}" using 1:3:xtic(2) with boxes notitle, '
-                  f'"{data}" using 1:3:4:5 with yerrorbars notitle lc rgb "black"')
-        subprocess.run(["gnuplot", "-e", script], check=False)
-        os.unlink(data)
-
+    if a.plot:
+        plot(rows, a.plot, a.processes)
 
 if __name__ == "__main__":
     main()
