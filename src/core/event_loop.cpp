@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lastcall/core/event_loop.hpp"
+#include "lastcall/core/loop_turn.hpp"
 
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
@@ -31,9 +32,18 @@ void EventLoop::unwatch(int fd) {
     handlers_.erase(fd);
 }
 
+namespace {
+std::uint64_t turns = 0;  // the loop's thread only
+}  // namespace
+
+std::uint64_t loop_turn() {
+    return turns;
+}
+
 Status EventLoop::run_once() {
     epoll_event events[16];
     int n = ::epoll_wait(epfd_.get(), events, 16, posted_.empty() ? -1 : 0);
+    ++turns;
     if (n < 0) {
         if (errno != EINTR) return sys_error("epoll_wait", errno);
         n = 0;  // SIGSTOP/SIGCONT of lastcall itself interrupts the wait

@@ -89,6 +89,10 @@ std::vector<pid_t> numeric_entries(const std::string& dir) {
     return out;
 }
 
+}  // namespace
+
+namespace proctree {
+
 bool have_proc_children() {
     static const bool have = [] {
         std::string p = "/proc/self/task/" + std::to_string(::getpid()) + "/children";
@@ -97,7 +101,22 @@ bool have_proc_children() {
     return have;
 }
 
-}  // namespace
+std::vector<pid_t> children_of(pid_t pid, bool single) {
+    auto tids = single ? std::vector<pid_t>{pid}
+                       : numeric_entries("/proc/" + std::to_string(pid) + "/task");
+    std::vector<pid_t> out;
+    for (pid_t tid : tids) {
+        auto pids = parse_pids(read_kernel_file("/proc/" + std::to_string(pid) + "/task/" +
+                                                std::to_string(tid) + "/children"));
+        out.insert(out.end(), pids.begin(), pids.end());
+    }
+    return out;
+}
+
+}  // namespace proctree
+
+using proctree::children_of;
+using proctree::have_proc_children;
 
 bool run_queue_crowded() {
     // "0.52 0.58 0.59 3/412 12345": the fourth field is runnable/total scheduling entities.
@@ -243,23 +262,17 @@ std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& ou
             if (out_of_time && ++reads % 16 == 0 && out_of_time()) return out;
             auto [p, single, index] = stack.back();
             stack.pop_back();
-            auto tids = single ? std::vector<pid_t>{p}
-                               : numeric_entries("/proc/" + std::to_string(p) + "/task");
-            for (pid_t tid : tids) {
-                std::string children = read_kernel_file("/proc/" + std::to_string(p) + "/task/" +
-                                                        std::to_string(tid) + "/children");
-                for (pid_t c : parse_pids(children)) {
-                    if (!seen.insert(c).second) continue;
-                    // A flat tree (orphans reparented to lastcall) comes from one file.
-                    if (out_of_time && ++reads % 16 == 0 && out_of_time()) return out;
-                    auto info = read_proc_stat(c);
-                    bool alive = info && is_alive(*info);
-                    if (alive) out.push_back(*info);
-                    // A true zombie has no children: its threads' exits gave them away.
-                    if (info && !alive) continue;
-                    stack.push_back({c, info && info->threads == 1 && info->state != 'Z',
-                                     alive ? out.size() - 1 : kRoot});
-                }
+            for (pid_t c : children_of(p, single)) {
+                if (!seen.insert(c).second) continue;
+                // A flat tree (orphans reparented to lastcall) comes from one file.
+                if (out_of_time && ++reads % 16 == 0 && out_of_time()) return out;
+                auto info = read_proc_stat(c);
+                bool alive = info && is_alive(*info);
+                if (alive) out.push_back(*info);
+                // A true zombie has no children: its threads' exits gave them away.
+                if (info && !alive) continue;
+                stack.push_back({c, info && info->threads == 1 && info->state != 'Z',
+                                 alive ? out.size() - 1 : kRoot});
             }
             if (listed && index != kRoot) listed(out[index]);
         }

@@ -21,6 +21,14 @@ void throw_if_out_of_memory(int err);
 std::vector<pid_t> parse_pids(std::string_view text);
 std::string read_kernel_file(const std::string& path);
 int kill_each(const std::vector<ProcInfo>& members, const MemberFilter& record);
+// Whether the kernel has /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN).
+bool have_proc_children();
+// The children of `pid` from its children files: only its main thread's where `single` says it
+// has no other (a process's children hang off the thread that forked them).
+std::vector<pid_t> children_of(pid_t pid, bool single);
+// Defined in proc_tracker.cpp: reap_all tells the /proc scopes' record of lastcall's children that
+// `pid` was reaped (its number may name another process from now on).
+void forget_child(pid_t pid);
 
 template <typename F>
 void for_each_entry(const std::string& dir, F&& f) {

@@ -2,6 +2,7 @@
 // Reaping lastcall's children, and what their wait statuses say.
 #include "lastcall/core/signals.hpp"
 #include "lastcall/process/process_tree.hpp"
+#include "process_tree_internal.hpp"
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -38,6 +39,7 @@ bool reap_all(const std::function<bool(pid_t)>& want_info,
             return errno == ECHILD;
         }
         if (got == 0) return false;
+        proctree::forget_child(got);
         on_reaped(Reaped{got, status, std::move(info)});
     }
 }

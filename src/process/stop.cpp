@@ -59,11 +59,12 @@ StopPassResult send_stop_signal(const StopPassIo& io, int sig,
         // A walk that gave up at the budget (members_within) saw only part of the unit: finding
         // nobody new in that part proves nothing.
         bool partial = io.out_of_time && io.out_of_time();
+        const auto& signals_end = io.past_deadline ? io.past_deadline : io.out_of_time;
         for (const auto& p : members) {
             // Also inside a pass: under a fork bomb one pass over thousands of members, each
             // a pidfd, a /proc read and two signals, can outlast the grace. Whoever is left is
             // covered by the kill at grace end.
-            if (io.out_of_time && (result.signalled & 15) == 15 && io.out_of_time()) {
+            if (signals_end && (result.signalled & 15) == 15 && signals_end()) {
                 cut = true;
                 break;
             }

@@ -88,8 +88,10 @@ int Unit::continue_stop() {
 }
 
 int Unit::round() {
+    // A unit's pass is cut at its budget (no past_deadline): its members are few, and the loop
+    // has the other units' stops to run.
     StopPassIo io{members_, send_, rounds_.budget([this] { return clock_.now(); }, deadline_),
-                  freeze_};
+                  freeze_, nullptr};
     return send_stop_round(
                io, sig_, [this](const ProcInfo& p) { return take(p); }, rounds_)
         .signalled;

@@ -97,10 +97,28 @@ void ServiceManager::emit_line(std::size_t service, std::string_view line) {
 
 // ---- status and report ----
 
+// The file lists every service and is fsynced, and one event may change many (the stop of every
+// service at once): written at each change, the stop of 1,000 services rewrote a file of 1,000
+// rows 2,000 times, most of a 41 s stop with a 10 s grace (issue 42). So the first change of a
+// turn is written at once (the file is current before what follows the change is logged), and
+// the turn's later changes once, after its event.
 void ServiceManager::write_status() {
     if (opts_.state_path.empty()) return;
-    status_dirty_ = batching_status_;  // a slice of starts writes once, at its end
-    if (batching_status_) return;
+    if (batching_status_ || status_posted_) {
+        status_dirty_ = true;  // a slice of starts writes once, at its end; a turn, after it
+        return;
+    }
+    write_status_now();
+    status_posted_ = true;
+    host_->post([this] {
+        status_posted_ = false;
+        if (status_dirty_) write_status_now();
+    });
+}
+
+void ServiceManager::write_status_now() {
+    status_dirty_ = false;
+    if (opts_.state_path.empty()) return;
     StatusFile f;
     f.lastcall_pid = ::getpid();
     f.instance = opts_.instance;

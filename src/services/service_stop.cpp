@@ -247,7 +247,7 @@ void ServiceManager::end_ordered_stop(bool forced) {
             apply(s, ServiceEvent::TreeGone);
         }
     }
-    write_status();
+    write_status_now();
     rearm();
 }
 

@@ -173,7 +173,8 @@ int Supervisor::run_stop_passes() {
         stop_rounds_.budget([this] { return clock_.now(); }, shutdown_.next_deadline());
     StopPassIo io{[&] { return tracker_->members_within(out_of_time); },
                   [this](const ProcInfo& p, int sig) { return send_stop_and_mark(p, sig); },
-                  out_of_time, [this] { return one_hold(hold_tree_still()); }};
+                  out_of_time, [this] { return one_hold(hold_tree_still()); },
+                  [this, end = shutdown_.next_deadline()] { return end && clock_.now() >= *end; }};
     auto result = send_stop_round(
         io, stop_signal_, [this](const ProcInfo& p) { return take_stop(p); }, stop_rounds_);
     if (result.cut()) {

@@ -51,7 +51,7 @@ struct FakeTree {
                     sent.emplace_back(p.pid, sig);
                     return true;
                 },
-                nullptr, nullptr};
+                nullptr, nullptr, nullptr};
     }
     int count(pid_t pid, int sig) const {
         int n = 0;
@@ -220,7 +220,7 @@ TEST_CASE("the stop signal goes out while the unit is frozen, and the thaw follo
                       seen_while_sending.push_back(state());
                       return true;
                   },
-                  nullptr, [&] { return one_hold(freeze.hold()); }};
+                  nullptr, [&] { return one_hold(freeze.hold()); }, nullptr};
     std::set<ProcKey> had;
     auto r = send_stop_signal(io, SIGTERM,
                               [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
@@ -234,7 +234,7 @@ TEST_CASE("an incomplete freeze is reported, so the passes are what closes the f
     FakeTree tree;
     tree.live = {proc(10)};
     StopPassIo io{[&] { return tree.members(); }, [](const ProcInfo&, int) { return true; },
-                  nullptr, [] { return one_hold(FreezeHold()); }};
+                  nullptr, [] { return one_hold(FreezeHold()); }, nullptr};
     std::set<ProcKey> had;
     auto r = send_stop_signal(io, SIGTERM,
                               [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
@@ -414,7 +414,7 @@ TEST_CASE("a group held with SIGSTOP gets its SIGCONT at the thaw, not during th
                           state_while_sending.push_back(read_proc_stat(child)->state);
                       return true;
                   },
-                  nullptr, [&] { return one_hold(FreezeHold::stopped_group(-child)); }};
+                  nullptr, [&] { return one_hold(FreezeHold::stopped_group(-child)); }, nullptr};
     std::set<ProcKey> had;
     send_stop_signal(io, SIGUSR1, [&](const ProcInfo& p) { return had.insert(key_of(p)).second; });
     // The held member got the stop signal but no SIGCONT of its own: one would let it run, and
@@ -622,4 +622,33 @@ TEST_CASE("a process that reuses a helper's pid is judged afresh, and so are its
     taken.starts[600] = 2500;
     CHECK_FALSE(helpers.is_helper(born(601, 600, 2500), std::nullopt, taken.probes()));
     CHECK_FALSE(helpers.is_helper(born(600, 1, 2500), std::nullopt, taken.probes()));
+}
+
+TEST_CASE("given the grace's end, a pass signals every member it found past its budget") {
+    // 10,000 members: their enumeration took the whole budget, and a pass that then gave way
+    // after 16 signals left the next round to enumerate them all again; a quarter of the tree
+    // had only the kill at grace end.
+    FakeTree tree;
+    for (pid_t p = 1; p <= 100; ++p) tree.live.push_back(proc(p));
+    std::set<ProcKey> had;
+    auto take = [&](const ProcInfo& p) { return had.insert(key_of(p)).second; };
+    StopPassIo io = tree.io();
+    bool over = false, grace_over = false;
+    end_budget_with_signal_to(io, tree, 1, over);
+    io.past_deadline = [&grace_over] { return grace_over; };
+    auto r = send_stop_signal(io, SIGTERM, take);
+    CHECK(r.signalled == 100);
+    CHECK(r.ending == PassEnding::CutBetweenPasses);  // the next pass waits for a later round
+    // The grace's end still cuts a pass: a fork bomb's thousands must not hold the kill back.
+    FakeTree bomb;
+    for (pid_t p = 1; p <= 100; ++p) bomb.live.push_back(proc(p));
+    std::set<ProcKey> had_bomb;
+    StopPassIo bomb_io = bomb.io();
+    bool bomb_over = false;
+    end_budget_with_signal_to(bomb_io, bomb, 1, bomb_over);
+    bomb_io.past_deadline = [&bomb_over] { return bomb_over; };
+    auto cut = send_stop_signal(
+        bomb_io, SIGTERM, [&](const ProcInfo& p) { return had_bomb.insert(key_of(p)).second; });
+    CHECK(cut.ending == PassEnding::CutWithinPass);
+    CHECK(cut.signalled < 100);
 }

@@ -116,7 +116,8 @@ class ServiceManager final : public SupervisorComponent {
     // Reads at most `budget` bytes (the rest on a later turn; SIZE_MAX at exit: all of it).
     void on_output(int fd, std::size_t budget);
     void emit_line(std::size_t service, std::string_view line);
-    void write_status();
+    void write_status();      // the first change of a turn at once, the turn's later ones after it
+    void write_status_now();  // at once: the last state, before the loop ends
 
     std::vector<Service> services_;
     ServiceManagerOptions opts_;
@@ -139,6 +140,7 @@ class ServiceManager final : public SupervisorComponent {
     bool idle_ended_ = false;       // end_if_idle asked for the shutdown
     bool start_posted_ = false;     // the next slice of starts waits for a later turn
     bool batching_status_ = false;  // within a slice of starts: the status file waits for its end
+    bool status_posted_ = false;    // written in this turn: its later changes wait for its end
     bool status_dirty_ = false;     // ... and a state changed meanwhile
 };
 
