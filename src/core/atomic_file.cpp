@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "lastcall/core/fd_reserve.hpp"
 #include "lastcall/core/safe_path.hpp"
 
 namespace lastcall {
@@ -21,7 +22,8 @@ std::string dir_of(const std::string& path) {
 }
 
 Status fsync_dir(const std::string& dir) {
-    UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd fd(
+        open_with_reserve([&] { return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); }));
     if (!fd) return sys_error("open directory " + dir, errno);
     if (::fsync(fd.get()) != 0) return sys_error("fsync directory " + dir, errno);
     return Ok{};

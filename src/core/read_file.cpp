@@ -10,17 +10,20 @@
 #include <cstdint>
 
 #include "lastcall/core/fd.hpp"
+#include "lastcall/core/fd_reserve.hpp"
 
 namespace lastcall {
 
 Result<std::string> read_file(const std::string& path, std::size_t limit) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    // Through the reserve: the stop path reads /proc and cgroup files here (fd_reserve.hpp).
+    UniqueFd fd(open_with_reserve([&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC); }));
     if (!fd) return sys_error("cannot read " + path, errno);
     return read_all(fd.get(), path, limit);
 }
 
 Result<std::string> read_regular_file(const std::string& path, std::size_t limit) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
+    UniqueFd fd(open_with_reserve(
+        [&] { return ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW); }));
     if (!fd) return sys_error("cannot read " + path, errno);
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) return sys_error("cannot read " + path, errno);

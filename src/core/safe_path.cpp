@@ -13,6 +13,8 @@
 #include <deque>
 #include <memory>
 
+#include "lastcall/core/fd_reserve.hpp"
+
 namespace lastcall {
 
 namespace {
@@ -45,7 +47,9 @@ std::pair<std::string, std::string> split_path(const std::string& path) {
     return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
 }
 
-int open_beneath(int dirfd, const std::string& name, int flags, mode_t mode) {
+namespace {
+
+int open_beneath_once(int dirfd, const std::string& name, int flags, mode_t mode) {
     static bool have_openat2 = true;
     if (have_openat2) {
         open_how how{};
@@ -66,13 +70,21 @@ int open_beneath(int dirfd, const std::string& name, int flags, mode_t mode) {
     return ::openat(dirfd, name.c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode);
 }
 
+}  // namespace
+
+// Every open here goes through the reserve (fd_reserve.hpp): the report is written at the end of
+// a run that may have used up RLIMIT_NOFILE, and these descriptors live only as long as a write.
+int open_beneath(int dirfd, const std::string& name, int flags, mode_t mode) {
+    return open_with_reserve([&] { return open_beneath_once(dirfd, name, flags, mode); });
+}
+
 Result<UniqueFd> open_dir_safely(const std::string& dir) {
     if (dir.empty()) return Error{"empty directory path"};
     // O_PATH on the way: a directory lastcall may search but not read (a non-root lastcall
     // under someone's 0711 directory) is still walked.
     constexpr int kWalk = O_PATH | O_DIRECTORY | O_CLOEXEC;
     const char* start = dir[0] == '/' ? "/" : ".";
-    UniqueFd cur(::open(start, kWalk));
+    UniqueFd cur(open_with_reserve([&] { return ::open(start, kWalk); }));
     if (!cur) return sys_error("open " + std::string(start), errno);
     std::deque<std::string> todo;
     push_components(todo, dir);
@@ -82,7 +94,8 @@ Result<UniqueFd> open_dir_safely(const std::string& dir) {
         std::string name = std::move(todo.front());
         todo.pop_front();
         if (name == ".") continue;
-        UniqueFd next(::openat(cur.get(), name.c_str(), kWalk | O_NOFOLLOW));
+        UniqueFd next(open_with_reserve(
+            [&] { return ::openat(cur.get(), name.c_str(), kWalk | O_NOFOLLOW); }));
         if (next) {
             cur = std::move(next);
             walked += "/" + name;
@@ -105,7 +118,7 @@ Result<UniqueFd> open_dir_safely(const std::string& dir) {
         if (n < 0) return sys_error("readlink " + walked + "/" + name, errno);
         target.resize(static_cast<std::size_t>(n));
         if (!target.empty() && target[0] == '/') {
-            cur.reset(::open("/", kWalk));
+            cur.reset(open_with_reserve([&] { return ::open("/", kWalk); }));
             if (!cur) return sys_error("open /", errno);
             walked.clear();
         }
@@ -113,7 +126,8 @@ Result<UniqueFd> open_dir_safely(const std::string& dir) {
     }
     // The result is a real descriptor (fsync, fchmod and fchown need one); a directory that
     // can only be searched stays an O_PATH descriptor, which is enough for the *at() calls.
-    UniqueFd readable(::openat(cur.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd readable(open_with_reserve(
+        [&] { return ::openat(cur.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); }));
     if (readable) return readable;
     return cur;
 }

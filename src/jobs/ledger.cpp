@@ -194,6 +194,13 @@ Result<std::vector<bool>> Ledger::finish_all(const std::vector<Ending>& endings)
     return out;
 }
 
+Result<std::size_t> Ledger::add_skipped_all(const std::vector<Skip>& skips) {
+    for (const auto& s : skips)
+        if (auto id = add(s.job, s.scheduled_at, RunState::Skipped, s.reason); !id)
+            return id.error();
+    return skips.size();
+}
+
 std::vector<Result<Claim>> Ledger::claim_all(const std::vector<ClaimRequest>& requests) {
     std::vector<Result<Claim>> out;
     out.reserve(requests.size());

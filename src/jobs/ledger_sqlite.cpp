@@ -243,11 +243,23 @@ Error SqliteLedger::sql_error(std::string_view what) const {
 
 Status SqliteLedger::still_there() const {
     struct stat st {};
-    if (!lock_ || ::fstat(lock_.get(), &st) != 0 || st.st_nlink > 0) return Ok{};
     std::string dir = path_.substr(0, path_.rfind('/'));
-    return Error{"state dir " + dir +
-                 " was removed while lastcall ran (its ledger.lock is gone): nothing more is "
-                 "written to the deleted ledger, and no run starts; restart lastcall"};
+    if (lock_ && ::fstat(lock_.get(), &st) == 0 && st.st_nlink == 0)
+        return Error{"state dir " + dir +
+                     " was removed while lastcall ran (its ledger.lock is gone): nothing more is "
+                     "written to the deleted ledger, and no run starts; restart lastcall"};
+    // The directory can stay while the database file itself goes: moved aside, or replaced by
+    // another file under its name (a restore, `mv ledger.db`). The open handle would then write
+    // into a file nobody reads. SQLite's own check compares the open file with the path (link
+    // count, then device and inode of a stat of the path): one stat per write transaction.
+    int moved = 0;
+    if (int rc = sq->file_control(db_.get(), "main", SQLITE_FCNTL_HAS_MOVED, &moved);
+        rc == SQLITE_OK && moved)
+        return Error{"ledger " + path_ +
+                     " was moved, removed or replaced while lastcall ran (the open database is no "
+                     "longer the file at that path): nothing more is written to it, and no run "
+                     "starts; restart lastcall"};
+    return Ok{};
 }
 
 Status SqliteLedger::exec(const char* sql) {

@@ -84,6 +84,7 @@ class SqliteLedger final : public Ledger {
     std::vector<Result<Claim>> claim_all(const std::vector<ClaimRequest>& requests) override;
     Result<std::vector<bool>> finish_all(const std::vector<Ending>& endings) override;
     Status set_pids(const std::vector<std::pair<std::int64_t, std::int64_t>>& pids) override;
+    Result<std::size_t> add_skipped_all(const std::vector<Skip>& skips) override;
     Result<bool> start(std::int64_t id) override;
     Status set_pid(std::int64_t id, std::int64_t pid) override;
     Result<bool> finish(std::int64_t id, RunState to, RunOutcome outcome,
@@ -109,6 +110,8 @@ class SqliteLedger final : public Ledger {
     SqliteLedger(SqliteHandle db, std::string path, UniqueFd lock)
         : db_(std::move(db)), path_(std::move(path)), lock_(std::move(lock)) {}
     Status exec(const char* sql);
+    // `body` in one write transaction: committed if it succeeds, rolled back if not.
+    Status in_transaction(const std::function<Status()>& body);
     Status migrate();
     Error sql_error(std::string_view what) const;
     // The state directory is still there: the lock file this ledger holds has a link left. A

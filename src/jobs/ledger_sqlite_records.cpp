@@ -89,11 +89,9 @@ Result<std::vector<bool>> SqliteLedger::finish_all(const std::vector<Ending>& en
     return out;
 }
 
-// The pids of a burst in one transaction: one commit for all of them.
-Status SqliteLedger::set_pids(const std::vector<std::pair<std::int64_t, std::int64_t>>& pids) {
-    if (pids.size() <= 1) return Ledger::set_pids(pids);
+Status SqliteLedger::in_transaction(const std::function<Status()>& body) {
     if (auto st = exec("BEGIN IMMEDIATE"); !st) return st;
-    if (auto st = Ledger::set_pids(pids); !st) {
+    if (auto st = body(); !st) {
         (void)exec("ROLLBACK");
         return st;
     }
@@ -102,6 +100,23 @@ Status SqliteLedger::set_pids(const std::vector<std::pair<std::int64_t, std::int
         return st;
     }
     return Ok{};
+}
+
+// The pids of a burst in one transaction: one commit for all of them.
+Status SqliteLedger::set_pids(const std::vector<std::pair<std::int64_t, std::int64_t>>& pids) {
+    if (pids.size() <= 1) return Ledger::set_pids(pids);
+    return in_transaction([&] { return Ledger::set_pids(pids); });
+}
+
+// Missed fire times in one transaction: one commit for all of them.
+Result<std::size_t> SqliteLedger::add_skipped_all(const std::vector<Skip>& skips) {
+    if (skips.size() <= 1) return Ledger::add_skipped_all(skips);
+    Status st = in_transaction([&]() -> Status {
+        if (auto n = Ledger::add_skipped_all(skips); !n) return n.error();
+        return Ok{};
+    });
+    if (!st) return st.error();
+    return skips.size();
 }
 
 Result<std::vector<RunRecord>> SqliteLedger::select(const std::string& where,

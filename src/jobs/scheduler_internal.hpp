@@ -16,6 +16,10 @@ inline constexpr const char* kShuttingDown = "shutting down";
 // this many, and no longer than kSlice, so a signal, a reap or a timer waits for one slice at
 // most (a spawn under load takes milliseconds: 32 of them held a SIGUSR1 85-340 ms).
 inline constexpr std::size_t kStartsPerSlice = 16;
+// A row for each missed fire time of a job, up to this many per turn of the fire timer: a clock
+// stepped a year ahead must not write 31 million rows for an `@every 1s` job. Past it the fire
+// times are counted (the report's missed_fire_times) and said in the log, not recorded.
+inline constexpr std::size_t kMissedRowsPerJob = 1000;
 inline constexpr std::size_t kExitsPerSlice = 64;
 inline constexpr Millis kSlice{2};
 

@@ -32,6 +32,7 @@ Result<const SqliteApi*> sqlite_api() {
         .column_text = ::sqlite3_column_text,
         .changes = ::sqlite3_changes,
         .last_insert_rowid = ::sqlite3_last_insert_rowid,
+        .file_control = ::sqlite3_file_control,
     };
     return &linked;
 }
@@ -62,7 +63,8 @@ Result<const SqliteApi*> sqlite_api() {
                resolve_symbol(h, "sqlite3_column_int64", lib.column_int64) &&
                resolve_symbol(h, "sqlite3_column_text", lib.column_text) &&
                resolve_symbol(h, "sqlite3_changes", lib.changes) &&
-               resolve_symbol(h, "sqlite3_last_insert_rowid", lib.last_insert_rowid);
+               resolve_symbol(h, "sqlite3_last_insert_rowid", lib.last_insert_rowid) &&
+               resolve_symbol(h, "sqlite3_file_control", lib.file_control);
     });
     if (!st) return st.error();
     return &lib;

@@ -3,6 +3,7 @@
 #include "lastcall/process/process_tree.hpp"
 #include "process_tree_internal.hpp"
 
+#include "lastcall/core/fd_reserve.hpp"
 #include "lastcall/process/process_ref.hpp"
 
 #include <dirent.h>
@@ -84,7 +85,8 @@ Status remove_cgroup_tree(const std::string& dir) {
 // cgroup.kill SIGKILLs every process of the cgroup and of its descendants, and holds off forks
 // while it does: nothing can escape it. False where the kernel lacks it (before 5.14).
 bool write_cgroup_kill(const std::string& dir) {
-    UniqueFd kill(::open((dir + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC));
+    UniqueFd kill(open_with_reserve(
+        [&] { return ::open((dir + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC); }));
     return kill && ::write(kill.get(), "1", 1) == 1;
 }
 
@@ -109,7 +111,8 @@ constexpr std::chrono::milliseconds kFreezeWait{100};
 // also read again after a short timeout that doubles from 50 us; the notification only ends a
 // longer wait sooner.
 FreezeHold freeze_cgroup(const std::string& dir) {
-    UniqueFd freeze(::open((dir + "/cgroup.freeze").c_str(), O_RDWR | O_CLOEXEC));
+    UniqueFd freeze(open_with_reserve(
+        [&] { return ::open((dir + "/cgroup.freeze").c_str(), O_RDWR | O_CLOEXEC); }));
     if (!freeze) return {};
     char was = '0';
     // Frozen by someone else (an operator, a checkpoint): the members are already held still;

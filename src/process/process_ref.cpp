@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "lastcall/core/fd_reserve.hpp"
 #include "lastcall/process/process_tree.hpp"
 
 namespace lastcall {
@@ -20,11 +21,22 @@ bool pidfd_signal(int pidfd, int sig) {
 }
 
 std::optional<ProcessRef> ProcessRef::open(const ProcInfo& seen) {
-    UniqueFd fd(pidfd_open(seen.pid));
+    // Through the reserve (fd_reserve.hpp): a signal of the stop path needs these two
+    // descriptors for a moment, at a limit the tree may have used up.
+    UniqueFd fd(open_with_reserve([&] { return pidfd_open(seen.pid); }));
     if (!fd) return std::nullopt;
     // The order matters: the start time read after the pidfd exists describes the process the
     // pidfd pins. Read before, it could describe a predecessor.
+    errno = 0;
     auto now = read_proc_stat(seen.pid);
+    if (!now && (errno == EMFILE || errno == ENFILE)) {
+        // No descriptor for the check even with the reserve: the pidfd, opened after the
+        // process was enumerated, pins it. Its pid could only have been reused in the moment
+        // between the enumeration and the pidfd_open, where a kill() by pid would hit the
+        // successor as well; dropping the signal would leave the member running (the issue's
+        // "stop signal to 0 processes").
+        return ProcessRef(seen.pid, seen.start, std::move(fd));
+    }
     if (!now || now->start != seen.start) {
         errno = ESRCH;
         return std::nullopt;

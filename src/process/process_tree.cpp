@@ -3,6 +3,7 @@
 #include "lastcall/process/process_tree.hpp"
 #include "process_tree_internal.hpp"
 
+#include "lastcall/core/fd_reserve.hpp"
 #include "lastcall/core/read_file.hpp"
 #include "lastcall/process/process_ref.hpp"
 
@@ -141,7 +142,7 @@ std::optional<ProcInfo> read_proc_stat(pid_t pid) {
     // the buffer lies on the stop path's deepest frame, and every stack page is a fault.
     char path[32];
     std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-    UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+    UniqueFd fd(open_with_reserve([&] { return ::open(path, O_RDONLY | O_CLOEXEC); }));
     if (!fd) {
         throw_if_out_of_memory(errno);
         return std::nullopt;

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <memory>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "lastcall/core/error.hpp"
+#include "lastcall/core/fd_reserve.hpp"
 #include "lastcall/process/process_tree.hpp"
 
 namespace lastcall::proctree {
@@ -33,7 +36,20 @@ void forget_child(pid_t pid);
 template <typename F>
 void for_each_entry(const std::string& dir, F&& f) {
     // Closed however the walk ends: a callback may throw (out of memory, read_kernel_file).
-    std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+    // Opened through the reserve (core/fd_reserve.hpp): the stop path lists the cgroups it
+    // freezes, enumerates and kills, at a limit the tree may have used up.
+    int fd =
+        open_with_reserve([&] { return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
+    auto close_dir = [](DIR* dir) {
+        ::closedir(dir);
+        fd_reserve_refill();  // as UniqueFd's close does
+    };
+    std::unique_ptr<DIR, decltype(close_dir)> d(fd >= 0 ? ::fdopendir(fd) : nullptr, close_dir);
+    if (fd >= 0 && !d) {
+        int err = errno;
+        ::close(fd);
+        errno = err;
+    }
     if (!d) {
         throw_if_out_of_memory(errno);
         return;

@@ -25,6 +25,7 @@
 #include <set>
 
 #include "lastcall/core/duration.hpp"
+#include "lastcall/core/fd_reserve.hpp"
 #include "lastcall/core/instance.hpp"
 #include "lastcall/core/json.hpp"
 #include "lastcall/core/log.hpp"
@@ -39,6 +40,12 @@
 namespace lastcall {
 
 namespace {
+
+// A signal holds a pidfd and a /proc file at once, beside the cgroup.freeze of a frozen stop;
+// the report's walk holds two directories at once, then its directory beside the temporary file.
+// Three, as many as the reserve of before (released at the stop then): lastcall's minimum
+// RLIMIT_NOFILE is unchanged (docs/reliability.md).
+constexpr std::size_t kStopReserveFds = 3;
 
 std::string join(const std::vector<std::string>& v) {
     std::string out;
@@ -90,8 +97,19 @@ int Supervisor::run_guarded() {
     // work and the run lasts until a termination signal or request_shutdown().
     if (!opts_.command.empty()) {
         if (auto failed = start_child()) {
-            if (tracker_) (void)tracker_->remove();
-            return *failed;
+            bool other_units =
+                std::any_of(components_.begin(), components_.end(),
+                            [](const SupervisorComponent* c) { return c->runs_units(); });
+            if (!other_units) {
+                report_start_failure(*failed);
+                if (tracker_) (void)tracker_->remove();
+                return *failed;
+            }
+            // Services (or jobs) started before the command: returning here left them running
+            // and their records unwritten (a spawn's pipe2 failing with EMFILE at a low
+            // RLIMIT_NOFILE). The run ends as any other: the tree stopped within the grace,
+            // then the report, which says why the command never ran.
+            request_shutdown(*failed);
         }
     }
     loop_until_stopped();
@@ -139,23 +157,27 @@ Status Supervisor::set_up() {
     if (auto st = loop_->watch(signal_fd_.get(), EPOLLIN, [this](auto) { on_signals(); }); !st)
         return st;
     if (auto st = loop_->watch(timer_->fd(), EPOLLIN, [this](auto) { on_timer(); }); !st) return st;
+    // ns_last_pid, read for the birth line just before the main child's stop signal
+    // (stop_main_child_first): opened here, off the path of that signal. Without it (no
+    // /proc/sys), /dev/null: an empty read there draws no line.
+    last_pid_fd_ = open_ns_last_pid();
+    if (!last_pid_fd_) last_pid_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    // Descriptors held back for the stop path and the report, for the whole run, taken before any
+    // unit starts (a service's pipes and pidfds): lent to their short opens (a pidfd and the /proc
+    // read that checks it, cgroup.procs, cgroup.kill, the report's directory and temporary file),
+    // taken back at the next (core/fd_reserve.hpp).
+    fd_reserve_hold(kStopReserveFds);
+    // Without them, a stop at the limit could not be carried out: refused now, before anything
+    // runs, rather than a tree left behind at the end.
+    if (fd_reserve_held() < kStopReserveFds)
+        return sys_error("hold " + std::to_string(kStopReserveFds) +
+                             " descriptors in reserve for the stop and the report",
+                         EMFILE);
     // The tree's events (cgroup.events) are watched from the start of the shutdown only: while
     // Running nothing acts on them, and the notification that the cgroup became populated woke
     // the loop once on every start.
     for (auto* c : components_)
         if (auto st = c->attach(*this); !st) return st;
-    // A few descriptors held back for the shutdown: signalling a member needs a pidfd and a /proc
-    // read at once, and a tree that exhausted RLIMIT_NOFILE must still get its stop signal.
-    // The fourth is ns_last_pid, read for the birth line just before the main child's stop
-    // signal (stop_main_child_first): opened here, off the path of that signal.
-    // One open, then copies: a dup costs no path lookup (1.5 us against 6.5 us here).
-    reserved_fds_[0].reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    for (std::size_t i = 1; i < std::size(reserved_fds_) && reserved_fds_[0]; ++i)
-        reserved_fds_[i].reset(::fcntl(reserved_fds_[0].get(), F_DUPFD_CLOEXEC, 0));
-    last_pid_fd_ = open_ns_last_pid();
-    // Without it (no /proc/sys), still a reserve: an empty read there draws no line.
-    if (!last_pid_fd_ && reserved_fds_[0])
-        last_pid_fd_.reset(::fcntl(reserved_fds_[0].get(), F_DUPFD_CLOEXEC, 0));
     emergency_instance_cgroup_ = tracker_->where();
     emergency_prepare(opts_.report_path.c_str(), emergency_instance_cgroup_.c_str());
     return Ok{};
@@ -183,7 +205,7 @@ std::optional<int> Supervisor::start_child() {
     if (result.error) {
         spdlog::error("{}", result.error->message);
         main_ticket_->rollback();
-        report_start_failure(1, result.error->message);
+        start_failure_ = result.error->message;
         return 1;
     }
     if (result.failure) {
@@ -195,7 +217,7 @@ std::optional<int> Supervisor::start_child() {
         } else {
             spdlog::error("{}", f.message());
         }
-        report_start_failure(code, f.message());
+        start_failure_ = f.message();
         return code;
     }
     main_ticket_->started();
@@ -335,16 +357,19 @@ ReportInput Supervisor::report_input(int code) {
 // A command that could not be started still leaves its record: the previous run's report must
 // not stay in place and tell whoever reads it (a crash-looping container's volume) that this run
 // ended clean with code 0.
-void Supervisor::report_start_failure(int code, const std::string& why) {
+void Supervisor::report_start_failure(int code) {
     if (opts_.report_path.empty()) return;
     ReportInput in = report_input(code);
-    in.extra = [&why](JsonWriter& j) {
-        j.key("start_failed").begin_object();
-        j.field("error", why);
-        j.end_object();
-    };
+    in.extra = [this](JsonWriter& j) { add_start_failure(j); };
     if (auto st = write_report(opts_.report_path, render_report(in)); !st)
         spdlog::error("shutdown report not written: {}", st.error().message);
+}
+
+void Supervisor::add_start_failure(JsonWriter& j) const {
+    if (start_failure_.empty()) return;
+    j.key("start_failed").begin_object();
+    j.field("error", start_failure_);
+    j.end_object();
 }
 
 int Supervisor::finish() {
@@ -366,6 +391,7 @@ int Supervisor::finish() {
     in.exit_code = code;
     for (auto* c : components_) c->settle_records();
     in.extra = [this](JsonWriter& j) {
+        add_start_failure(j);
         for (auto* c : components_) c->contribute_report(j);
     };
     // The record is written after every process is reaped and before shared resources close.

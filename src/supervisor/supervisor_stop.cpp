@@ -103,8 +103,6 @@ void Supervisor::state_changed(State from, State to, Event why) {
         // Every exit wakes the loop again: the shutdown sweeps at each SIGCHLD.
         end_sweep_pacing();
         admission_.close();
-        // Not last_pid_fd_: the stop passes read it after each stop signal (send_stop_and_mark).
-        for (auto& fd : reserved_fds_) fd.reset();
         watch_tree_events();
     }
     if (why == Event::HoldExpired)

@@ -7,6 +7,8 @@
 
 #include <utility>
 
+#include "lastcall/core/fd_reserve.hpp"
+
 namespace lastcall {
 
 class UniqueFd {
@@ -28,7 +30,11 @@ class UniqueFd {
     int release() noexcept { return std::exchange(fd_, -1); }
     void reset(int fd = -1) noexcept {
         // close() errors are not actionable here: the descriptor is gone either way (close(2)).
-        if (fd_ >= 0) ::close(fd_);
+        // The slot freed goes back to the stop path's reserve first, if it lent one.
+        if (fd_ >= 0) {
+            ::close(fd_);
+            fd_reserve_refill();
+        }
         fd_ = fd;
     }
 

@@ -237,6 +237,15 @@ class Ledger {
         std::optional<std::int64_t> pid;  // the run's leader, recorded with it if not yet
     };
     virtual Result<std::vector<bool>> finish_all(const std::vector<Ending>& endings);
+    // Several fire times that never ran, recorded `skipped` with their reasons, as add() would,
+    // in one step (SQLite: one commit): a loop that fell behind a thousand jobs records what it
+    // missed without a commit each. Returns how many rows were written (all or none).
+    struct Skip {
+        std::string job;
+        std::int64_t scheduled_at = 0;
+        std::string reason;
+    };
+    virtual Result<std::size_t> add_skipped_all(const std::vector<Skip>& skips);
 
     // Extends the lease of these runs (this identity's, still `started`) by the identity's lease,
     // measured by the database's clock. Returns the ids it still holds: a run missing from the

@@ -203,7 +203,9 @@ class JobScheduler final : public SupervisorComponent {
     void refresh_counts();
     void on_prune_timer();
     void on_fire_timer();
-    void note_missed(const JobState& job, int missed);
+    void note_missed(const JobState& job, const std::vector<std::int64_t>& missed,
+                     std::vector<Ledger::Skip>& rows);
+    void record_missed(std::vector<Ledger::Skip> rows);
     void on_timeout_timer();
     void arm_fire_timer();
     void arm_timeout_timer();

@@ -34,6 +34,7 @@ struct SqliteApi {
     decltype(&::sqlite3_column_text) column_text;
     decltype(&::sqlite3_changes) changes;
     decltype(&::sqlite3_last_insert_rowid) last_insert_rowid;
+    decltype(&::sqlite3_file_control) file_control;
 };
 
 // Loaded (or pointed at the linked SQLite) once per process, never unloaded. The error says

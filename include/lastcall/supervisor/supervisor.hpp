@@ -164,7 +164,9 @@ class Supervisor final : private ShutdownActions {
     void on_pre_stop_output();
     void warn_if_pre_stop_failed() const;
     ReportInput report_input(int code);
-    void report_start_failure(int code, const std::string& why);
+    void report_start_failure(int code);
+    // The report's `start_failed` object, when the command could not be started.
+    void add_start_failure(JsonWriter& j) const;
     bool send_stop_and_mark(const ProcInfo& p, int sig);
     void forward(int sig, Scope scope);
     // The stop signal to the main child through its pidfd, SIGCONT before it; false if not sent.
@@ -231,8 +233,8 @@ class Supervisor final : private ShutdownActions {
     std::optional<Ticket> main_ticket_;
     std::vector<SupervisorComponent*> components_;
     std::unique_ptr<UnitHost> unit_host_;
-    UniqueFd reserved_fds_[3];
-    UniqueFd last_pid_fd_;  // /proc/sys/kernel/ns_last_pid: the birth line, each stop signal's
+    std::string start_failure_;  // why the command could not be started; empty if it was
+    UniqueFd last_pid_fd_;       // /proc/sys/kernel/ns_last_pid: the birth line, each stop signal's
     std::optional<BirthLine> birth_line_;  // when the main child's stop signal went out
 
     pid_t main_pid_ = -1;
