@@ -152,10 +152,12 @@ Status Supervisor::set_up() {
     reserved_fds_[0].reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     for (std::size_t i = 1; i < std::size(reserved_fds_) && reserved_fds_[0]; ++i)
         reserved_fds_[i].reset(::fcntl(reserved_fds_[0].get(), F_DUPFD_CLOEXEC, 0));
-    last_pid_fd_ = open_ns_last_pid();
+    UniqueFd last_pid_fd = open_ns_last_pid();
     // Without it (no /proc/sys), still a reserve: an empty read there draws no line.
-    if (!last_pid_fd_ && reserved_fds_[0])
-        last_pid_fd_.reset(::fcntl(reserved_fds_[0].get(), F_DUPFD_CLOEXEC, 0));
+    if (!last_pid_fd && reserved_fds_[0])
+        last_pid_fd.reset(::fcntl(reserved_fds_[0].get(), F_DUPFD_CLOEXEC, 0));
+    units_.set_last_pid_source(std::move(last_pid_fd));
+    make_root_unit();
     emergency_instance_cgroup_ = tracker_->where();
     emergency_prepare(opts_.report_path.c_str(), emergency_instance_cgroup_.c_str());
     return Ok{};
@@ -203,6 +205,7 @@ std::optional<int> Supervisor::start_child() {
     main_pidfd_ = std::move(result.child->pidfd);
     emergency_main_started(main_pid_);
     book_.set_main(main_pid_, opts_.command);
+    make_main_unit();
     if (!voice_.spawned(main_pid_, opts_.command.front()))
         spdlog::debug("spawned pid {}: {}", main_pid_, join(opts_.command));
     voice_.setsid_done(spec.take_tty);
