@@ -204,14 +204,27 @@ void JobScheduler::start_verify(Run& run) {
     // The verify command runs under the run's ticket and timeout; the loop goes on meanwhile.
     run.phase = Phase::Verifying;
     run.verify_pid = result.child->pid;
-    host_->add_helper_session(run.verify_pid);
+    UnitScope* scope = run.scope.get();
+    pid_t sid = run.verify_pid;
+    run.verify = std::make_unique<Unit>(
+        host_->units(), "job " + spec.name + " run " + std::to_string(run.id) + " verify",
+        host_->clock(),
+        [scope, sid] {
+            auto members = scope->members();
+            std::erase_if(members, [sid](const ProcInfo& p) { return p.sid != sid; });
+            return members;
+        },
+        Unit::Freeze{}, [this](const ProcInfo& p, int sig) { return host_->signal(p, sig); },
+        UnitPolicy{UnitRole::Helper, {}, sid});
     spdlog::info("job {}: run {}: verifying {} (pid {})", spec.name, run.id, staging,
                  run.verify_pid);
 }
 
 void JobScheduler::on_verify_exit(Run& run, int status) {
     const JobSpec& spec = jobs_[run.job].spec;
-    host_->remove_helper_session(run.verify_pid);
+    // What verify left behind in its session is the tree's to stop from here on.
+    if (run.verify) run.verify->gone();
+    run.verify.reset();
     run.phase = Phase::Running;  // after_exit() moves it on
     if (run.recorded) {
         spdlog::warn(

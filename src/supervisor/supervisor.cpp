@@ -160,8 +160,9 @@ Status Supervisor::set_up() {
     // ns_last_pid, read for the birth line just before the main child's stop signal
     // (stop_main_child_first): opened here, off the path of that signal. Without it (no
     // /proc/sys), /dev/null: an empty read there draws no line.
-    last_pid_fd_ = open_ns_last_pid();
-    if (!last_pid_fd_) last_pid_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    UniqueFd last_pid_fd = open_ns_last_pid();
+    if (!last_pid_fd) last_pid_fd.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    units_.set_last_pid_source(std::move(last_pid_fd));
     // Descriptors held back for the stop path and the report, for the whole run, taken before any
     // unit starts (a service's pipes and pidfds): lent to their short opens (a pidfd and the /proc
     // read that checks it, cgroup.procs, cgroup.kill, the report's directory and temporary file),
@@ -178,6 +179,7 @@ Status Supervisor::set_up() {
     // the loop once on every start.
     for (auto* c : components_)
         if (auto st = c->attach(*this); !st) return st;
+    make_root_unit();
     emergency_instance_cgroup_ = tracker_->where();
     emergency_prepare(opts_.report_path.c_str(), emergency_instance_cgroup_.c_str());
     return Ok{};
@@ -225,6 +227,7 @@ std::optional<int> Supervisor::start_child() {
     main_pidfd_ = std::move(result.child->pidfd);
     emergency_main_started(main_pid_);
     book_.set_main(main_pid_, opts_.command);
+    make_main_unit();
     if (!voice_.spawned(main_pid_, opts_.command.front()))
         spdlog::debug("spawned pid {}: {}", main_pid_, join(opts_.command));
     voice_.setsid_done(spec.take_tty);

@@ -110,8 +110,6 @@ class SupervisorHost final : public UnitHost {
         sup_.loop().post([&sup = sup_] { sup.release_drain(); });
     }
     void request_shutdown(int exit_code) override { sup_.request_shutdown_soon(exit_code); }
-    void add_helper_session(pid_t sid) override { sup_.add_helper_session(sid); }
-    void remove_helper_session(pid_t sid) override { sup_.remove_helper_session(sid); }
     void record_force(ForceKind kind, std::string source, int count) override {
         sup_.record_force(kind, std::move(source), count);
     }

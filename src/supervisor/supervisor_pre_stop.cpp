@@ -122,7 +122,16 @@ void Supervisor::start_pre_stop() {
     }
     pre_stop_pid_ = result.child->pid;
     pre_stop_run_ = ReportInput::Hook{pre_stop_pid_, clock_.now(), std::nullopt, std::nullopt};
-    add_helper_session(pre_stop_pid_);
+    // A unit of lastcall's own (UnitRole::Helper): the tree's stop leaves its session alone.
+    pid_t sid = pre_stop_pid_;
+    pre_stop_unit_ = std::make_unique<Unit>(
+        units_, "pre-stop hook", clock_,
+        Unit::MembersWithin([this, sid](const Unit::OutOfTime& out_of_time) {
+            auto members = tracker_->members_within(out_of_time);
+            std::erase_if(members, [sid](const ProcInfo& p) { return p.sid != sid; });
+            return members;
+        }),
+        Unit::Freeze{}, signal_exact, UnitPolicy{UnitRole::Helper, {}, sid});
     pre_stop_out_ = std::move(read_end);
     auto st = loop_->watch(pre_stop_out_.get(), EPOLLIN, [this](auto) { on_pre_stop_output(); });
     if (!st) spdlog::warn("pre-stop output will not be logged: {}", st.error().message);

@@ -87,11 +87,14 @@ void Supervisor::on_reaped(const Reaped& r, bool forcing, ReapOutcome& outcome) 
         if (main_pidfd_watched_) loop_->unwatch(main_pidfd_.get());  // before its number is reused
         main_pidfd_watched_ = false;
         main_pidfd_.reset();
+        if (main_unit_) main_unit_->gone();
         main_ticket_->release();
         outcome.main_exited = true;
         if (!peer_logged) spdlog::debug("child pid {} {}", r.pid, describe_wait_status(r.status));
     } else if (r.pid == pre_stop_pid_) {
-        remove_helper_session(pre_stop_pid_);
+        // What the hook left behind in its session is the tree's to stop from here on.
+        if (pre_stop_unit_) pre_stop_unit_->gone();
+        pre_stop_unit_.reset();
         pre_stop_pid_ = -1;
         outcome.pre_stop_done = true;
         if (pre_stop_run_) {
@@ -183,6 +186,7 @@ void Supervisor::check_tree_gone() {
     // no child left means no descendant left. cgroup.events is not waited for: its
     // notification is rate-limited by the kernel and would add milliseconds to every exit.
     if (!children_gone_) return;
+    if (root_unit_) root_unit_->gone();
     shutdown_.on_tree_empty();
 }
 

@@ -220,27 +220,19 @@ bool Supervisor::announced_outside() const {
 void Supervisor::stop_main_child_first(int sig) {
     // When the shutdown will signal the tree at once (no drain delay, readiness file, STOPPING=1
     // to systemd, pre-stop hook or ordered stop of --config services before it: intake closes
-    // first, and the outside must see it closed before the child can react), the main child
-    // gets the stop signal through the pidfd it already has, before any bookkeeping: the log
-    // lines, the state machine, the enumeration of the rest of the tree and its pidfds.
-    // signal_tree() then skips it: each process gets the stop signal once.
-    // The main child's TERM handler may fork a cleanup helper before the passes over the rest
-    // of the tree reach it (the freeze takes 0.1-1 ms to settle; a /proc walk as long): the
-    // birth line, read just before the signal, tells the passes that it was born after the stop
-    // began, and they leave it alone (take_stop). Without a birth line the main child is
-    // signalled first only where nothing is frozen, as before the line existed.
+    // first, and the outside must see it closed before the child can react), the main unit is
+    // stopped here, its signal through the pidfd it already has, before any bookkeeping: the
+    // log lines, the state machine, the enumeration of the rest of the tree and its pidfds.
+    // signal_tree() then skips it: each unit is stopped once.
     // The pidfd last: bench/hot_symbols.py runs lastcall under valgrind, which has no pidfds,
     // and lists what it sees run; every other check here is then on its list (a function on
     // this path outside the hot pages faults before the signal: 37 us once).
     if (main_status_ || opts_.drain_delay.count() > 0 || !opts_.pre_stop.empty() ||
         !opts_.ready_file.empty() || !opts_.config_path.empty() || announced_outside() ||
-        !main_pidfd_)
+        !main_pidfd_ || !main_unit_)
         return;
-    auto line = read_birth_line(last_pid_fd_.get());
-    if (!line && effective_scope() != Scope::Child && tracker_->freezes()) return;
     int stop = opts_.stop_signal ? opts_.stop_signal : sig;
-    if (!send_stop_to_main(stop)) return;
-    birth_line_ = line;
+    if (!stop_main_unit(stop, clock_.now() + opts_.grace)) return;
     // The child may be woken on this CPU (the kernel places a wakee near its waker), where it
     // waited for lastcall's bookkeeping below, 0.35-0.55 ms, before its handler could run (one
     // run in eight in sched traces). Its handler first: the rest of the tree gets its stop
@@ -249,14 +241,50 @@ void Supervisor::stop_main_child_first(int sig) {
     // the dynamic binary's first call of it, bound lazily by ld.so (a symbol lookup and a page of
     // libc faulted in) before the yield, while the child waited on this CPU.
     ::syscall(SYS_sched_yield);
-    main_stopped_first_ = true;
     // Its record exists since the spawn: no /proc read here. The stop passes fill in its start
-    // time when they come to it.
+    // time when they come to it. (Before the shutdown starts the root's record keeps nothing:
+    // UnitTree::record.)
     if (auto* rec = book_.live_main()) {
         rec->stop_signal = stop;
         rec->signalled_at = clock_.now();
-        rec->last_pid_at_stop = line ? line->last_pid : 0;
     }
+}
+
+void Supervisor::make_main_unit() {
+    main_unit_ = std::make_unique<Unit>(
+        units_, "main", clock_, [this] { return main_members(); }, Unit::Freeze{},
+        [this](const ProcInfo&, int sig) { return send_stop_to_main(sig); },
+        UnitPolicy{UnitRole::Main, {}, 0});
+}
+
+std::vector<ProcInfo> Supervisor::main_members() const {
+    // The main child alone, while it is unreaped: its pidfd names it (send_stop_to_main), and
+    // its record the rest (its start time once a walk has seen it: the same key as the walk's).
+    std::vector<ProcInfo> members;
+    if (main_status_ || !main_pidfd_) return members;
+    ProcInfo p;
+    p.pid = main_pid_;
+    p.pgid = main_pid_;
+    if (const auto* rec = book_.find_live(main_pid_)) p.start = rec->start;
+    members.push_back(std::move(p));
+    return members;
+}
+
+bool Supervisor::stop_main_unit(int sig, MonoTime deadline) {
+    // The main child's TERM handler may fork a cleanup helper before the root's passes over the
+    // rest of the tree reach it (the freeze takes 0.1-1 ms to settle; a /proc walk as long): the
+    // birth line, read just before the signal, tells the passes that it was born after the stop
+    // began, and they leave it alone (root_admits). Without a birth line the main child is
+    // signalled first only where nothing is frozen, as before the line existed; otherwise the
+    // root's pass signals it with the rest, frozen.
+    auto line = units_.read_line();
+    if (!line && effective_scope() != Scope::Child && tracker_->freezes()) return false;
+    if (main_unit_->stop(sig, deadline) == 0) return false;
+    units_.draw_birth_line(line);
+    // A child of the main command with a larger pid than the line's was forked after its stop
+    // signal went out (StopHelpers): the line was read just before it, with nothing between.
+    if (auto* rec = book_.live_main()) rec->last_pid_at_stop = line ? line->last_pid : 0;
+    return true;
 }
 
 void Supervisor::forward(int sig, Scope scope) {

@@ -48,7 +48,23 @@ bool Supervisor::record_stop_signal(const ProcInfo& p, int sig) {
     return true;
 }
 
-bool Supervisor::take_stop(const ProcInfo& p) {
+void Supervisor::make_root_unit() {
+    // The whole tree: every descendant of lastcall the tracker finds, walked within each round's
+    // budget, held still for the passes where that is needed (hold_tree_still), each signal
+    // followed by the namespace's last pid (send_stop_and_mark).
+    UnitPolicy policy;
+    policy.role = UnitRole::Root;
+    policy.admits = [this](const ProcInfo& p) { return root_admits(p); };
+    root_unit_ = std::make_unique<Unit>(
+        units_, "tree", clock_, Unit::MembersWithin([this](const Unit::OutOfTime& out_of_time) {
+            return tracker_->members_within(out_of_time);
+        }),
+        [this] { return one_hold(hold_tree_still()); },
+        [this](const ProcInfo& p, int sig) { return send_stop_and_mark(p, sig); },
+        std::move(policy));
+}
+
+bool Supervisor::root_admits(const ProcInfo& p) {
     if (stop_scope_ == Scope::Group && p.pgid != main_pid_) return false;
     // Born after the stop began to a process that had already been told to stop (or to one of
     // its helpers): a cleanup helper. Not a member to stop; the kill at grace end covers it if it
@@ -56,28 +72,18 @@ bool Supervisor::take_stop(const ProcInfo& p) {
     // pre-fork server's worker, forked while the passes had not reached its parent): a member
     // like any other, or it would only ever get the SIGKILL (a forced stop of a tree that
     // obeys SIGTERM).
-    if (birth_line_ && p.pid != main_pid_ && birth_line_->born_after(p)) {
+    if (p.pid != main_pid_) {
         std::optional<StopHelpers::Parent> parent;
         if (const ProcessRecord* rec = book_.find_live(p.ppid))
             parent = StopHelpers::Parent{rec->stop_signal, rec->last_pid_at_stop};
-        static const StopHelpers::Probes probes{stop_signal_pending,
-                                                [](pid_t pid) -> std::optional<unsigned long long> {
-                                                    if (auto info = read_proc_stat(pid))
-                                                        return info->start;
-                                                    return std::nullopt;
-                                                }};
-        if (stop_helpers_.is_helper(p, parent, probes)) return false;
+        if (units_.stop_helper(p, parent)) return false;
     }
     // lastcall's own helpers (the pre-stop hook, a job's verify) are not part of what is being
     // stopped: a commit step cut by the tree's SIGTERM would throw away finished work.
-    if (helper_sessions_.count(p.sid)) return false;
-    auto& rec = book_.observe(p);
-    if (rec.stop_signal) return false;    // each process gets the stop signal once
-    if (units_.claimed(p)) return false;  // a unit's own stop covers it
-    rec.stop_signal = stop_signal_;
-    rec.signalled_at = clock_.now();
-    rec.last_pid_at_stop = 0;  // read once the signal is out (send_stop_and_mark)
-    return true;
+    if (units_.helper_claimed(p)) return false;
+    // Every process the pass reaches is on the record, signalled or not.
+    if (book_.observe(p).stop_signal) return false;  // each process gets the stop signal once
+    return !units_.claimed(p);                       // a unit's own stop covers it
 }
 
 // The stop signal to a member the passes took, then the last pid handed out: a child with a
@@ -89,9 +95,8 @@ bool Supervisor::take_stop(const ProcInfo& p) {
 // parent still has the signal pending (the known limit in docs/design.md).
 bool Supervisor::send_stop_and_mark(const ProcInfo& p, int sig) {
     bool sent = signal_exact(p, sig);
-    if (sent && sig == stop_signal_)
-        if (auto* rec = book_.find_live(p.pid))
-            rec->last_pid_at_stop = read_last_pid(last_pid_fd_.get());
+    if (sent)
+        if (auto* rec = book_.find_live(p.pid)) rec->last_pid_at_stop = units_.last_pid();
     return sent;
 }
 
@@ -138,67 +143,68 @@ void Supervisor::give_up() {
 }
 
 void Supervisor::signal_tree(int sig) {
+    // Stop the units: the main one first (unless the fast path did already), then the root's
+    // pass over the rest of the tree. Services (in reverse dependency order) and job runs are
+    // stopped by their owners, told by state_changed; the root's pass leaves what their units
+    // claim alone.
     Scope scope = effective_scope();
-    stop_signal_ = sig;
     stop_scope_ = scope;
-    int n = main_stopped_first_ ? 1 : 0;
+    auto deadline = shutdown_.next_deadline().value_or(shutdown_.grace_deadline());
+    bool main_alive = main_unit_ && main_unit_->state() == UnitState::Running && main_pidfd_;
+    int n = main_unit_ && main_unit_->signalled_any() ? 1 : 0;
     if (scope == Scope::Child) {
-        if (!main_stopped_first_ && main_pidfd_ && send_stop_to_main(sig)) {
-            if (auto info = read_proc_stat(main_pid_)) book_.observe(*info).stop_signal = sig;
+        if (main_alive && stop_main_unit(sig, deadline)) {
+            // Its start time for the report, read once the signal is out.
+            if (auto info = read_proc_stat(main_pid_)) book_.observe(*info);
             n = 1;
         }
     } else if (peek_children() != Children::None) {
         // With no child left there is no descendant left either (lastcall is PID 1 or a
         // subreaper): the common exit path of a command that left nothing behind skips the
         // enumeration (a read of cgroup.procs, or of all of /proc for the /proc tracker).
-        // The birth line, unless the main child's stop signal drew it already: from here on,
-        // a new process is a helper of the stop.
-        if (!last_pid_fd_) last_pid_fd_ = open_ns_last_pid();
-        if (!birth_line_) birth_line_ = read_birth_line(last_pid_fd_.get());
-        n += run_stop_passes();
+        if (main_alive && stop_main_unit(sig, deadline)) n = 1;
+        // The birth line, unless the main unit's stop drew it already: from here on, a new
+        // process is a helper of the stop.
+        if (!units_.has_last_pid_source()) units_.set_last_pid_source(open_ns_last_pid());
+        units_.draw_birth_line(units_.read_line());
+        n += root_unit_->stop(sig, deadline);
+        after_root_round();
     }
     spdlog::debug("sent {} to {} process(es) (kill scope {})", signal_name(sig), n,
                   to_string(scope));
     check_tree_gone();
 }
 
-int Supervisor::run_stop_passes() {
+void Supervisor::after_root_round() {
     // The stop primitive: once to each member, SIGCONT after it, passes until nobody new.
     // No kill(-pgid) first: a process would get it twice. No rescans later: a process born
     // after this is a cleanup helper, and the kill at grace end covers it.
     // A round ends at the grace deadline at the latest: the grace timer must be free to fire.
-    auto out_of_time =
-        stop_rounds_.budget([this] { return clock_.now(); }, shutdown_.next_deadline());
-    StopPassIo io{[&] { return tracker_->members_within(out_of_time); },
-                  [this](const ProcInfo& p, int sig) { return send_stop_and_mark(p, sig); },
-                  out_of_time, [this] { return one_hold(hold_tree_still()); },
-                  [this, end = shutdown_.next_deadline()] { return end && clock_.now() >= *end; }};
-    auto result = send_stop_round(
-        io, stop_signal_, [this](const ProcInfo& p) { return take_stop(p); }, stop_rounds_);
-    if (result.cut()) {
+    if (root_unit_->round_owed()) {
         // The budget ended a pass half-way (the /proc tracker signals a member in about 0.2 ms
         // on a slow machine: a 1,000-process tree's first pass took longer than the budget),
         // and members it had not reached yet would have waited for the kill at grace end
         // without ever getting the stop signal. The loop gets its turn (a second signal, the
-        // grace timer), then the passes go on where the record says they stopped: take_stop()
-        // still gives each process the signal once. The tree stays held meanwhile
-        // (stop_rounds_), so that no cleanup helper is born to be taken for a member.
+        // grace timer), then the passes go on where the record says they stopped: the root's
+        // record still gives each process the signal once. The tree stays held meanwhile
+        // (the root's rounds), so that no cleanup helper is born to be taken for a member.
         loop_->post([this] {
             if (shutdown_.state() != State::Stopping) {
-                stop_rounds_.end();  // forcing or stopped meanwhile: the kill needs no hold
+                root_unit_->end_rounds();  // forcing or stopped meanwhile: the kill needs no hold
                 return;
             }
-            int more = run_stop_passes();
-            spdlog::debug("sent {} to {} more process(es)", signal_name(stop_signal_), more);
+            int more = root_unit_->continue_stop();
+            spdlog::debug("sent {} to {} more process(es)", signal_name(shutdown_.stop_signal()),
+                          more);
+            after_root_round();
             check_tree_gone();
         });
-    } else if (!result.settled()) {
+    } else if (root_unit_->last_round().ending == PassEnding::OutOfPasses) {
         spdlog::warn(
             "processes kept appearing while {} went out: the rest is killed at the end of the "
             "grace",
-            signal_name(stop_signal_));
+            signal_name(shutdown_.stop_signal()));
     }
-    return result.signalled;
 }
 
 void Supervisor::kill_tree() {
@@ -215,6 +221,11 @@ void Supervisor::kill_tree() {
     if (last_kill_walk_ && now - *last_kill_walk_ < std::chrono::seconds(1) && collapsing) return;
     last_kill_walk_ = now;
     for (auto* c : components_) c->before_force(force_cause_);
+    // The one kill of the root at the grace: the main unit, lastcall's pre-stop hook and the
+    // root are Killed (a round still owed is not: the kill works on frozen processes). Services
+    // and job runs mark theirs in before_force.
+    for (Unit* u : {main_unit_.get(), pre_stop_unit_.get(), root_unit_.get()})
+        if (u && u->state() != UnitState::Gone) u->kill();
     // With the /proc tracker nothing holds off forks while /proc is walked. Under a fork bomb
     // (2,000 processes of one user retrying fork on 2 cores) lastcall got a sliver of the CPU,
     // one walk took tens of seconds while the bomb refilled what it killed, and lastcall gave up
@@ -278,7 +289,7 @@ FreezeHold Supervisor::hold_tree_still() {
     // by the freeze on its way into its TERM handler (SIGTERM to the handler: 0.9 ms instead of
     // 0.3). A hold still keeps the passes short when the tree competes for the CPU (below).
     bool crowded = run_queue_crowded();
-    if (birth_line_ && !crowded) return {};
+    if (units_.birth_line() && !crowded) return {};
     if (tracker_->freezes()) return tracker_->freeze();
     // The /proc tracker's walk competes for the CPU with the tree it walks. Under a fork bomb
     // (2,000 runnable processes on 2 cores) one stop pass took 8 s of a 2 s grace, and the grace

@@ -244,8 +244,6 @@ class FakeHost final : public UnitHost {
             if (!shutdown_requested) shutdown_requested = exit_code;
         });
     }
-    void add_helper_session(pid_t) override {}
-    void remove_helper_session(pid_t) override {}
     void record_force(ForceKind kind, std::string source, int count) override {
         forces.push_back({kind, std::move(source), count});
     }

@@ -37,14 +37,17 @@ struct FakeUnit {
     std::vector<ProcInfo> live;
     std::vector<std::pair<pid_t, int>> sent;
     Unit unit;
-    explicit FakeUnit(UnitTree& tree, std::string name = "svc")
+    explicit FakeUnit(UnitTree& tree, std::string name = "svc") : FakeUnit(tree, {}, name) {}
+    // A unit of another role (the main command, a helper of lastcall's, the whole tree).
+    FakeUnit(UnitTree& tree, UnitPolicy policy, std::string name = "unit")
         : unit(
               tree, std::move(name), clock, [this] { return live; },
               [] { return std::vector<FreezeHold>{}; },
               [this](const ProcInfo& p, int sig) {
                   sent.emplace_back(p.pid, sig);
                   return true;
-              }) {}
+              },
+              std::move(policy)) {}
     int count(pid_t pid, int sig) const {
         int n = 0;
         for (const auto& [p, s] : sent) n += p == pid && s == sig;
@@ -172,4 +175,63 @@ TEST_CASE("a unit that outlives the root records nothing and does not crash", "[
     }
     CHECK(unit->stop(SIGTERM, clock.now() + 1s) == 0);
     unit.reset();
+}
+
+namespace {
+
+ProcInfo in_session(ProcInfo p, pid_t sid) {
+    p.sid = sid;
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("the main unit claims only the main child: its children are the root's to stop",
+          "[unit]") {
+    Root root;
+    FakeUnit main(root.tree, UnitPolicy{UnitRole::Main, {}, 0});
+    main.live = {proc(10)};
+    CHECK(main.unit.stop(SIGTERM, main.clock.now() + 5s) == 1);
+    CHECK(main.unit.state() == UnitState::Stopping);
+    CHECK(main.unit.signalled_any());
+    CHECK(root.tree.claimed(proc(10)));
+    // A child forked before the stop is a member of the tree, not a helper of the main unit's
+    // stop: the birth line tells the two apart, in the root's pass.
+    CHECK_FALSE(root.tree.claimed(proc(11, 10)));
+}
+
+TEST_CASE("a helper unit's whole session is left alone by the tree until it is gone", "[unit]") {
+    Root root;
+    FakeUnit hook(root.tree, UnitPolicy{UnitRole::Helper, {}, 50});
+    ProcInfo child = in_session(proc(51, 50), 50);
+    // Its session, leader and children alike, and nothing outside it.
+    for (const auto& [p, its] : {std::pair{in_session(proc(50), 50), true}, std::pair{child, true},
+                                 std::pair{in_session(proc(60), 60), false}})
+        CHECK(root.tree.helper_claimed(p) == its);
+    CHECK(root.tree.claimed(child));
+    hook.unit.gone();  // what it leaves behind is the tree's again
+    CHECK_FALSE(root.tree.helper_claimed(child));
+}
+
+TEST_CASE("the root signals, through the same stop path, what its policy admits and nothing twice",
+          "[unit]") {
+    Root root;
+    // Its policy: not 30 (out of the kill scope, say), nor what a child unit's stop covers.
+    UnitPolicy policy{UnitRole::Root,
+                      [&](const ProcInfo& p) { return p.pid != 30 && !root.tree.claimed(p); }, 0};
+    FakeUnit tree(root.tree, std::move(policy));
+    FakeUnit svc(root.tree);
+    CHECK(root.tree.size() == 1);  // the root is not one of its own children
+    svc.live = {proc(20)};
+    tree.live = {proc(10), proc(20), proc(30)};
+    svc.unit.stop(SIGTERM, svc.clock.now() + 5s);
+    CHECK(tree.unit.stop(SIGTERM, tree.clock.now() + 5s) == 1);
+    CHECK(tree.sent == std::vector<std::pair<pid_t, int>>{{10, SIGTERM}});
+    CHECK(tree.unit.last_round().settled());
+    // Its kill and its end: the same table as every unit's.
+    for (auto [event, state] :
+         {std::pair{&Unit::kill, UnitState::Killed}, std::pair{&Unit::gone, UnitState::Gone}}) {
+        (tree.unit.*event)();
+        CHECK(tree.unit.state() == state);
+    }
 }

@@ -103,6 +103,9 @@ class JobScheduler final : public SupervisorComponent {
         // Its stop (process/unit.hpp), over the scope: the timeout's SIGTERM once to each
         // member, in rounds (a cut round goes on at the timer's next turn), then the kill.
         std::unique_ptr<Unit> unit;
+        // Its verify, a helper unit of lastcall's own (UnitRole::Helper): the tree's stop
+        // signal leaves its session alone; the run's own stop and the final kill do not.
+        std::unique_ptr<Unit> verify;
         Intervention first = Intervention::None;  // lastcall's first intervention
         // `interrupted` could not be written: it is tried again at the leader's exit, and the
         // run is never completed.

@@ -129,7 +129,7 @@ std::function<bool()> stop_pass_budget(Now now, int rounds = 1,
 // The moment the stop began, as the kernel dates processes: a process born after it may be a
 // cleanup helper of a process that is shutting down (its TERM trap forked it), not a member to
 // stop; it is one if its parent had the stop signal before it was born (the caller decides:
-// Supervisor::take_stop).
+// UnitTree::stop_helper).
 // /proc/PID/stat dates a process in clock ticks (10 ms); within the tick of the stop, pids tell
 // the order: the pid namespace hands them out in increasing order (ns_last_pid is the last one
 // given), so a process born after the stop has a larger one unless the pids wrapped around

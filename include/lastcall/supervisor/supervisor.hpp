@@ -112,16 +112,14 @@ class Supervisor final : private ShutdownActions {
     // stop signal to the whole tree waits, its grace timer and SIGKILL escalation do not.
     void hold_drain();
     void release_drain();
-    // lastcall's own helpers (a job's verify, the pre-stop hook) run in their own session, and
-    // the tree's stop signal never reaches that session: they are not the work being stopped.
-    // They are still killed by the force at grace end.
-    void add_helper_session(pid_t sid) { helper_sessions_.insert(sid); }
-    void remove_helper_session(pid_t sid) { helper_sessions_.erase(sid); }
     // A fact that makes the shutdown forced, recorded when it happens (a service's grace kill, a
     // job's timeout kill). Outside the shutdown (a job timeout while running) it is not the
     // shutdown's doing and is not recorded.
     void record_force(ForceKind kind, std::string source, int count);
     // The root unit: the one record of stop signals and every unit of work (process/unit.hpp).
+    // lastcall's own helpers (a job's verify, the pre-stop hook) are units of their own
+    // (UnitRole::Helper) that the tree's stop signal never reaches: they are not the work being
+    // stopped. They are still killed by the force at grace end.
     UnitTree& units() { return units_; }
 
   private:
@@ -171,8 +169,16 @@ class Supervisor final : private ShutdownActions {
     void forward(int sig, Scope scope);
     // The stop signal to the main child through its pidfd, SIGCONT before it; false if not sent.
     bool send_stop_to_main(int sig);
-    // The first termination signal's fast path to the main child (see supervisor.cpp).
+    // The first termination signal's fast path to the main child (see supervisor_signals.cpp).
     void stop_main_child_first(int sig);
+    // The main command's unit: made once it is spawned. Its member is the main child alone,
+    // named without a /proc read (its stop signal is on the hot path).
+    void make_main_unit();
+    std::vector<ProcInfo> main_members() const;
+    // The main unit's stop: the birth line drawn just before its signal (nullopt: none could
+    // be read), the signal through the pidfd, and the line kept for the root's pass. False if
+    // the main child was not signalled (gone, or frozen with the tree is safer: see the .cpp).
+    bool stop_main_unit(int sig, MonoTime deadline);
     bool announced_outside() const;
     void suspend(int sig);
     void check_tree_gone();
@@ -183,8 +189,12 @@ class Supervisor final : private ShutdownActions {
     Children peek_children() const;
     // Registers the tracker's watch fd (cgroup.events) on the loop; at the start of the shutdown.
     void watch_tree_events();
-    // Filter for the stop signal: true the first time a process (of the kill scope) is seen.
-    bool take_stop(const ProcInfo& p);
+    // The root unit: the whole tree's stop, made with the tracker.
+    void make_root_unit();
+    // The root's policy (UnitPolicy::admits): p is in the kill scope, is no cleanup helper of
+    // the stop (the birth line), belongs to no helper or other unit being stopped, and has not
+    // had a stop signal yet.
+    bool root_admits(const ProcInfo& p);
     // The root's record of a stop signal that p gets (UnitTree::record): during the shutdown the
     // report itemises it, and no process gets a second one. False when p already had one.
     bool record_stop_signal(const ProcInfo& p, int sig);
@@ -196,8 +206,10 @@ class Supervisor final : private ShutdownActions {
     void readiness_off() override;
     void start_pre_stop() override;
     void signal_tree(int sig) override;
-    // One round of stop passes over the tree; a round the budget cut goes on in a later turn.
-    int run_stop_passes();
+    // The root unit's stop, its first round; a round the budget cut goes on in a later turn
+    // (continue_root_stop).
+    int stop_root_unit(int sig);
+    void after_root_round();
     void kill_tree() override;
     // The kill() target that reaches the whole tree in one call: -1 as PID 1, the main child's
     // process group while it is unreaped; none otherwise.
@@ -234,8 +246,10 @@ class Supervisor final : private ShutdownActions {
     std::vector<SupervisorComponent*> components_;
     std::unique_ptr<UnitHost> unit_host_;
     std::string start_failure_;  // why the command could not be started; empty if it was
-    UniqueFd last_pid_fd_;       // /proc/sys/kernel/ns_last_pid: the birth line, each stop signal's
-    std::optional<BirthLine> birth_line_;  // when the main child's stop signal went out
+    // The main command and the whole tree as units (the root's record and birth line: units_).
+    std::unique_ptr<Unit> main_unit_;
+    std::unique_ptr<Unit> root_unit_;
+    std::unique_ptr<Unit> pre_stop_unit_;  // lastcall's helper: the pre-stop hook
 
     pid_t main_pid_ = -1;
     UniqueFd main_pidfd_;
@@ -248,13 +262,9 @@ class Supervisor final : private ShutdownActions {
     std::string pre_stop_last_line_;  // for the warning when the hook fails
     bool children_gone_ = false;
     std::unique_ptr<Ending> ending_;
-    bool main_stopped_first_ = false;  // the stop signal already reached the main child
     bool gave_up_ = false;
     std::optional<MonoTime> last_kill_walk_;  // when the force last walked the tree
     long long reaped_at_last_look_ = 0;       // the reaped count when the force last looked
-    std::set<pid_t> helper_sessions_;         // sessions of lastcall's own helpers
-    // Born to a stopping process (take_stop): left alone, and so are the children they fork.
-    StopHelpers stop_helpers_;
     struct Flood {
         std::optional<MonoTime> logged;  // when the signal was last logged
         long long unlogged = 0;          // arrivals since then, forwarded but not logged
@@ -262,11 +272,7 @@ class Supervisor final : private ShutdownActions {
     std::map<int, Flood> floods_;
     std::vector<ForceFact> force_facts_;
     std::string emergency_instance_cgroup_;  // kept alive for the emergency plan
-    int stop_signal_ = SIGTERM;
-    // The tree's stop passes across turns: the freeze (or SIGSTOP) of a round the budget cut,
-    // kept until the round that finishes them (run_stop_passes).
-    StopRounds stop_rounds_;
-    Scope stop_scope_ = Scope::Tree;
+    Scope stop_scope_ = Scope::Tree;         // the root's kill scope (its policy), set at its stop
     Event force_cause_ = Event::GraceExpired;  // the event that began Forcing
     std::string fatal_;
 };

@@ -94,8 +94,6 @@ class UnitHost {
     virtual void hold_drain() = 0;
     virtual void release_drain() = 0;
     virtual void request_shutdown(int exit_code) = 0;
-    virtual void add_helper_session(pid_t sid) = 0;
-    virtual void remove_helper_session(pid_t sid) = 0;
     virtual void record_force(ForceKind kind, std::string source, int count) = 0;
     // The root unit: every unit of work (process/unit.hpp) is made in it, so that its stop
     // signals land in the one record and the tree's pass leaves its own stop alone.
