@@ -47,6 +47,28 @@ bool UnitTree::claimed(const ProcInfo& p) const {
     return std::any_of(units_.begin(), units_.end(), [&](const Unit* u) { return u->claims(p); });
 }
 
+const Unit* UnitTree::owner_of(const ProcInfo& p) const {
+    // By session first, one lookup: in a fork bomb the report labels thousands of processes.
+    if (auto it = sessions_.find(p.sid); it != sessions_.end()) return it->second;
+    for (const Unit* u : units_)
+        if (!u->signalled_.empty() && u->signalled(p)) return u;
+    return nullptr;
+}
+
+void Unit::set_session(pid_t sid) {
+    if (!tree_) return;
+    forget_session();
+    session_ = sid;
+    tree_->sessions_[sid] = this;
+}
+
+// Only its own entry: a later unit may have been given the same session id (a reused pid).
+void Unit::forget_session() {
+    if (auto it = tree_->sessions_.find(session_);
+        it != tree_->sessions_.end() && it->second == this)
+        tree_->sessions_.erase(it);
+}
+
 Unit::Unit(UnitTree& tree, std::string name, const Clock& clock, Members members, Freeze freeze,
            Send send)
     : tree_(&tree),
@@ -59,7 +81,9 @@ Unit::Unit(UnitTree& tree, std::string name, const Clock& clock, Members members
 }
 
 Unit::~Unit() {
-    if (tree_) std::erase(tree_->units_, this);
+    if (!tree_) return;
+    std::erase(tree_->units_, this);
+    forget_session();
 }
 
 bool Unit::apply(UnitEvent e) {

@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -68,12 +69,16 @@ class UnitTree {
     bool record(const ProcInfo& p, int sig) const { return record_(p, sig); }
     // A child unit's own stop covers p (see the top): the tree's pass does not signal it.
     bool claimed(const ProcInfo& p) const;
+    // The unit p belongs to, for the report's unit column: the one that signalled it, else the
+    // one whose current session it is in (set_session). Null: none known.
+    const Unit* owner_of(const ProcInfo& p) const;
     std::size_t size() const { return units_.size(); }
 
   private:
     friend class Unit;
     Record record_;
     std::vector<Unit*> units_;
+    std::map<pid_t, const Unit*> sessions_;  // each unit's current session (Unit::set_session)
 };
 
 class Unit {
@@ -90,6 +95,10 @@ class Unit {
     Unit& operator=(const Unit&) = delete;
 
     const std::string& name() const { return name_; }
+    // Its current instance's session (units are spawned with setsid): its processes are the
+    // unit's in the report (UnitTree::owner_of). One session: a service's earlier instances'
+    // leftovers are named by the stop signal they had from it.
+    void set_session(pid_t sid);
     UnitState state() const { return state_; }
     bool stopping() const { return state_ == UnitState::Stopping; }
     // SIGKILL went out to this instance (kill()), whether or not it is gone since.
@@ -135,10 +144,12 @@ class Unit {
     bool apply(UnitEvent e);
     bool take(const ProcInfo& p);
     bool reaches(const ProcInfo& p) const;
+    void forget_session();
     int round();
 
     UnitTree* tree_;  // null once the tree is gone (~UnitTree)
     std::string name_;
+    pid_t session_ = 0;
     const Clock& clock_;
     Members members_;
     Freeze freeze_;
