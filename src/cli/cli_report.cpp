@@ -328,8 +328,10 @@ class Renderer {
         for (const auto& p : procs)
             if (auto at = parse_iso_ms(sub(p, "ended_at"))) end = std::max(end, *at);
         std::vector<std::vector<std::string>> rows;
-        // UNIT: which service, job run or the main command each process was part of (a report
-        // written before the column existed has none: "-").
+        // UNIT: which service, job run or the main command each process was part of. A report
+        // written before processes had units is drawn without the column.
+        bool units = std::any_of(procs.begin(), procs.end(),
+                                 [](const json& p) { return !str(p, "unit").empty(); });
         rows.push_back({"PID", "UNIT", "COMMAND", "SIGNAL", "ENDING", "AT"});
         for (const auto& p : procs) {
             std::string pid = std::to_string(num(p, "pid").value_or(0));
@@ -338,6 +340,8 @@ class Renderer {
             rows.push_back({pid, str(p, "unit", "-"), name_of(p), str(p, "stop_signal", "-"),
                             ending_of(p), ended ? offset(*ended - zero_) : "-"});
         }
+        if (!units)
+            for (auto& r : rows) r.erase(r.begin() + 1);
         std::vector<std::size_t> w(rows[0].size(), 0);
         for (const auto& r : rows)
             for (std::size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
