@@ -153,7 +153,7 @@ struct Components {
     }
 };
 
-// `procfile`: the service manager's options of `lastcall up` (prefixed output, its .env, the
+// `procfile`: the service manager's options of `lastcall up` (narrated output, its .env, the
 // Procfile named in the status file); none: a config's services.
 Result<Components> create_components(const Options& options, Configuration& config,
                                      const Clock& clock,
