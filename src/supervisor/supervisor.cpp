@@ -122,7 +122,7 @@ int Supervisor::run_guarded() {
             // and their records unwritten (a spawn's pipe2 failing with EMFILE at a low
             // RLIMIT_NOFILE). The run ends as any other: the tree stopped within the grace,
             // then the report, which says why the command never ran.
-            request_shutdown(*failed);
+            request_shutdown(*failed, "the command did not start");
         }
     }
     loop_until_stopped();
