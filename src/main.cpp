@@ -153,7 +153,7 @@ struct Components {
     }
 };
 
-// `procfile`: the service manager's options of `lastcall up` (prefixed output, its .env, the
+// `procfile`: the service manager's options of `lastcall up` (narrated output, its .env, the
 // Procfile named in the status file); none: a config's services.
 Result<Components> create_components(const Options& options, Configuration& config,
                                      const Clock& clock,
@@ -169,6 +169,10 @@ Result<Components> create_components(const Options& options, Configuration& conf
     if (!notifier) return notifier.error();
     c.notifier = std::move(*notifier);
     ServiceManagerOptions service_options = procfile.value_or(ServiceManagerOptions{});
+    // The services' and the job runs' lines, one writer and one column for both (the main
+    // command's output is its own: never captured).
+    auto output = std::make_shared<UnitOutput>(STDOUT_FILENO, UnitOutput::color_for(STDOUT_FILENO));
+    service_options.output = output;
     service_options.state_path = status_path_for(instance_id());
     service_options.instance = instance_id();
     // A Procfile's processes are each main: the first to end ends the run, as with foreman.
@@ -188,6 +192,7 @@ Result<Components> create_components(const Options& options, Configuration& conf
         c.scheduler =
             std::make_unique<JobScheduler>(std::move(config.jobs.jobs), std::move(*ledger));
         if (config.jobs.retention) c.scheduler->set_retention(*config.jobs.retention);
+        c.scheduler->set_output(output);
     }
     std::vector<SupervisorComponent*> metric_sources{c.scheduler.get()};
     if (!c.services->empty()) metric_sources.push_back(c.services.get());

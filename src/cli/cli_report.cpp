@@ -178,7 +178,7 @@ class Renderer {
         if (kind == "signal")
             row("trigger", str(trigger, "signal", "a signal") + " received" + when);
         else if (kind == "main-exited")
-            row("trigger", "the main command exited" + when);
+            row("trigger", main_exited(trigger) + when);
         else if (!kind.empty())
             row("trigger", "none (lastcall ended without a shutdown request)");
         const json& budget = sub(r_, "budget");
@@ -227,7 +227,7 @@ class Renderer {
         }
         if (str(trigger, "kind") == "main-exited")
             if (auto at = parse_iso_ms(sub(trigger, "at")))
-                ev.push_back({*at, "the main command exited"});
+                ev.push_back({*at, main_exited(trigger)});
         for (const auto& t : sub(r_, "transitions")) {
             auto at = parse_iso_ms(sub(t, "at"));
             std::string state = str(t, "state");
@@ -304,6 +304,13 @@ class Renderer {
         return name;
     }
 
+    // What ended the run: the main command, or what a component named (a Procfile's first
+    // process to exit: "service worker exited with code 3"; a Procfile has no main command).
+    static std::string main_exited(const json& trigger) {
+        std::string reason = str(trigger, "reason");
+        return reason.empty() ? "the main command exited" : reason;
+    }
+
     static std::string state_meaning(const std::string& state) {
         if (state == "draining") return "readiness off, no new work admitted";
         if (state == "stopping") return "the stop signal goes out";
@@ -321,14 +328,20 @@ class Renderer {
         for (const auto& p : procs)
             if (auto at = parse_iso_ms(sub(p, "ended_at"))) end = std::max(end, *at);
         std::vector<std::vector<std::string>> rows;
-        rows.push_back({"PID", "COMMAND", "SIGNAL", "ENDING", "AT"});
+        // UNIT: which service, job run or the main command each process was part of. A report
+        // written before processes had units is drawn without the column.
+        bool units = std::any_of(procs.begin(), procs.end(),
+                                 [](const json& p) { return !str(p, "unit").empty(); });
+        rows.push_back({"PID", "UNIT", "COMMAND", "SIGNAL", "ENDING", "AT"});
         for (const auto& p : procs) {
             std::string pid = std::to_string(num(p, "pid").value_or(0));
             if (sub(p, "main").is_boolean() && sub(p, "main").get<bool>()) pid += "*";
             auto ended = parse_iso_ms(sub(p, "ended_at"));
-            rows.push_back({pid, name_of(p), str(p, "stop_signal", "-"), ending_of(p),
-                            ended ? offset(*ended - zero_) : "-"});
+            rows.push_back({pid, str(p, "unit", "-"), name_of(p), str(p, "stop_signal", "-"),
+                            ending_of(p), ended ? offset(*ended - zero_) : "-"});
         }
+        if (!units)
+            for (auto& r : rows) r.erase(r.begin() + 1);
         std::vector<std::size_t> w(rows[0].size(), 0);
         for (const auto& r : rows)
             for (std::size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());

@@ -39,7 +39,6 @@ Result<std::vector<ServiceSpec>> procfile_services(const std::vector<ProcfileEnt
         s.argv = procfile_argv(e.command);
         s.restart = RestartPolicy::No;
         s.main = true;
-        s.capture_output = true;
         s.origin = procfile + ":" + std::to_string(e.line);
         s.env.push_back("PORT=" + std::to_string(port));
         out.push_back(std::move(s));
@@ -89,9 +88,8 @@ PreparedUp prepare_up(const std::vector<std::string>& args) {
     if (!specs) return fail(specs.error());
     // --user is every process's user, as it is every service's without its own.
     for (auto& s : *specs) s.user = unit_credentials(s.user, s.group, up.options.credentials);
-    // Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
-    const char* no_color = std::getenv("NO_COLOR");
-    mo.color = ::isatty(STDOUT_FILENO) == 1 && !(no_color && *no_color);
+    // What happens to each process is said in its column (main.cpp gives the run its output).
+    mo.narrate = true;
     // Named in the status file, so that `lastcall status ./Procfile` selects this run.
     mo.config_path = real_path(up.procfile).value_or(up.procfile);
     return {UpRun{std::move(up.options), std::move(*specs), std::move(mo)}, 0};

@@ -84,8 +84,15 @@ Status JobScheduler::attach(Supervisor& sup) {
     return attach_host(sup.unit_host());
 }
 
+void JobScheduler::set_output(std::shared_ptr<UnitOutput> output) {
+    out_ = std::move(output);
+    for (const auto& job : jobs_) out_->add_name(job.spec.name);
+}
+
 Status JobScheduler::attach_host(UnitHost& host) {
     host_ = &host;
+    if (!out_) set_output(std::make_shared<UnitOutput>(STDOUT_FILENO, false));
+    attach_output(*out_, host);
     // The previous owner's unfinished runs become interrupted here, before the loop's first turn
     // and before the worker owns the ledger: one statement, bounded by the ledger's own deadline,
     // as the start's write in Ledger::open is. A stop that comes at once must not leave them
@@ -236,7 +243,9 @@ void JobScheduler::begin_run(std::size_t j, std::int64_t id, std::int64_t schedu
     sp.pdeathsig = SIGKILL;      // a job must not outlive a lastcall that was killed
     sp.credentials = spec.user;  // its `user`/`group`, else --user (main.cpp)
     sp.no_new_privs = host_->settings().no_new_privs;
+    UniqueFd out_write = capture_output(spec.name, sp);
     auto result = host_->spawn(sp);
+    out_write.reset();  // the run's processes hold it now: EOF means they are all gone
     if (!result.child) {
         std::string why = result.error ? result.error->message : result.failure->message();
         ticket.rollback();
@@ -247,6 +256,7 @@ void JobScheduler::begin_run(std::size_t j, std::int64_t id, std::int64_t schedu
     ticket.started();
     run.ticket = std::move(ticket);
     run.pid = result.child->pid;
+    run.unit->set_session(run.pid);  // spawned with setsid: the report names its processes
     if (facts().shared()) run.lease_renewed = claimed_at;
     run.scope->started(run.pid);
     if (spec.timeout) run.deadline = host_->clock().now() + *spec.timeout;
@@ -406,7 +416,20 @@ void JobScheduler::state_changed(State from, State to) {
             in_flight);
 }
 
+// Its stdout and stderr come out prefixed with the job's name, as supercronic tags each line
+// with its job (process/unit_output.hpp). Returns the write end for the spawn.
+UniqueFd JobScheduler::capture_output(const std::string& job, SpawnSpec& sp) {
+    auto c = out_->capture(job);
+    if (!c) {
+        spdlog::warn("job {}: {}; its output is not prefixed", job, c.error().message);
+        return {};
+    }
+    sp.stdout_fd = c->write_end.get();
+    return std::move(c->write_end);
+}
+
 void JobScheduler::finished(int /*exit_code*/) {
+    if (out_) finish_output(*out_);
     // Every process is reaped by now: whatever a ticket still covers is gone.
     for (auto& [id, run] : runs_)
         if (run.ticket) run.ticket->release();

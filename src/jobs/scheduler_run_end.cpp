@@ -195,7 +195,9 @@ void JobScheduler::start_verify(Run& run) {
     sp.pdeathsig = SIGKILL;
     sp.credentials = spec.user;  // verify judges the job's output as the job's own user
     sp.no_new_privs = host_->settings().no_new_privs;
+    UniqueFd out_write = capture_output(spec.name, sp);
     auto result = host_->spawn(sp);
+    out_write.reset();
     if (!result.child) {
         std::string why = result.error ? result.error->message : result.failure->message();
         fail(run, {0, {}}, "verify did not start: " + why);

@@ -63,6 +63,28 @@ bool UnitTree::stop_helper(const ProcInfo& p, std::optional<StopHelpers::Parent>
     return birth_line_ && birth_line_->born_after(p) && stop_helpers_.is_helper(p, parent, probes);
 }
 
+const Unit* UnitTree::owner_of(const ProcInfo& p) const {
+    // By session first, one lookup: in a fork bomb the report labels thousands of processes.
+    if (auto it = sessions_.find(p.sid); it != sessions_.end()) return it->second;
+    for (const Unit* u : units_)
+        if (!u->signalled_.empty() && u->signalled(p)) return u;
+    return nullptr;
+}
+
+void Unit::set_session(pid_t sid) {
+    if (!tree_) return;
+    forget_session();
+    session_ = sid;
+    tree_->sessions_[sid] = this;
+}
+
+// Only its own entry: a later unit may have been given the same session id (a reused pid).
+void Unit::forget_session() {
+    if (auto it = tree_->sessions_.find(session_);
+        it != tree_->sessions_.end() && it->second == this)
+        tree_->sessions_.erase(it);
+}
+
 Unit::Unit(UnitTree& tree, std::string name, const Clock& clock, Members members, Freeze freeze,
            Send send, UnitPolicy policy)
     : Unit(tree, std::move(name), clock,
@@ -84,7 +106,9 @@ Unit::Unit(UnitTree& tree, std::string name, const Clock& clock, MembersWithin m
 }
 
 Unit::~Unit() {
-    if (tree_) std::erase(tree_->units_, this);
+    if (!tree_) return;
+    std::erase(tree_->units_, this);
+    forget_session();
 }
 
 bool Unit::apply(UnitEvent e) {

@@ -35,12 +35,14 @@
 namespace lastcall {
 
 ServiceManager::ServiceManager(std::vector<ServiceSpec> specs, ServiceManagerOptions options)
-    : opts_(std::move(options)), out_(opts_.output_fd, kOutputBacklog) {
+    : opts_(std::move(options)), out_(opts_.output) {
+    if (!out_) out_ = std::make_shared<UnitOutput>(STDOUT_FILENO, false);
     services_.reserve(specs.size());
     for (auto& s : specs) {
-        name_width_ = std::max(name_width_, s.name.size());
+        out_->add_name(s.name);
         services_.emplace_back(std::move(s));
     }
+    if (opts_.narrate) out_->add_name(kOwnName);
     for (auto& s : services_)
         for (const auto& d : s.spec.depends_on)
             for (std::size_t i = 0; i < services_.size(); ++i)
@@ -55,7 +57,7 @@ Status ServiceManager::attach(Supervisor& sup) {
 
 Status ServiceManager::attach_host(UnitHost& host) {
     host_ = &host;
-    out_.open();
+    attach_output(*out_, host);
     for (auto& s : services_)
         s.unit = std::make_unique<Unit>(
             host.units(), "service " + s.spec.name, host.clock(),
@@ -71,7 +73,8 @@ Status ServiceManager::attach_host(UnitHost& host) {
     auto timer = host.new_timer([this] { on_timer(); });
     if (!timer) return timer.error();
     timer_ = std::move(*timer);
-    spdlog::info("starting {} service(s) in dependency order", services_.size());
+    spdlog::log(lifecycle_level(opts_.narrate), "starting {} service(s) in dependency order",
+                services_.size());
     write_status();
     start_eligible();
     rearm();
@@ -82,6 +85,15 @@ std::optional<ServiceState> ServiceManager::state_of(std::string_view name) cons
     for (const auto& s : services_)
         if (s.spec.name == name) return s.state;
     return std::nullopt;
+}
+
+// lastcall's word about a service. Narrating (`lastcall up`): in the service's own column, in
+// order with its lines, as foreman says `web.1 | exited with code 0`, and in the log only at -v
+// (the same lines twice, long and timestamped, were most of what a Ctrl-C printed). Otherwise a
+// line of the log.
+void ServiceManager::tell(const Service& s, const std::string& text) {
+    if (opts_.narrate) out_->say(s.spec.name, text);
+    spdlog::log(lifecycle_level(opts_.narrate), "service {}: {}", s.spec.name, text);
 }
 
 bool ServiceManager::apply(Service& s, ServiceEvent e) {
@@ -113,7 +125,9 @@ void ServiceManager::end_if_idle() {
     else
         spdlog::error("every service has ended ({} failed): nothing left to supervise, exiting 1",
                       failed);
-    host_->request_shutdown(failed.empty() ? 0 : 1);
+    host_->request_shutdown(failed.empty() ? 0 : 1,
+                            failed.empty() ? "every service has ended"
+                                           : "every service has ended (" + failed + " failed)");
 }
 
 // In slices of the loop: at most kStartsPerSlice starts, then the rest on a later turn, after the
@@ -167,18 +181,15 @@ void ServiceManager::start(Service& s) {
     spec.workdir = s.spec.workdir;
     spec.credentials = s.spec.user;  // its `user`/`group`, else --user (main.cpp)
     spec.no_new_privs = host_->settings().no_new_privs;
-    UniqueFd out_read, out_write;
-    if (s.spec.capture_output) {
-        int fds[2];
-        if (::pipe2(fds, O_CLOEXEC) == 0) {
-            out_read.reset(fds[0]);
-            out_write.reset(fds[1]);
-            ::fcntl(out_read.get(), F_SETFL, O_NONBLOCK);
-            spec.stdout_fd = out_write.get();
-        } else {
-            spdlog::warn("service {}: pipe2: {}; its output is not prefixed", s.spec.name,
-                         std::strerror(errno));
-        }
+    // Its stdout and stderr come out prefixed with its name (process/unit_output.hpp).
+    UniqueFd out_write;
+    int out_stream = -1;
+    if (auto c = out_->capture(s.spec.name)) {
+        out_write = std::move(c->write_end);
+        out_stream = c->stream;
+        spec.stdout_fd = out_write.get();
+    } else {
+        spdlog::warn("service {}: {}; its output is not prefixed", s.spec.name, c.error().message);
     }
     // A ready file left by an earlier run must not count as this instance being ready.
     // Through a checked directory: the service may have planted links on the way.
@@ -186,7 +197,7 @@ void ServiceManager::start(Service& s) {
 
     auto result = host_->spawn(spec);
     out_write.reset();  // only the service holds the write end now: EOF means it and its tree left
-    std::size_t index = static_cast<std::size_t>(&s - services_.data());
+    s.output = out_stream;
     s.started = host_->clock().now();
     s.started_wall = std::time(nullptr);
     ++s.starts;
@@ -208,12 +219,12 @@ void ServiceManager::start(Service& s) {
     ticket->started();
     s.ticket = std::move(ticket);
     s.pid = result.child->pid;
+    s.unit->set_session(s.pid);  // spawned with setsid: the report names its processes
     s.scope->started(s.pid);
     // The leader of its own session and group (setsid): kill_scope group and child count from it.
     s.unit->led_by(s.pid);
-    if (out_read) watch_output(index, std::move(out_read));
-    spdlog::info("service {}: started pid {}{}", s.spec.name, s.pid,
-                 s.starts > 1 ? " (restart " + std::to_string(s.restarts()) + ")" : "");
+    tell(s, "started pid " + std::to_string(s.pid) +
+                (s.starts > 1 ? " (restart " + std::to_string(s.restarts()) + ")" : ""));
     write_status();
     if (s.spec.ready.kind == ReadyCheck::Kind::None) {
         mark_ready(s);
@@ -228,7 +239,7 @@ void ServiceManager::mark_ready(Service& s) {
     s.wake.reset();
     bool first = !s.ever_ready;
     s.ever_ready = true;
-    if (s.spec.ready.kind != ReadyCheck::Kind::None) spdlog::info("service {}: ready", s.spec.name);
+    if (s.spec.ready.kind != ReadyCheck::Kind::None) tell(s, "ready");
     // Its dependents start in the next slice, never from inside this one: a start that is ready
     // at once (no ready check) calling start_eligible() again nested the slices into one turn.
     if (first && !start_posted_) {
@@ -244,12 +255,13 @@ void ServiceManager::instance_ended(Service& s, int status) {
     s.ticket.reset();
     s.last_status = status;
     cancel_probe(s);
+    // What it wrote before it went comes before the line that says it went.
+    out_->drain(s.output);
+    tell(s, describe_wait_status(status));
     if (s.state == ServiceState::Stopping) {
-        spdlog::info("service {}: {}", s.spec.name, describe_wait_status(status));
         check_stop(s);
         return;
     }
-    spdlog::info("service {}: {}", s.spec.name, describe_wait_status(status));
     if (shutting_down_) {
         apply(s, ServiceEvent::ExitedFinal);
         return;
@@ -261,12 +273,15 @@ void ServiceManager::instance_ended(Service& s, int status) {
     Millis grace = s.spec.grace.value_or(host_->settings().grace);
     int sent = s.unit->stop(s.spec.stop_signal, now + grace);
     if (sent > 0)
-        spdlog::info("service {}: sent {} to {} process(es) it left behind", s.spec.name,
-                     signal_name(s.spec.stop_signal), sent);
+        tell(s, "sent " + std::string(signal_name(s.spec.stop_signal)) + " to " +
+                    std::to_string(sent) + " process(es) it left behind");
     if (s.spec.main) {
         apply(s, ServiceEvent::ExitedFinal);
-        spdlog::info("service {} is main: stopping everything", s.spec.name);
-        host_->request_shutdown(exit_code_of(status));
+        // A Procfile has no main service: its first exit stops the rest (begin_ordered_stop says
+        // so in the columns).
+        if (!opts_.narrate) spdlog::info("service {} is main: stopping everything", s.spec.name);
+        host_->request_shutdown(exit_code_of(status),
+                                "service " + s.spec.name + " " + describe_wait_status(status));
         return;
     }
     // Something just signalled counts as left (if it is gone already, the first poll finds the
@@ -274,8 +289,7 @@ void ServiceManager::instance_ended(Service& s, int status) {
     // signalled before, by a round cut by its budget).
     if (sent > 0 || !members_of(s).empty()) {
         apply(s, ServiceEvent::LeftBehind);
-        spdlog::info("service {}: waiting up to {} for what it left behind to exit", s.spec.name,
-                     format_duration(grace));
+        tell(s, "waiting up to " + format_duration(grace) + " for what it left behind to exit");
         s.wake = now + kStopPoll;
         rearm();
         return;
@@ -346,7 +360,8 @@ void ServiceManager::fail_dependents(Service& failed) {
             int code = failed.last_status ? exit_code_of(*failed.last_status) : 1;
             spdlog::error("service {} is main and can never start: stopping everything",
                           s.spec.name);
-            host_->request_shutdown(code == 0 ? 1 : code);
+            host_->request_shutdown(code == 0 ? 1 : code,
+                                    "service " + s.spec.name + " can never start");
         }
     }
 }

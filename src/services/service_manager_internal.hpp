@@ -3,6 +3,7 @@
 // tunings its parts share.
 #pragma once
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,20 +30,15 @@ inline constexpr Millis kStopPoll{20};
 inline constexpr Millis kKillSettle{1000};
 // A readiness probe (connect or command) that takes longer is abandoned and tried again.
 inline constexpr Millis kProbeTimeout{5000};
-// Captured output read per stream and turn of the event loop (see on_output).
-inline constexpr std::size_t kOutputPerTurn = 64 * 1024;
-// Longest partial line kept before it is printed anyway.
-inline constexpr std::size_t kMaxLine = 64 * 1024;
 // Services started per turn of the loop (start_eligible): a signal waits for 16 spawns at most.
 inline constexpr std::size_t kStartsPerSlice = 16;
-// Prefixed lines waiting for a reader that is behind (a terminal scrolled back, a full pipe):
-// beyond this, whole lines are dropped and counted.
-inline constexpr std::size_t kOutputBacklog = 256 * 1024;
-// At exit, how long the last lines may wait for a reader that stopped reading.
-inline constexpr Millis kOutputFlush{500};
-
-inline constexpr const char* kColors[] = {"36", "33", "32", "35", "34", "31",
-                                          "96", "93", "92", "95", "94", "91"};
+// The name of lastcall's own lines in the prefix columns (`lastcall up`; foreman's `system`).
+inline constexpr std::string_view kOwnName = "lastcall";
+// The level of the lifecycle lines in the log: info, or debug (-v) when the prefix columns say
+// them already (narrating, `lastcall up`).
+inline spdlog::level::level_enum lifecycle_level(bool narrate) {
+    return narrate ? spdlog::level::debug : spdlog::level::info;
+}
 
 // lastcall's environment, then the .env file's, then the service's own: later wins, once.
 inline std::vector<std::string> service_environment(const std::vector<std::string>& dotenv,
@@ -64,6 +60,7 @@ struct ServiceManager::Service {
 
     std::optional<Ticket> ticket;  // the admitted unit of work of the current instance
     pid_t pid = -1;                // leader of the current instance; -1 when none
+    int output = -1;               // its output's stream (UnitOutput::drain), -1 when none
     // The processes of the current instance, and of earlier instances while anything of them
     // is left (a daemon an instance forked must still be stopped with its service).
     std::unique_ptr<UnitScope> scope;

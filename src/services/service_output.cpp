@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Captured output with a prefix per service, the status file, the report and the metrics.
+// The status file, the report, the metrics, and the output at the end.
 #include "lastcall/services/service_manager.hpp"
 #include "service_manager_internal.hpp"
 
@@ -32,68 +32,6 @@
 #include "lastcall/services/service_status.hpp"
 
 namespace lastcall {
-
-void ServiceManager::watch_output(std::size_t service, UniqueFd fd) {
-    int raw = fd.get();
-    auto st = host_->watch(raw, EPOLLIN, [this, raw](auto) { on_output(raw, kOutputPerTurn); });
-    if (!st) {
-        spdlog::warn("service {}: output not captured: {}", services_[service].spec.name,
-                     st.error().message);
-        return;
-    }
-    streams_[raw] = Stream{service, std::move(fd), {}};
-}
-
-void ServiceManager::on_output(int fd, std::size_t budget) {
-    auto it = streams_.find(fd);
-    if (it == streams_.end()) return;
-    Stream& st = it->second;
-    char buf[16384];
-    // At most kOutputPerTurn per turn of the loop: a service that writes as fast as it can
-    // (`yes`) must not keep lastcall from a Ctrl-C or a timer. epoll is level-triggered: the
-    // rest is read on the next turn, after the other sources.
-    for (std::size_t taken = 0; taken < budget; taken += sizeof buf) {
-        ssize_t n = ::read(fd, buf, sizeof buf);
-        if (n > 0) {
-            st.partial.append(buf, static_cast<std::size_t>(n));
-            std::size_t nl;
-            while ((nl = st.partial.find('\n')) != std::string::npos) {
-                emit_line(st.service, std::string_view(st.partial).substr(0, nl));
-                st.partial.erase(0, nl + 1);
-            }
-            if (st.partial.size() > kMaxLine) {
-                emit_line(st.service, st.partial);
-                st.partial.clear();
-            }
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && errno == EAGAIN) return;
-        // EOF: the instance and everything it started closed the pipe.
-        if (!st.partial.empty()) emit_line(st.service, st.partial);
-        host_->unwatch(fd);
-        streams_.erase(it);
-        return;
-    }
-}
-
-void ServiceManager::emit_line(std::size_t service, std::string_view line) {
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    const std::string& name = services_[service].spec.name;
-    std::string out;
-    out.reserve(line.size() + name_width_ + 16);
-    std::string padded = name + std::string(name_width_ - name.size(), ' ');
-    if (opts_.color) {
-        out += "\x1b[";
-        out += kColors[service % std::size(kColors)];
-        out += "m" + padded + " |\x1b[0m ";
-    } else {
-        out += padded + " | ";
-    }
-    append_printable(out, line);
-    out += '\n';
-    out_.write_line(out);
-}
 
 // ---- status and report ----
 
@@ -171,14 +109,7 @@ void ServiceManager::contribute_report(JsonWriter& j) {
 }
 
 void ServiceManager::finished(int /*exit_code*/) {
-    // Whatever the last processes wrote before they went is printed before lastcall exits.
-    std::vector<int> fds;
-    for (const auto& [fd, st] : streams_) fds.push_back(fd);
-    for (int fd : fds) on_output(fd, SIZE_MAX);
-    out_.flush(kOutputFlush);
-    if (out_.lost() > 0)
-        spdlog::warn("{} line(s) of the services' output dropped: nothing read them in time",
-                     out_.lost());
+    finish_output(*out_);
     if (!opts_.state_path.empty()) remove_status_file(opts_.state_path);
 }
 

@@ -63,7 +63,15 @@ void ServiceManager::begin_ordered_stop() {
     host_->hold_drain();
     holding_drain_ = true;
     stop_begin_ = now + host_->settings().drain_delay;
-    spdlog::info("stopping {} service(s) in reverse dependency order", services_.size());
+    if (opts_.narrate) {
+        // One line where foreman prints `sending SIGTERM to all processes`, and what a second
+        // Ctrl-C does (nothing else says it).
+        out_->say(kOwnName, "stopping every process (" +
+                                std::string(signal_name(services_.front().spec.stop_signal)) +
+                                "); Ctrl-C again to kill them at once");
+    }
+    spdlog::log(lifecycle_level(opts_.narrate),
+                "stopping {} service(s) in reverse dependency order", services_.size());
     rearm();
 }
 
@@ -138,7 +146,7 @@ bool ServiceManager::stop_eligible_pass() {
     if (again) return true;
     if (!waiting && holding_drain_) {
         holding_drain_ = false;
-        spdlog::info("all services stopped");
+        spdlog::log(lifecycle_level(opts_.narrate), "all services stopped");
         host_->release_drain();
     }
     return false;
@@ -161,9 +169,10 @@ void ServiceManager::begin_stop(Service& s) {
     // A cleanup under way keeps the grace it had since the leader's exit, if it ends first.
     int n = s.unit->stop(s.spec.stop_signal, deadline);
     deadline = *s.unit->deadline();
-    spdlog::info("service {}: sent {} to {} process(es), grace {}", s.spec.name,
-                 signal_name(s.spec.stop_signal), n,
-                 format_duration(std::chrono::duration_cast<Millis>(deadline - now)));
+    // Narrating, the one line of begin_ordered_stop said it for every service.
+    spdlog::log(lifecycle_level(opts_.narrate), "service {}: sent {} to {} process(es), grace {}",
+                s.spec.name, signal_name(s.spec.stop_signal), n,
+                format_duration(std::chrono::duration_cast<Millis>(deadline - now)));
     s.wake = now + kStopPoll;
     rearm();
 }
@@ -197,7 +206,8 @@ void ServiceManager::check_stop(Service& s) {
         s.wake.reset();
         s.unit->gone();
         apply(s, ServiceEvent::TreeGone);
-        spdlog::info("service {}: stopped{}", s.spec.name, s.forced() ? " (forced)" : "");
+        // Narrating, its exit line said it, unless it took a SIGKILL.
+        if (!opts_.narrate || s.forced()) tell(s, s.forced() ? "stopped (forced)" : "stopped");
         retire_scopes(s);
         stop_eligible();
         return;
@@ -252,6 +262,7 @@ void ServiceManager::end_ordered_stop(bool forced) {
 }
 
 void ServiceManager::before_force(Event /*why*/) {
+    if (opts_.narrate && !services_.empty()) out_->say(kOwnName, "killing every process (SIGKILL)");
     for (auto& s : services_) {
         if (s.state == ServiceState::Stopping) s.killed_by_shutdown();
         s.unit->end_rounds();  // the tree's kill needs no hold
@@ -283,7 +294,5 @@ void ServiceManager::retire_scopes(Service& s) {
     // kernel still counts (EBUSY) goes with the instance's cgroup at exit.
     std::erase_if(s.retired, [](auto& r) { return r->members().empty() && r->remove().ok(); });
 }
-
-// ---- captured output ----
 
 }  // namespace lastcall

@@ -27,6 +27,7 @@ void ProcessBook::set_main(pid_t pid, const std::vector<std::string>& command) {
     r.pid = pid;
     r.pgid = pid;  // spawned in its own group (or session)
     r.is_main = true;
+    r.unit = "main";
     if (!command.empty()) {
         std::string_view exe = command.front();
         if (auto slash = exe.rfind('/'); slash != std::string_view::npos)
@@ -65,6 +66,7 @@ ProcessRecord& ProcessBook::observe(const ProcInfo& info) {
         r.cmdline = read_cmdline(info.pid);
     r.pgid = info.pgid;
     r.is_main = info.pid == main_pid_;
+    r.unit = r.is_main ? "main" : labeller_ ? labeller_(info) : "";
     live_[info.pid] = records_.size();
     records_.push_back(std::move(r));
     return records_.back();
@@ -177,6 +179,7 @@ void write_trigger(JsonWriter& j, const Shutdown& sd, const ReportInput& in) {
             break;
         case TriggerKind::MainExited:
             j.field("kind", "main-exited");
+            if (!in.trigger_reason.empty()) j.field("reason", in.trigger_reason);
             break;
         case TriggerKind::None:
             j.field("kind", "none");
@@ -243,6 +246,7 @@ void write_processes(JsonWriter& j, const ReportInput& in) {
         j.field("pid", static_cast<long long>(r.pid)).field("comm", r.comm);
         j.field("cmdline", r.cmdline).field("pgid", static_cast<long long>(r.pgid));
         j.field("main", r.is_main);
+        if (!r.unit.empty()) j.field("unit", r.unit);
         j.field("left_group", r.pgid != in.main_pid);
         if (r.stop_signal) j.field("stop_signal", signal_name(r.stop_signal));
         if (r.signalled_at) j.field("signalled_at", iso_time(*r.signalled_at, in));

@@ -72,7 +72,20 @@ Status block_handled_signals() {
 }
 
 Supervisor::Supervisor(Options options, const Clock& clock)
-    : opts_(std::move(options)), clock_(clock), shutdown_(shutdown_config(opts_), clock_, *this) {}
+    : opts_(std::move(options)), clock_(clock), shutdown_(shutdown_config(opts_), clock_, *this) {
+    book_.set_labeller([this](const ProcInfo& p) { return unit_of(p); });
+}
+
+// Which unit of work a process belonged to, for the report (rows that read `bash bash bash` said
+// nothing of which service each was): the unit that signalled it or whose session it is in,
+// else its parent's, else the main command's when it is in the main child's group.
+std::string Supervisor::unit_of(const ProcInfo& p) const {
+    if (const Unit* u = units_.owner_of(p)) return u->name();
+    if (const ProcessRecord* parent = book_.find_live(p.ppid); parent && !parent->unit.empty())
+        return parent->unit;
+    if (main_pid_ > 0 && p.pgid == main_pid_) return "main";
+    return {};
+}
 
 int Supervisor::run() {
     // One top-level handler: whatever escapes the loop (std::bad_alloc under a memory limit, a
@@ -109,7 +122,7 @@ int Supervisor::run_guarded() {
             // and their records unwritten (a spawn's pipe2 failing with EMFILE at a low
             // RLIMIT_NOFILE). The run ends as any other: the tree stopped within the grace,
             // then the report, which says why the command never ran.
-            request_shutdown(*failed);
+            request_shutdown(*failed, "the command did not start");
         }
     }
     loop_until_stopped();
@@ -301,19 +314,22 @@ void Supervisor::record_force(ForceKind kind, std::string source, int count) {
     force_facts_.push_back({kind, std::move(source), count, clock_.now()});
 }
 
-void Supervisor::request_shutdown(int exit_code) {
+void Supervisor::request_shutdown(int exit_code, std::string why) {
     if (shutdown_.state() != State::Running) return;
     requested_exit_ = exit_code;
+    requested_why_ = std::move(why);
     shutdown_.on_main_exit();
     check_tree_gone();
     rearm_timer();
 }
 
-void Supervisor::request_shutdown_soon(int exit_code) {
+void Supervisor::request_shutdown_soon(int exit_code, std::string why) {
     if (shutdown_.state() != State::Running || requested_exit_) return;
     requested_exit_ = exit_code;
     admission_.close();
-    loop_->post([this, exit_code] { request_shutdown(exit_code); });
+    loop_->post([this, exit_code, why = std::move(why)]() mutable {
+        request_shutdown(exit_code, std::move(why));
+    });
 }
 
 void Supervisor::hold_drain() {
@@ -341,6 +357,7 @@ ReportInput Supervisor::report_input(int code) {
     in.command = opts_.command;
     in.main_pid = main_pid_;
     in.main_status = main_status_;
+    in.trigger_reason = requested_why_;
     in.exit_code = code;
     in.tracker = std::string(tracker_->name());
     in.kill_scope = std::string(to_string(opts_.kill_scope));

@@ -6,6 +6,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
 #include <cerrno>
 
 #include "lastcall/process/process_ref.hpp"
@@ -109,7 +110,9 @@ class SupervisorHost final : public UnitHost {
     void release_drain() override {
         sup_.loop().post([&sup = sup_] { sup.release_drain(); });
     }
-    void request_shutdown(int exit_code) override { sup_.request_shutdown_soon(exit_code); }
+    void request_shutdown(int exit_code, std::string why) override {
+        sup_.request_shutdown_soon(exit_code, std::move(why));
+    }
     void record_force(ForceKind kind, std::string source, int count) override {
         sup_.record_force(kind, std::move(source), count);
     }
@@ -124,6 +127,24 @@ class SupervisorHost final : public UnitHost {
 
 std::unique_ptr<UnitHost> make_supervisor_host(Supervisor& sup) {
     return std::make_unique<SupervisorHost>(sup);
+}
+
+void attach_output(UnitOutput& output, UnitHost& host) {
+    output.attach(
+        [&host](int fd, std::function<void()> readable) {
+            return host.watch(fd, EPOLLIN, [readable = std::move(readable)](auto) { readable(); });
+        },
+        [&host](int fd) { host.unwatch(fd); });
+}
+
+void finish_output(UnitOutput& output) {
+    // Shared by the services and the jobs: the first to finish prints the rest, and the count of
+    // what was dropped is said once.
+    if (auto lost = output.finish(std::chrono::milliseconds(500)))
+        spdlog::warn(
+            "{} line(s) of the services' and jobs' output dropped: nothing read them in "
+            "time",
+            lost);
 }
 
 }  // namespace lastcall

@@ -43,7 +43,7 @@ void Supervisor::on_pre_stop_output() {
     char buf[4096];
     // Its lines are shown at the default level, as systemd puts ExecStop's output in the
     // journal: a deregistration that printed why it failed is read where lastcall's log is.
-    // At most 64 KiB per turn of the loop, as a service's output (on_output): a hook that writes
+    // At most 64 KiB per turn of the loop, as a service's output (UnitOutput): a hook that writes
     // as fast as it can must not keep a signal, a reap or the grace's timer waiting. epoll is
     // level-triggered: the rest is read on the next turn.
     for (int reads = 0; reads < 16; ++reads) {

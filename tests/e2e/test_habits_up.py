@@ -3,6 +3,7 @@
 PORT as foreman does; `lastcall status` tells two `lastcall up`s apart; an init whose services
 have all ended for good, with no command and no job, ends instead of looking alive."""
 import glob
+import json
 import os
 import re
 import signal
@@ -162,3 +163,99 @@ class LogTimes(LastcallTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         first = r.stderr.splitlines()[0]
         self.assertRegex(first, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+05:30 lastcall\[\d+\] ")
+
+
+class CtrlCOutput(LastcallTestCase):
+    """Item 7: what `lastcall up` prints when it stops, in the prefix columns as foreman does."""
+
+    def run_up(self, procfile, then):
+        """`lastcall up` with stdout and stderr on pipes; `then()` once web is up. Returns (exit
+        code, stdout lines, stderr)."""
+        self.write_file("Procfile", procfile)
+        os.mkfifo(os.path.join(self.dir, "gate"))
+        proc = subprocess.Popen([LASTCALL, "up"], cwd=self.dir, env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(self.fifo.readline(), "web up")
+            then(proc)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        self.assertNoLeftovers()
+        return proc.returncode, out.splitlines(), err
+
+    def open_gate(self, _proc):
+        with open(os.path.join(self.dir, "gate"), "w") as g:
+            g.write("go\n")
+
+    WEB = 'web: echo web up > "$EVENTS"; exec sleep 1000\n'
+
+    def test_ctrl_c_says_in_the_columns_that_a_second_one_kills_and_no_long_log_lines(self):
+        code, out, err = self.run_up(self.WEB + "worker: exec sleep 1000\n",
+                                     lambda proc: proc.send_signal(signal.SIGINT))
+        self.assertEqual(code, 0, err)
+        self.assertIn("lastcall | stopping every process (SIGTERM); Ctrl-C again to kill them "
+                      "at once", out)
+        self.assertIn("web      | was killed by SIGTERM", out)
+        self.assertIn("worker   | was killed by SIGTERM", out)
+        # What happened to each service is said once, in its column; the log keeps the summary.
+        self.assertNotIn("service web", err)
+        self.assertNotIn("service worker", err)
+
+    def test_a_process_last_lines_come_before_its_exited_line(self):
+        code, out, err = self.run_up(self.WEB + "worker: read go < gate; echo last words; exit 3\n",
+                                     self.open_gate)
+        self.assertEqual(code, 3, err)
+        self.assertLess(out.index("worker   | last words"),
+                        out.index("worker   | exited with code 3"), out)
+
+    def test_a_crash_does_not_call_a_procfile_process_main(self):
+        code, out, err = self.run_up(self.WEB + "worker: read go < gate; exit 3\n", self.open_gate)
+        self.assertEqual(code, 3, err)
+        self.assertNotIn("is main", err + "\n".join(out))
+        self.assertIn("lastcall | stopping every process (SIGTERM); Ctrl-C again to kill them "
+                      "at once", out)
+
+
+class ReportOfUp(LastcallTestCase):
+    """Item 8: the report names the service of each process and what ended the run."""
+
+    def test_the_report_names_each_process_unit_and_the_service_whose_crash_ended_the_run(self):
+        self.write_file("Procfile", CtrlCOutput.WEB + "worker: read go < gate; exit 3\n")
+        os.mkfifo(os.path.join(self.dir, "gate"))
+        report = os.path.join(self.dir, "report.json")
+        proc = subprocess.Popen([LASTCALL, "up", "--report", report], cwd=self.dir, env=self.env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.fifo.readline()  # web runs
+        with open(os.path.join(self.dir, "gate"), "w") as g:
+            g.write("go\n")
+        _, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 3, err)
+        with open(report) as f:
+            data = json.load(f)
+        self.assertEqual(data["trigger"]["reason"], "service worker exited with code 3")
+        self.assertEqual([p["unit"] for p in data["processes"]], ["service web"])
+        r = subprocess.run([LASTCALL, "report", report], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"trigger\s+service worker exited with code 3")
+        self.assertRegex(r.stdout, r"PID\s+UNIT\s+COMMAND")
+        self.assertRegex(r.stdout, r"\d+\s+service web\s+sleep\s+SIGTERM")
+
+    def test_the_report_tells_the_main_command_from_a_service(self):
+        cfg = self.write_file("lastcall.toml",
+                              '[services.db]\ncommand = \'echo db > "$EVENTS"; exec sleep 1000\'\n')
+        report = os.path.join(self.dir, "report.json")
+        proc = subprocess.Popen([LASTCALL, "--config", cfg, "--report", report, "--", "sh", "-c",
+                                 'echo main > "$EVENTS"; exec sleep 1000'],
+                                env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+        self.assertCountEqual([self.fifo.readline(), self.fifo.readline()], ["db", "main"])
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 143, err)
+        with open(report) as f:
+            data = json.load(f)
+        self.assertCountEqual([p["unit"] for p in data["processes"]], ["main", "service db"])

@@ -55,8 +55,10 @@ class ReportRendering(LastcallTestCase):
                         text)
         # One line per process; the stubborn one's bar ends in X (SIGKILLed), the main one's in |.
         procs = text.split("\nprocesses", 1)[1].splitlines()
-        main = [l for l in procs if re.match(r"  \d+\* +sh ", l)]
-        stubborn = [l for l in procs if re.match(r"  \d+ +(sleep|sh) +SIGTERM +forced: SIGKILL", l)]
+        # UNIT: both are the main command's (its child stayed in its group).
+        main = [l for l in procs if re.match(r"  \d+\* +main +sh ", l)]
+        stubborn = [l for l in procs
+                    if re.match(r"  \d+ +main +(sleep|sh) +SIGTERM +forced: SIGKILL", l)]
         self.assertEqual(len(main), 1, text)
         self.assertEqual(len(stubborn), 1, text)
         self.assertTrue(stubborn[0].endswith("X|"), text)

@@ -62,6 +62,24 @@ class StalledOutput(LastcallTestCase):
         self.assertEqual(self.fifo.readline(), "started")
         self.assert_stops(proc)
 
+    def test_a_configs_services_and_jobs_whose_stdout_nobody_reads_neither_block_nor_hold_the_stop(self):
+        # Their lines are prefixed on lastcall's stdout in every mode now (issue 41, item 3),
+        # through the same writer that never blocks.
+        cfg = self.write_file("lastcall.toml", """
+[services.web]
+command = 'for i in $(seq 2000); do echo line $i of web; done; echo started > "$EVENTS"; exec sleep 1000'
+
+[jobs.tick]
+schedule = "@every 1s"
+command = ["sh", "-c", 'for i in $(seq 2000); do echo line $i of tick; done; echo ticked > "$EVENTS"']
+""")
+        proc = self.stalled(["--config", cfg, "--state-dir", os.path.join(self.dir, "state")],
+                            stdout_full=True)
+        seen = set()
+        while seen != {"started", "ticked"}:  # a second tick may come before web's line
+            seen.add(self.fifo.readline())
+        self.assert_stops(proc)
+
     def test_tini_verbose_lines_to_a_full_pipe_do_not_hold_the_stop(self):
         proc = self.stalled(["--compat", "tini", "-vvv", "--", "sh", "-c",
                              'echo started > "$EVENTS"; exec sleep 1000'],

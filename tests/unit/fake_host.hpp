@@ -239,7 +239,7 @@ class FakeHost final : public UnitHost {
     void release_drain() override {
         posted_.push_back([this] { ++drain_releases; });
     }
-    void request_shutdown(int exit_code) override {
+    void request_shutdown(int exit_code, std::string /*why*/) override {
         posted_.push_back([this, exit_code] {
             if (!shutdown_requested) shutdown_requested = exit_code;
         });

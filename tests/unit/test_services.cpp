@@ -279,7 +279,6 @@ TEST_CASE("Procfile selection with --only and --except", "[services][procfile]")
     auto all = procfile_services(e, "Procfile", {}, {});
     REQUIRE(all);
     CHECK((*all)[0].main);
-    CHECK((*all)[0].capture_output);
     CHECK((*all)[0].argv == std::vector<std::string>{"/bin/sh", "-c", "exec w"});
 }
 

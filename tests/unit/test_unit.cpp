@@ -235,3 +235,27 @@ TEST_CASE("the root signals, through the same stop path, what its policy admits 
         CHECK(tree.unit.state() == state);
     }
 }
+
+TEST_CASE("the unit of a process is the one that signalled it, else the one whose session it is in",
+          "[unit]") {
+    Root root;
+    FakeUnit web(root.tree, "service web"), job(root.tree, "job tick run 3");
+    web.unit.set_session(100);
+    job.unit.set_session(200);
+    REQUIRE(root.tree.owner_of(in_session(proc(101), 100)) == &web.unit);
+    REQUIRE(root.tree.owner_of(in_session(proc(201), 200)) == &job.unit);
+    CHECK(root.tree.owner_of(in_session(proc(301), 300)) == nullptr);
+    // A leftover of an earlier instance (another session) is the service's once it signalled it.
+    ProcInfo leftover = in_session(proc(90), 90);
+    web.live = {leftover};
+    web.unit.stop(SIGTERM, web.clock.now() + std::chrono::seconds(5));
+    CHECK(root.tree.owner_of(leftover) == &web.unit);
+    // A session id handed to a later unit (a reused pid) is that unit's alone: the first one's
+    // end does not take it away.
+    {
+        FakeUnit later(root.tree, "job tick run 4");
+        later.unit.set_session(200);
+        CHECK(root.tree.owner_of(in_session(proc(202), 200)) == &later.unit);
+    }
+    CHECK(root.tree.owner_of(in_session(proc(202), 200)) == nullptr);
+}

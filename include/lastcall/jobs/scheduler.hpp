@@ -65,6 +65,9 @@ class JobScheduler final : public SupervisorComponent {
 
     // Final runs older than this are pruned while lastcall runs (`retention`), a batch at a time.
     void set_retention(Millis retention) { retention_ = retention; }
+    // Where the runs' prefixed output goes, shared with the services (process/unit_output.hpp);
+    // the jobs' names widen its column. Unset: the scheduler makes its own on stdout.
+    void set_output(std::shared_ptr<UnitOutput> output);
 
     Status attach(Supervisor& sup) override;
     // The same on any host (the unit tests' fake): what attach() does once it has one.
@@ -252,12 +255,14 @@ class JobScheduler final : public SupervisorComponent {
     void release_finished_runs();
     void start_queued(std::size_t job);
     std::vector<std::string> environment(const Run& run, const std::string& staging);
+    UniqueFd capture_output(const std::string& job, SpawnSpec& sp);
 
     std::vector<JobState> jobs_;
     std::unique_ptr<Ledger> opening_;  // the ledger until attach hands it to the worker
     LedgerWorker::Mode mode_;
     std::unique_ptr<LedgerWorker> ledger_;
     UnitHost* host_ = nullptr;
+    std::shared_ptr<UnitOutput> out_;
     std::unique_ptr<WallTimer> fire_timer_;  // fire times are wall-clock times
     std::unique_ptr<WakeTimer> timeout_timer_;
     std::unique_ptr<WakeTimer> lease_timer_;     // a shared ledger's lease tick

@@ -34,6 +34,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -106,6 +107,9 @@ class UnitTree {
     bool claimed(const ProcInfo& p) const;
     // p belongs to one of lastcall's own helpers (UnitRole::Helper).
     bool helper_claimed(const ProcInfo& p) const;
+    // The unit p belongs to, for the report's unit column: the one that signalled it, else the
+    // one whose current session it is in (set_session). Null: none known.
+    const Unit* owner_of(const ProcInfo& p) const;
     std::size_t size() const { return units_.size(); }
 
     // -- the birth line of the whole tree's stop (process/stop.hpp: BirthLine)
@@ -133,7 +137,8 @@ class UnitTree {
     std::vector<Unit*> units_;
     UniqueFd last_pid_fd_;  // /proc/sys/kernel/ns_last_pid (or a reserve: no line)
     std::optional<BirthLine> birth_line_;
-    StopHelpers stop_helpers_;  // born to a stopping process: never signalled
+    StopHelpers stop_helpers_;               // born to a stopping process: never signalled
+    std::map<pid_t, const Unit*> sessions_;  // each unit's current session (Unit::set_session)
 };
 
 class Unit {
@@ -156,6 +161,10 @@ class Unit {
 
     const std::string& name() const { return name_; }
     UnitRole role() const { return policy_.role; }
+    // Its current instance's session (units are spawned with setsid): its processes are the
+    // unit's in the report (UnitTree::owner_of). One session: a service's earlier instances'
+    // leftovers are named by the stop signal they had from it.
+    void set_session(pid_t sid);
     UnitState state() const { return state_; }
     bool stopping() const { return state_ == UnitState::Stopping; }
     // SIGKILL went out to this instance (kill()), whether or not it is gone since.
@@ -205,10 +214,12 @@ class Unit {
     bool apply(UnitEvent e);
     bool take(const ProcInfo& p);
     bool reaches(const ProcInfo& p) const;
+    void forget_session();
     int round();
 
     UnitTree* tree_;  // null once the tree is gone (~UnitTree)
     std::string name_;
+    pid_t session_ = 0;
     const Clock& clock_;
     MembersWithin members_;
     Freeze freeze_;

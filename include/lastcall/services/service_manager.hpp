@@ -33,7 +33,7 @@
 
 #include "lastcall/core/clock.hpp"
 #include "lastcall/core/event_loop.hpp"
-#include "lastcall/core/line_writer.hpp"
+#include "lastcall/process/unit_output.hpp"
 #include "lastcall/services/services.hpp"
 #include "lastcall/shutdown/admission.hpp"
 #include "lastcall/supervisor/supervisor.hpp"
@@ -42,8 +42,13 @@
 namespace lastcall {
 
 struct ServiceManagerOptions {
-    bool color = false;                  // coloured prefixes for captured output
-    int output_fd = STDOUT_FILENO;       // where captured lines go
+    // Where the services' prefixed lines go, shared with the job scheduler (one writer, one
+    // column width); none: the manager makes its own on stdout, uncoloured.
+    std::shared_ptr<UnitOutput> output;
+    // `lastcall up`: what happens to the processes is said in the prefix columns (foreman's
+    // `exited with code 3`), in order with their own lines, and no service is a `main` one in
+    // lastcall's words: a Procfile has none.
+    bool narrate = false;
     std::string state_path;              // status file for `lastcall status`; empty: none
     std::string instance;                // named in it, for `lastcall status ID`
     std::string config_path;             // named in it (absolute), for `status FILE`
@@ -80,12 +85,6 @@ class ServiceManager final : public SupervisorComponent {
     bool limit_reached(Service& s, MonoTime now);
     void fail_dependents(Service& failed);
     void tell_waiting(Service& restarting);
-    struct Stream {
-        std::size_t service;
-        UniqueFd fd;
-        std::string partial;
-    };
-
     bool apply(Service& s, ServiceEvent e);
     void end_if_idle();
     void start_eligible();
@@ -112,10 +111,9 @@ class ServiceManager final : public SupervisorComponent {
     std::vector<ProcInfo> members_of(Service& s);
     int kill_members(Service& s);
     void retire_scopes(Service& s);
-    void watch_output(std::size_t service, UniqueFd fd);
-    // Reads at most `budget` bytes (the rest on a later turn; SIZE_MAX at exit: all of it).
-    void on_output(int fd, std::size_t budget);
-    void emit_line(std::size_t service, std::string_view line);
+    // A line of lastcall's own about a service: in its prefix column when narrating (`up`),
+    // else in the log.
+    void tell(const Service& s, const std::string& text);
     void write_status();      // the first change of a turn at once, the turn's later ones after it
     void write_status_now();  // at once: the last state, before the loop ends
 
@@ -123,11 +121,9 @@ class ServiceManager final : public SupervisorComponent {
     ServiceManagerOptions opts_;
     UnitHost* host_ = nullptr;
     std::unique_ptr<WakeTimer> timer_;
-    std::map<int, Stream> streams_;
-    // Where the prefixed lines go (opts_.output_fd), never blocking the loop: a stalled reader
-    // costs lines (counted, said at the end), never the stop.
-    LineWriter out_;
-    std::size_t name_width_ = 0;
+    // Where the prefixed lines go, never blocking the loop: a stalled reader costs lines
+    // (counted, said at the end), never the stop.
+    std::shared_ptr<UnitOutput> out_;
 
     bool shutting_down_ = false;
     bool holding_drain_ = false;

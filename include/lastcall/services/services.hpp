@@ -89,7 +89,6 @@ struct ServiceSpec {
     // grace takes the whole scope whatever it says (docs/services.md).
     StopReach kill_scope = StopReach::Tree;
     bool main = false;            // its exit ends the run with its exit code
-    bool capture_output = false;  // stdout/stderr through a pipe into prefixed lines (`up`)
     std::string origin;           // "file:line", for messages
 };
 

@@ -31,6 +31,9 @@ struct ProcessRecord {
     std::string cmdline;
     pid_t pgid = 0;
     bool is_main = false;
+    // The unit of work it belonged to ("main", "service web", "job backup run 7"); empty: not
+    // known (a process that left its unit's session before lastcall first saw it).
+    std::string unit;
     int stop_signal = 0;         // the stop signal it was sent, 0 if none
     bool killed = false;         // it was alive when SIGKILL went out
     bool killed_by_pid = false;  // ...while held stopped, by kill() of its pid (no pidfd)
@@ -59,6 +62,9 @@ class ProcessBook {
     ProcessRecord* live_main();
     // Records a member seen alive; returns its record (existing or new).
     ProcessRecord& observe(const ProcInfo& info);
+    // Names the unit of each new record (the supervisor's, over its unit tree).
+    using Labeller = std::function<std::string(const ProcInfo&)>;
+    void set_labeller(Labeller labeller) { labeller_ = std::move(labeller); }
     // Records a reap. `forcing`: SIGKILL had gone out, so a SIGKILL death is lastcall's doing.
     void reaped(const Reaped& r, bool forcing, MonoTime at);
     const std::vector<ProcessRecord>& records() const { return records_; }
@@ -82,6 +88,7 @@ class ProcessBook {
     std::map<pid_t, std::size_t> live_;  // pid -> index of its current record
     pid_t main_pid_ = 0;
     long long reaped_ = 0;
+    Labeller labeller_;
 };
 
 // What makes a shutdown forced, recorded at the moment it happens (never inferred from what is
@@ -128,6 +135,9 @@ struct ReportInput {
     std::uint64_t log_lines_lost = 0;
     std::uint64_t log_lines_waiting = 0;
     std::optional<MonoTime> trigger_arrival;  // when the trigger's signal was dequeued
+    // What ended the run when it was not the main command (a component's request_shutdown:
+    // "service worker exited with code 3"); empty: the main command, or a signal.
+    std::string trigger_reason;
     // The pre-stop hook, when one ran: its start, its end and its wait status.
     struct Hook {
         pid_t pid = 0;

@@ -102,11 +102,12 @@ class Supervisor final : private ShutdownActions {
     bool stop_reaches_tree() const { return effective_scope() == Scope::Tree; }
     // A component ends the run as if the main child had exited with exit_code (a `main = true`
     // service exited): the whole tree is drained and lastcall exits with that code.
-    void request_shutdown(int exit_code);
+    // `why` is the report's trigger ("service worker exited with code 3").
+    void request_shutdown(int exit_code, std::string why);
     // The same from inside a component's hook: the exit code is claimed and intake closes now
     // (nothing else is admitted in this turn of the loop), the state change itself runs after
     // the current event, so the component is not re-entered mid-update.
-    void request_shutdown_soon(int exit_code);
+    void request_shutdown_soon(int exit_code, std::string why);
     // A component that stops its own work in order (services, in reverse dependency order) holds
     // the drain from its state_changed(Running -> Draining) until it is done: the supervisor's
     // stop signal to the whole tree waits, its grace timer and SIGKILL escalation do not.
@@ -198,6 +199,7 @@ class Supervisor final : private ShutdownActions {
     // The root's record of a stop signal that p gets (UnitTree::record): during the shutdown the
     // report itemises it, and no process gets a second one. False when p already had one.
     bool record_stop_signal(const ProcInfo& p, int sig);
+    std::string unit_of(const ProcInfo& p) const;
     void rearm_timer();
     Scope effective_scope() const;
 
@@ -255,6 +257,7 @@ class Supervisor final : private ShutdownActions {
     UniqueFd main_pidfd_;
     std::optional<int> main_status_;
     std::optional<int> requested_exit_;
+    std::string requested_why_;  // what a component said ended the run (the report's trigger)
     pid_t pre_stop_pid_ = -1;
     std::optional<ReportInput::Hook> pre_stop_run_;  // for the report's timeline
     UniqueFd pre_stop_out_;

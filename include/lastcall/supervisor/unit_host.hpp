@@ -26,6 +26,7 @@
 #include "lastcall/process/process_tree.hpp"
 #include "lastcall/process/spawner.hpp"
 #include "lastcall/process/unit.hpp"
+#include "lastcall/process/unit_output.hpp"
 #include "lastcall/shutdown/admission.hpp"
 #include "lastcall/shutdown/grace.hpp"
 #include "lastcall/shutdown/report.hpp"
@@ -93,11 +94,18 @@ class UnitHost {
     // See Supervisor: hold the drain while units stop in order; queued, see the top.
     virtual void hold_drain() = 0;
     virtual void release_drain() = 0;
-    virtual void request_shutdown(int exit_code) = 0;
+    // `why` names what ended the run in the report's trigger ("service worker exited with code
+    // 3"): a run without a main command has none to name.
+    virtual void request_shutdown(int exit_code, std::string why) = 0;
     virtual void record_force(ForceKind kind, std::string source, int count) = 0;
     // The root unit: every unit of work (process/unit.hpp) is made in it, so that its stop
     // signals land in the one record and the tree's pass leaves its own stop alone.
     virtual UnitTree& units() = 0;
 };
+
+// The units' output (process/unit_output.hpp) read on this host's loop.
+void attach_output(UnitOutput& output, UnitHost& host);
+// At the end: the output's last lines printed, and what nothing read in time said once.
+void finish_output(UnitOutput& output);
 
 }  // namespace lastcall
