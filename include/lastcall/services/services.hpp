@@ -88,8 +88,8 @@ struct ServiceSpec {
     // group: its leader's process group; child: the leader alone). The kill at the end of the
     // grace takes the whole scope whatever it says (docs/services.md).
     StopReach kill_scope = StopReach::Tree;
-    bool main = false;            // its exit ends the run with its exit code
-    std::string origin;           // "file:line", for messages
+    bool main = false;   // its exit ends the run with its exit code
+    std::string origin;  // "file:line", for messages
 };
 
 // True for names usable as a service name: [A-Za-z0-9_.-]+ (they appear in prefixes, the status
