@@ -483,6 +483,14 @@ std::string_view next_word(std::string_view line, std::size_t& pos) {
 
 namespace {
 
+// The first line of `rest` (without its newline), which then starts after it.
+std::string_view take_line(std::string_view& rest) {
+    std::size_t nl = rest.find('\n');
+    std::string_view line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    return line;
+}
+
 // Is `option` one of the comma-separated `list` ("rw,memory", "cpu,cpuacct")?
 bool has_option(std::string_view list, std::string_view option) {
     for (std::size_t pos = 0; pos <= list.size();) {
@@ -499,9 +507,7 @@ std::string own_cgroup_path(std::string_view controller) {
     std::string text = read_kernel_file("/proc/self/cgroup");
     std::string_view rest(text);
     while (!rest.empty()) {
-        std::size_t nl = rest.find('\n');
-        std::string_view line = rest.substr(0, nl);
-        rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+        std::string_view line = take_line(rest);
         std::size_t a = line.find(':');
         std::size_t b = a == std::string_view::npos ? a : line.find(':', a + 1);
         if (b == std::string_view::npos) continue;
@@ -520,9 +526,7 @@ std::string mounted_path(std::string_view fstype, std::string_view option, const
     std::string text = read_kernel_file("/proc/self/mountinfo");
     std::string_view rest(text);
     while (!rest.empty()) {
-        std::size_t nl = rest.find('\n');
-        std::string_view line = rest.substr(0, nl);
-        rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+        std::string_view line = take_line(rest);
         auto dash = line.find(" - ");
         if (dash == std::string_view::npos) continue;
         std::size_t tail = dash + 3;
