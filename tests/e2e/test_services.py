@@ -151,14 +151,15 @@ command = "sleep 1000"
         os.mkfifo(gate)
         # b is first in the file: only depends_on can make it wait for a. b's TERM handler is
         # slow, so if both were signalled at once, a's "a-stop" would come first. Each sets its
-        # trap before it writes anything: the SIGTERM may follow its last line at once.
+        # trap and starts its sleep before it writes anything: the SIGTERM may follow its last
+        # line at once, and a handler that ran before `p=$!` left the sleep to the SIGKILL.
         cfg = self.config(f"""
 [services.b]
-command = '''trap 'sleep 0.3; echo b-stop > "$EVENTS"; kill $p; exit 0' TERM; echo b-start > "$EVENTS"; sleep 1000 & p=$!; wait'''
+command = '''trap 'sleep 0.3; echo b-stop > "$EVENTS"; kill $p; exit 0' TERM; sleep 1000 & p=$!; echo b-start > "$EVENTS"; wait'''
 depends_on = ["a"]
 
 [services.a]
-command = '''trap 'echo a-stop > "$EVENTS"; kill $p; exit 0' TERM; echo a-start > "$EVENTS"; read x < {gate}; echo a-ready > "$EVENTS"; touch {ready}; sleep 1000 & p=$!; wait'''
+command = '''trap 'echo a-stop > "$EVENTS"; kill $p; exit 0' TERM; echo a-start > "$EVENTS"; read x < {gate}; sleep 1000 & p=$!; echo a-ready > "$EVENTS"; touch {ready}; wait'''
 ready = {{ file = "{ready}", interval = "20ms" }}
 """)
         run = self.start(["--config", cfg])
@@ -177,7 +178,7 @@ ready = {{ file = "{ready}", interval = "20ms" }}
         # got no stop signal at all, only the SIGKILL at the end.
         cfg = self.config("""
 [services.db]
-command = '''trap 'echo db-stop > "$EVENTS"; kill $p; exit 0' TERM; echo db-start > "$EVENTS"; sleep 1000 & p=$!; wait'''
+command = '''trap 'echo db-stop > "$EVENTS"; kill $p; exit 0' TERM; sleep 1000 & p=$!; echo db-start > "$EVENTS"; wait'''
 
 [services.web]
 command = '''trap '' TERM; echo web-start > "$EVENTS"; while :; do sleep 0.1; done'''
@@ -186,7 +187,7 @@ depends_on = ["db"]
         report = os.path.join(self.dir, "report.json")
         run = self.start(["--config", cfg, "--grace", "6s", "--report", report, "--", "sh", "-c",
                           '''trap 'echo main-stop > "$EVENTS"; kill $p; exit 0' TERM; '''
-                          '''echo main-start > "$EVENTS"; sleep 1000 & p=$!; wait'''])
+                          '''sleep 1000 & p=$!; echo main-start > "$EVENTS"; wait'''])
         self.assertEqual({self.fifo.readline() for _ in range(3)},
                          {"db-start", "web-start", "main-start"})
         run.signal(signal.SIGTERM)
@@ -256,7 +257,7 @@ depends_on = ["db"]
         os.mkfifo(gate)
         cfg = self.config(f"""
 [services.helper]
-command = '''trap 'echo helper-stop > "$EVENTS"; kill $p; exit 0' TERM; echo helper-start > "$EVENTS"; sleep 1000 & p=$!; wait'''
+command = '''trap 'echo helper-stop > "$EVENTS"; kill $p; exit 0' TERM; sleep 1000 & p=$!; echo helper-start > "$EVENTS"; wait'''
 
 [services.app]
 command = 'echo app-start > "$EVENTS"; read x < {gate}; exit 7'
