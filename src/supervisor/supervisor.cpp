@@ -72,7 +72,9 @@ Status block_handled_signals() {
 }
 
 Supervisor::Supervisor(Options options, const Clock& clock)
-    : opts_(std::move(options)), clock_(clock), shutdown_(shutdown_config(opts_), clock_, *this) {
+    : opts_(std::move(options)),
+      clock_(clock),
+      teardown_(shutdown_config(opts_), clock_, *this, components_) {
     book_.set_labeller([this](const ProcInfo& p) { return unit_of(p); });
 }
 
@@ -192,7 +194,7 @@ Status Supervisor::set_up() {
     // the loop once on every start.
     for (auto* c : components_)
         if (auto st = c->attach(*this); !st) return st;
-    make_root_unit();
+    teardown_.make_root_unit();
     emergency_instance_cgroup_ = tracker_->where();
     emergency_prepare(opts_.report_path.c_str(), emergency_instance_cgroup_.c_str());
     return Ok{};
@@ -290,7 +292,7 @@ void Supervisor::loop_until_stopped() {
         if (auto st = loop_->run_once(); !st) {
             // Nothing can be waited for any more: end the tree now rather than leave it behind.
             spdlog::critical("event loop failed: {}; killing the tree", st.error().message);
-            kill_tree();
+            teardown_.kill_tree();
             reap_all(nullptr, [this](const Reaped& r) { book_.reaped(r, true, clock_.now()); });
             return;
         }
@@ -301,17 +303,6 @@ void Supervisor::loop_until_stopped() {
 void Supervisor::rearm_timer() {
     auto deadline = shutdown_.next_deadline();
     if (auto st = timer_->arm(deadline); !st) spdlog::error("{}", st.error().message);
-}
-
-void Supervisor::record_force(ForceKind kind, std::string source, int count) {
-    if (shutdown_.state() == State::Running) return;
-    // Forcing repeats SIGKILL every 100 ms: one fact per source and kind, with the largest count.
-    for (auto& f : force_facts_)
-        if (f.kind == kind && f.source == source) {
-            f.count = std::max(f.count, count);
-            return;
-        }
-    force_facts_.push_back({kind, std::move(source), count, clock_.now()});
 }
 
 void Supervisor::request_shutdown(int exit_code, std::string why) {
@@ -352,8 +343,8 @@ UnitHost& Supervisor::unit_host() {
 ReportInput Supervisor::report_input(int code) {
     ReportInput in;
     in.book = &book_;
-    in.gave_up = gave_up_;
-    in.force_facts = &force_facts_;
+    in.gave_up = teardown_.gave_up();
+    in.force_facts = &teardown_.force_facts();
     in.command = opts_.command;
     in.main_pid = main_pid_;
     in.main_status = main_status_;

@@ -131,7 +131,7 @@ void Supervisor::start_pre_stop() {
             std::erase_if(members, [sid](const ProcInfo& p) { return p.sid != sid; });
             return members;
         }),
-        Unit::Freeze{}, signal_exact, UnitPolicy{UnitRole::Helper, {}, sid});
+        Unit::Freeze{}, lastcall::signal_exact, UnitPolicy{UnitRole::Helper, {}, sid});
     pre_stop_out_ = std::move(read_end);
     auto st = loop_->watch(pre_stop_out_.get(), EPOLLIN, [this](auto) { on_pre_stop_output(); });
     if (!st) spdlog::warn("pre-stop output will not be logged: {}", st.error().message);

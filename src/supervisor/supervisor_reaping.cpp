@@ -63,7 +63,7 @@ void Supervisor::sweep_children(ReapOutcome outcome) {
     bool forcing = shutdown_.state() == State::Forcing;
     long count = 0;
     MonoTime began = clock_.now();
-    children_gone_ = reap_all(want_info, [&](const Reaped& r) {
+    reap_all(want_info, [&](const Reaped& r) {
         ++count;
         on_reaped(r, forcing, outcome);
     });
@@ -78,8 +78,7 @@ void Supervisor::sweep_children(ReapOutcome outcome) {
 }
 
 void Supervisor::on_reaped(const Reaped& r, bool forcing, ReapOutcome& outcome) {
-    book_.reaped(r, forcing, clock_.now());
-    for (auto* c : components_) c->reaped(r);
+    teardown_.reaped(r, forcing);
     bool peer_logged = voice_.reaped(r.pid, r.status, r.pid == main_pid_);
     if (r.pid == main_pid_) {
         main_status_ = r.status;
@@ -175,21 +174,6 @@ Status Supervisor::watch_sigchld(bool on) {
     return Ok{};
 }
 
-void Supervisor::check_tree_gone() {
-    State s = shutdown_.state();
-    if (s == State::Running || s == State::Stopped) return;
-    // No SIGCHLD may ever come (lastcall ran without a command and nothing was running), and a
-    // component may have spawned since the last reap saw none (a scheduled job): ask the kernel
-    // directly, without reaping, whether any child is left.
-    children_gone_ = peek_children() == Children::None;
-    // lastcall is PID 1 or a subreaper, so every descendant is reparented to it before it dies:
-    // no child left means no descendant left. cgroup.events is not waited for: its
-    // notification is rate-limited by the kernel and would add milliseconds to every exit.
-    if (!children_gone_) return;
-    if (root_unit_) root_unit_->gone();
-    shutdown_.on_tree_empty();
-}
-
 void Supervisor::watch_tree_events() {
     int fd = tracker_->watch_fd();
     if (fd < 0) return;
@@ -203,7 +187,7 @@ void Supervisor::watch_tree_events() {
     if (!st) spdlog::warn("tree events will not wake the loop: {}", st.error().message);
 }
 
-Supervisor::Children Supervisor::peek_children() const {
+Children Supervisor::peek_children() const {
     siginfo_t si{};
     if (::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0)
         return errno == ECHILD ? Children::None : Children::Running;  // EINTR: assume some

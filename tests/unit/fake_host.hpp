@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// A UnitHost without processes, for the orchestration's unit tests (ServiceManager,
-// JobScheduler): spawns make fake processes, signals are recorded, a fake process ends when the
-// test calls exit(), and time moves only when the test advances the FakeClock, firing the timers
-// whose deadline it passes in deadline order. Nothing here sleeps or forks.
+// A UnitHost and a TeardownHost without processes, for the orchestration's unit tests
+// (ServiceManager, JobScheduler) and the supervisor's teardown (Teardown): spawns make fake
+// processes, signals are recorded, a fake process ends when the test calls exit(), and time moves
+// only when the test advances the FakeClock, firing the timers whose deadline it passes in
+// deadline order (the shutdown's own deadline among them, once a Teardown is attached). Nothing
+// here sleeps, forks or signals a real process.
 #pragma once
 
 #include <poll.h>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "lastcall/supervisor/supervisor.hpp"
+#include "lastcall/supervisor/teardown.hpp"
 #include "lastcall/supervisor/unit_host.hpp"
 
 namespace lastcall::test {
@@ -36,13 +39,52 @@ struct FakeProc {
     bool killed = false;  // by its scope's kill (SIGKILL / cgroup.kill)
 };
 
-class FakeHost final : public UnitHost {
+class FakeHost final : public UnitHost, public TeardownHost {
   public:
     FakeHost() { wall_ = WallTime{std::chrono::seconds{1767225600}}; }  // 2026-01-01T00:00Z
 
     // -- what the test drives
-    // The component whose reaped() hears of fake exits.
+    // The component whose reaped() hears of fake exits (without a Teardown).
     void deliver_to(SupervisorComponent* c) { component_ = c; }
+    // The whole shutdown on this host: exits are reaped through the teardown (its record, then
+    // every component), the shutdown's deadline fires as the supervisor's timer would, and the
+    // calls UnitHost queues for the supervisor (hold and release the drain, request the
+    // shutdown, record a force) reach the teardown's state machine.
+    void attach(Teardown& t) { teardown_ = &t; }
+    // Before the teardown goes: the main unit is in its UnitTree.
+    void detach() {
+        main_unit_.reset();
+        teardown_ = nullptr;
+    }
+    // The main command: a process in no unit's scope, stopped through its own unit (UnitRole::
+    // Main), as the supervisor stops it through its pidfd.
+    pid_t start_main(const std::string& argv0) {
+        FakeProc p;
+        p.pid = next_pid_++;
+        p.pgid = p.pid;
+        p.argv = {argv0};
+        procs_[p.pid] = p;
+        main_pid_ = p.pid;
+        main_unit_ = std::make_unique<Unit>(
+            units(), "main", clock_,
+            [this] {
+                std::vector<ProcInfo> out;
+                if (procs_.at(main_pid_).alive) out.push_back(info(main_pid_));
+                return out;
+            },
+            Unit::Freeze{}, [this](const ProcInfo& i, int sig) { return signal(i, sig); },
+            UnitPolicy{UnitRole::Main, {}, 0});
+        return p.pid;
+    }
+    // A termination signal reaches lastcall (the supervisor's on_signal), and the loop's turn
+    // ends.
+    SignalOutcome deliver(int sig) {
+        auto outcome = teardown_->shutdown().on_signal(sig);
+        run_posted();
+        teardown_->check_tree_gone();
+        return outcome;
+    }
+    lastcall::Scope kill_scope = lastcall::Scope::Tree;
     // Moves the clock (and the wall clock with it) to now + d, firing on the way every timer
     // whose deadline is passed, at its deadline, in order. A timer a callback arms within the
     // span fires too.
@@ -52,6 +94,14 @@ class FakeHost final : public UnitHost {
             FakeWake* next = nullptr;
             for (auto* t : wakes_)
                 if (t->at && *t->at <= end && (!next || *t->at < *next->at)) next = t;
+            auto due = teardown_ ? teardown_->shutdown().next_deadline() : std::nullopt;
+            if (due && *due <= end && (!next || *due <= *next->at)) {
+                move_to(*due);
+                teardown_->shutdown().on_timer();
+                run_posted();
+                teardown_->check_tree_gone();
+                continue;
+            }
             if (!next) break;
             if (*next->at > clock_.now()) move_to(*next->at);
             next->at.reset();
@@ -76,8 +126,20 @@ class FakeHost final : public UnitHost {
         p.alive = false;
         for (auto& [other, c] : procs_)
             if (c.ppid == pid) c.ppid = 1;  // orphans are reparented to lastcall, the subreaper
-        if (component_) component_->reaped(Reaped{pid, status, std::nullopt});
+        Reaped r{pid, status, std::nullopt};
+        if (!teardown_) {
+            if (component_) component_->reaped(r);
+            run_posted();
+            return;
+        }
+        // What the supervisor's sweep does with each reaped child.
+        teardown_->reaped(r, teardown_->shutdown().state() == State::Forcing);
+        if (pid == main_pid_) {
+            if (main_unit_) main_unit_->gone();
+            teardown_->shutdown().on_main_exit();
+        }
         run_posted();
+        teardown_->check_tree_gone();
     }
     // Every process its scope's kill reached ends of SIGKILL (the kernel's part of the kill).
     void reap_killed() {
@@ -163,6 +225,11 @@ class FakeHost final : public UnitHost {
     int fail_spawns = 0;
     HostSettings host_settings;
     int tree_stop_signal = SIGTERM;
+    // A SIGKILL marks the process killed, for reap_killed() (the kernel's part of the kill).
+    bool signal_kills = true;
+    int shutdowns_begun = 0;
+    int readiness_offs = 0;
+    std::vector<std::pair<int, lastcall::Scope>> forwarded;
     // How long each signal takes on the fake clock: a slow machine, a fork storm (a stop pass
     // over many members then outlasts its budget).
     std::chrono::milliseconds signal_cost{0};
@@ -220,6 +287,10 @@ class FakeHost final : public UnitHost {
         return r;
     }
     bool signal(const ProcInfo& info, int sig) override {
+        if (sig == SIGKILL && signal_kills) {
+            auto it = procs_.find(info.pid);
+            if (it != procs_.end()) it->second.killed = true;
+        }
         auto it = procs_.find(info.pid);
         if (it == procs_.end() || !it->second.alive) return false;
         it->second.signals.emplace_back(sig, clock_.now());
@@ -233,21 +304,75 @@ class FakeHost final : public UnitHost {
     }
     Admission& admission() override { return admission_; }
     const HostSettings& settings() const override { return host_settings; }
-    int stop_signal() const override { return tree_stop_signal; }
+    int stop_signal() const override {
+        return teardown_ ? teardown_->shutdown().stop_signal() : tree_stop_signal;
+    }
     bool stop_reaches_tree() const override { return true; }
-    void hold_drain() override { ++drain_holds; }
+    void hold_drain() override {
+        ++drain_holds;
+        if (teardown_) teardown_->shutdown().hold_drain();
+    }
     void release_drain() override {
-        posted_.push_back([this] { ++drain_releases; });
+        posted_.push_back([this] {
+            ++drain_releases;
+            if (!teardown_) return;
+            teardown_->shutdown().release_drain();
+            teardown_->check_tree_gone();
+        });
     }
     void request_shutdown(int exit_code, std::string /*why*/) override {
         posted_.push_back([this, exit_code] {
             if (!shutdown_requested) shutdown_requested = exit_code;
+            if (!teardown_ || teardown_->shutdown().state() != State::Running) return;
+            teardown_->shutdown().on_main_exit();
+            teardown_->check_tree_gone();
         });
     }
     void record_force(ForceKind kind, std::string source, int count) override {
-        forces.push_back({kind, std::move(source), count});
+        forces.push_back({kind, source, count});
+        if (teardown_) teardown_->record_force(kind, std::move(source), count);
     }
-    UnitTree& units() override { return units_; }
+    UnitTree& units() override { return teardown_ ? teardown_->units() : units_; }
+
+    // -- TeardownHost (clock, admission and post are UnitHost's above)
+    Tracker& tracker() override { return tracker_; }
+    Children peek_children() const override {
+        for (const auto& [pid, p] : procs_)
+            if (p.alive) return Children::Running;
+        return Children::None;  // a fake exit is its reap: no zombie waits
+    }
+    bool signal_exact(const ProcInfo& p, int sig) override { return signal(p, sig); }
+    bool kill(pid_t target, int sig) override {
+        if (target <= 0 || !procs_.count(target)) return false;  // no whole group here
+        return signal(info(target), sig);
+    }
+    std::optional<pid_t> whole_group_target() const override { return std::nullopt; }
+    bool run_queue_crowded() const override { return false; }
+    std::string wchan(pid_t) const override { return "fake_wchan"; }
+    std::optional<ProcInfo> proc_stat(pid_t pid) const override {
+        if (!procs_.count(pid) || !procs_.at(pid).alive) return std::nullopt;
+        return info(pid);
+    }
+    UniqueFd open_last_pid() override { return {}; }  // no birth line: every process is a member
+    void shutdown_begun() override { ++shutdowns_begun; }
+    void readiness_off() override { ++readiness_offs; }
+    void start_pre_stop() override { teardown_->shutdown().on_pre_stop_done(); }
+    void forward(int sig, lastcall::Scope scope) override { forwarded.emplace_back(sig, scope); }
+    pid_t main_pid() const override { return main_pid_; }
+    lastcall::Scope effective_scope() const override {
+        bool main_gone = main_pid_ < 0 || !procs_.at(main_pid_).alive;
+        return kill_scope == lastcall::Scope::Child && main_gone ? lastcall::Scope::Tree
+                                                                 : kill_scope;
+    }
+    bool main_alive() const override {
+        return main_unit_ && main_unit_->state() == UnitState::Running &&
+               procs_.at(main_pid_).alive;
+    }
+    bool main_signalled() const override { return main_unit_ && main_unit_->signalled_any(); }
+    bool stop_main(int sig, MonoTime deadline) override {
+        return main_unit_->stop(sig, deadline) > 0;
+    }
+    std::vector<Unit*> own_units() override { return {main_unit_.get()}; }
     // Nothing is recorded for a report here: every stop signal is the first.
     UnitTree units_{[](const ProcInfo&, int) { return true; }};
 
@@ -312,6 +437,34 @@ class FakeHost final : public UnitHost {
         int fd_;
     };
 
+    // The whole tree as an enumeration would find it: every live fake process.
+    class FakeTracker final : public Tracker {
+      public:
+        explicit FakeTracker(FakeHost* h) : host_(h) {}
+        std::string_view name() const override { return "fake"; }
+        std::vector<ProcInfo> members() override {
+            std::vector<ProcInfo> out;
+            for (const auto& [pid, p] : host_->procs_)
+                if (p.alive) out.push_back(host_->info(pid));
+            return out;
+        }
+        int signal_all(int sig, const MemberFilter& filter, int /*max_passes*/) override {
+            int n = 0;
+            for (const auto& p : members())
+                if (filter(p) && host_->signal(p, sig)) ++n;
+            return n;
+        }
+        int kill_all(const MemberFilter& filter, int max_passes) override {
+            return signal_all(SIGKILL, filter, max_passes);
+        }
+        Result<std::unique_ptr<UnitScope>> make_scope(const std::string& unit) override {
+            return host_->new_scope(unit);
+        }
+
+      private:
+        FakeHost* host_;
+    };
+
     void move_to(MonoTime t) {
         if (t <= clock_.now()) return;  // a costly signal already took the clock past t
         auto d = t - clock_.now();
@@ -330,6 +483,10 @@ class FakeHost final : public UnitHost {
     std::vector<std::function<void()>> posted_;
     std::map<int, std::function<void(std::uint32_t)>> watched_;
     pid_t next_pid_ = 1000;
+    Teardown* teardown_ = nullptr;
+    FakeTracker tracker_{this};
+    pid_t main_pid_ = -1;
+    std::unique_ptr<Unit> main_unit_;
     int next_scope_fd_ = 5000;
 };
 

@@ -23,6 +23,7 @@
 #include "lastcall/shutdown/report.hpp"
 #include "lastcall/shutdown/shutdown.hpp"
 #include "lastcall/supervisor/forwarding.hpp"
+#include "lastcall/supervisor/teardown.hpp"
 
 namespace lastcall {
 
@@ -75,7 +76,7 @@ class SupervisorComponent {
 // before any thread exists and before the child is spawned.
 Status block_handled_signals();
 
-class Supervisor final : private ShutdownActions {
+class Supervisor final : private TeardownHost {
   public:
     Supervisor(Options options, const Clock& clock);
     ~Supervisor() override;
@@ -85,9 +86,9 @@ class Supervisor final : private ShutdownActions {
     // For components. Not owned; must outlive run().
     void add_component(SupervisorComponent* c) { components_.push_back(c); }
     EventLoop& loop() { return *loop_; }
-    Admission& admission() { return admission_; }
-    Tracker& tracker() { return *tracker_; }
-    const Clock& clock() const { return clock_; }
+    Admission& admission() override { return admission_; }
+    Tracker& tracker() override { return *tracker_; }
+    const Clock& clock() const override { return clock_; }
     // The one UnitHost over this supervisor (supervisor_host.hpp), for the components that
     // orchestrate units of work; made on first use, once the loop exists.
     UnitHost& unit_host();
@@ -95,7 +96,7 @@ class Supervisor final : private ShutdownActions {
     const Ending* ending() const { return ending_.get(); }
     const Options& options() const { return opts_; }
     State state() const { return shutdown_.state(); }
-    pid_t main_pid() const { return main_pid_; }
+    pid_t main_pid() const override { return main_pid_; }
     // The stop signal of the shutdown, and whether it goes to the whole tree (every service and
     // job run) rather than only to the main child or its group.
     int stop_signal() const { return shutdown_.stop_signal(); }
@@ -116,7 +117,9 @@ class Supervisor final : private ShutdownActions {
     // A fact that makes the shutdown forced, recorded when it happens (a service's grace kill, a
     // job's timeout kill). Outside the shutdown (a job timeout while running) it is not the
     // shutdown's doing and is not recorded.
-    void record_force(ForceKind kind, std::string source, int count);
+    void record_force(ForceKind kind, std::string source, int count) {
+        teardown_.record_force(kind, std::move(source), count);
+    }
     // The root unit: the one record of stop signals and every unit of work (process/unit.hpp).
     // lastcall's own helpers (a job's verify, the pre-stop hook) are units of their own
     // (UnitRole::Helper) that the tree's stop signal never reaches: they are not the work being
@@ -166,8 +169,7 @@ class Supervisor final : private ShutdownActions {
     void report_start_failure(int code);
     // The report's `start_failed` object, when the command could not be started.
     void add_start_failure(JsonWriter& j) const;
-    bool send_stop_and_mark(const ProcInfo& p, int sig);
-    void forward(int sig, Scope scope);
+
     // The stop signal to the main child through its pidfd, SIGCONT before it; false if not sent.
     bool send_stop_to_main(int sig);
     // The first termination signal's fast path to the main child (see supervisor_signals.cpp).
@@ -182,51 +184,40 @@ class Supervisor final : private ShutdownActions {
     bool stop_main_unit(int sig, MonoTime deadline);
     bool announced_outside() const;
     void suspend(int sig);
-    void check_tree_gone();
-    // What waitid(WNOHANG | WNOWAIT) says of lastcall's children, reaping none: no child left
-    // (ECHILD: as PID 1 or a subreaper, no descendant either), one waiting to be reaped, or only
-    // running ones.
-    enum class Children { None, Exited, Running };
-    Children peek_children() const;
+    void check_tree_gone() { teardown_.check_tree_gone(); }
     // Registers the tracker's watch fd (cgroup.events) on the loop; at the start of the shutdown.
     void watch_tree_events();
-    // The root unit: the whole tree's stop, made with the tracker.
-    void make_root_unit();
-    // The root's policy (UnitPolicy::admits): p is in the kill scope, is no cleanup helper of
-    // the stop (the birth line), belongs to no helper or other unit being stopped, and has not
-    // had a stop signal yet.
-    bool root_admits(const ProcInfo& p);
-    // The root's record of a stop signal that p gets (UnitTree::record): during the shutdown the
-    // report itemises it, and no process gets a second one. False when p already had one.
-    bool record_stop_signal(const ProcInfo& p, int sig);
     std::string unit_of(const ProcInfo& p) const;
     void rearm_timer();
-    Scope effective_scope() const;
 
-    // ShutdownActions
-    void state_changed(State from, State to, Event why) override;
+    // TeardownHost (supervisor_stop.cpp): the kernel's side of the teardown.
+    void post(std::function<void()> task) override;
+    Children peek_children() const override;
+    bool signal_exact(const ProcInfo& p, int sig) override;
+    bool kill(pid_t target, int sig) override;
+    std::optional<pid_t> whole_group_target() const override;
+    bool run_queue_crowded() const override;
+    std::string wchan(pid_t pid) const override;
+    std::optional<ProcInfo> proc_stat(pid_t pid) const override;
+    UniqueFd open_last_pid() override;
+    void shutdown_begun() override;
     void readiness_off() override;
     void start_pre_stop() override;
-    void signal_tree(int sig) override;
-    // The root unit's stop, its first round; a round the budget cut goes on in a later turn
-    // (continue_root_stop).
-    int stop_root_unit(int sig);
-    void after_root_round();
-    void kill_tree() override;
-    // The kill() target that reaches the whole tree in one call: -1 as PID 1, the main child's
-    // process group while it is unreaped; none otherwise.
-    std::optional<pid_t> whole_group_target() const;
-    // `sig` to whole_group_target() in one call.
-    bool signal_whole_groups(int sig);
-    // Holds the tree still for the stop passes: the cgroup freezer, or (the /proc tracker, a
-    // crowded run queue) SIGSTOP to the main group. Empty when neither applies.
-    FreezeHold hold_tree_still();
-    void forward_extra(int sig) override;
-    void give_up();
+    void forward(int sig, Scope scope) override;
+    Scope effective_scope() const override;
+    bool main_alive() const override;
+    bool main_signalled() const override;
+    bool stop_main(int sig, MonoTime deadline) override { return stop_main_unit(sig, deadline); }
+    std::vector<Unit*> own_units() override;
 
     Options opts_;
     const Clock& clock_;
-    Shutdown shutdown_;
+    std::vector<SupervisorComponent*> components_;
+    // The shutdown's state machine and record, and the teardown it drives (teardown.hpp).
+    Teardown teardown_;
+    Shutdown& shutdown_ = teardown_.shutdown();
+    ProcessBook& book_ = teardown_.book();
+    UnitTree& units_ = teardown_.units();
     ForwardingPolicy policy_{opts_};
     PeerVoice voice_{opts_};
     std::optional<EventLoop> loop_;
@@ -241,16 +232,12 @@ class Supervisor final : private ShutdownActions {
     bool main_pidfd_watched_ = false;  // the main child's exit, watched while paused
     UniqueFd signal_fd_;
     std::unique_ptr<Tracker> tracker_;
-    ProcessBook book_;
-    UnitTree units_{[this](const ProcInfo& p, int sig) { return record_stop_signal(p, sig); }};
     Admission admission_;
     std::optional<Ticket> main_ticket_;
-    std::vector<SupervisorComponent*> components_;
     std::unique_ptr<UnitHost> unit_host_;
     std::string start_failure_;  // why the command could not be started; empty if it was
-    // The main command and the whole tree as units (the root's record and birth line: units_).
+    // The main command as a unit (the root unit, its record and birth line: teardown_).
     std::unique_ptr<Unit> main_unit_;
-    std::unique_ptr<Unit> root_unit_;
     std::unique_ptr<Unit> pre_stop_unit_;  // lastcall's helper: the pre-stop hook
 
     pid_t main_pid_ = -1;
@@ -263,20 +250,13 @@ class Supervisor final : private ShutdownActions {
     UniqueFd pre_stop_out_;
     std::string pre_stop_partial_;
     std::string pre_stop_last_line_;  // for the warning when the hook fails
-    bool children_gone_ = false;
     std::unique_ptr<Ending> ending_;
-    bool gave_up_ = false;
-    std::optional<MonoTime> last_kill_walk_;  // when the force last walked the tree
-    long long reaped_at_last_look_ = 0;       // the reaped count when the force last looked
     struct Flood {
         std::optional<MonoTime> logged;  // when the signal was last logged
         long long unlogged = 0;          // arrivals since then, forwarded but not logged
     };
     std::map<int, Flood> floods_;
-    std::vector<ForceFact> force_facts_;
     std::string emergency_instance_cgroup_;  // kept alive for the emergency plan
-    Scope stop_scope_ = Scope::Tree;         // the root's kill scope (its policy), set at its stop
-    Event force_cause_ = Event::GraceExpired;  // the event that began Forcing
     std::string fatal_;
 };
 
