@@ -307,7 +307,7 @@ class FakeHost final : public UnitHost, public TeardownHost {
     int stop_signal() const override {
         return teardown_ ? teardown_->shutdown().stop_signal() : tree_stop_signal;
     }
-    bool stop_reaches_tree() const override { return true; }
+    bool stop_reaches_tree() const override { return effective_scope() == lastcall::Scope::Tree; }
     void hold_drain() override {
         ++drain_holds;
         if (teardown_) teardown_->shutdown().hold_drain();

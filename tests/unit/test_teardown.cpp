@@ -57,10 +57,14 @@ struct StateDir {
 // the services and the scheduler attached, the root unit made, the main command spawned, and
 // one run of the job started.
 struct Run {
-    explicit Run(std::chrono::milliseconds grace = 10s) {
+    explicit Run(std::chrono::milliseconds grace = 10s, std::chrono::milliseconds drain_delay = 0ms,
+                 Scope kill_scope = Scope::Tree) {
         ShutdownConfig config;
         config.grace = grace;
+        config.drain_delay = drain_delay;
         host.host_settings.grace = grace;
+        host.host_settings.drain_delay = drain_delay;
+        host.kill_scope = kill_scope;
         teardown.emplace(config, host.clock(), host, components);
         host.attach(*teardown);
 
@@ -270,4 +274,41 @@ TEST_CASE(
     REQUIRE(web);
     REQUIRE(web->survived);
     CHECK(web->survived->wchan == "fake_wchan");
+}
+
+TEST_CASE("a drain delay holds every stop signal back, with intake closed from the first moment",
+          "[teardown]") {
+    Run run(10s, 2s);
+    run.host.deliver(SIGTERM);
+    CHECK_FALSE(run.host.admission().is_open());
+    CHECK(run.host.readiness_offs == 1);
+    run.host.advance(1999ms);
+    for (pid_t pid : {run.main, run.db, run.web, run.backup})
+        CHECK(run.host.proc(pid).signals.empty());
+    run.host.advance(1ms);  // the delay is over: the ordered stop begins
+    CHECK(run.host.got(run.web, SIGTERM));
+    CHECK_FALSE(run.host.got(run.main, SIGTERM));
+}
+
+TEST_CASE(
+    "with kill scope child the main command alone gets the stop signal, and what it forked is "
+    "killed at the grace",
+    "[teardown]") {
+    Run run(4s, 0ms, Scope::Child);
+    pid_t worker = run.host.fork_child(run.main);  // in the main command's group
+    run.host.deliver(SIGTERM);
+    run.host.advance(0ms);
+    run.host.exit(run.web, kTermed);
+    run.host.advance(1ms);
+    run.host.exit(run.db, kTermed);
+    run.host.advance(1s);
+    CHECK(run.shutdown().state() == State::Stopping);
+    CHECK(run.host.count(run.main, SIGTERM) == 1);
+    CHECK_FALSE(run.host.got(worker, SIGTERM));
+    CHECK_FALSE(run.host.got(run.backup, SIGTERM));
+    run.host.exit(run.main, kTermed);
+    run.host.advance(3s);  // the grace: whatever the kill scope, nothing is left behind
+    CHECK(run.host.got(worker, SIGKILL));
+    CHECK(run.host.got(run.backup, SIGKILL));
+    run.check_forced_end();
 }
