@@ -244,10 +244,7 @@ Result<std::unique_ptr<MetricsServer>> bind_metrics_server(const Options& option
 // longer needed.
 void scrub_password_from_command_line(int argc, char** argv, const Options& options) {
     if (scrub_ledger_password(argc, argv, options))
-        spdlog::warn(
-            "--ledger: the URL's password was readable by every process in lastcall's command "
-            "line (/proc/{}/cmdline) until now; give it in PGPASSWORD or a PGPASSFILE instead",
-            ::getpid());
+        spdlog::warn("{}", ledger_password_was_readable());
 }
 
 void log_hand_over(const std::optional<twin::HandedOver>& handed_over) {
