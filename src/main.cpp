@@ -35,6 +35,7 @@
 #include "lastcall/process/environment.hpp"
 #include "lastcall/services/service_manager.hpp"
 #include "lastcall/services/service_status.hpp"
+#include "lastcall/shutdown/report.hpp"
 #include "lastcall/supervisor/supervisor.hpp"
 #include "lastcall/systemd/notifier.hpp"
 #include "lastcall/systemd/socket_activation.hpp"
@@ -214,18 +215,31 @@ std::optional<twin::HandedOver> take_over_from_static_binary(char** argv,
     return handed_over;
 }
 
-// Before logging is set up, an error that ends the run before anything starts: on stderr, with
-// the exit code of a usage error.
-int start_up_error(const Error& error, bool up) {
-    std::fprintf(stderr, "%s: %s\n", up ? "lastcall up" : "lastcall", error.message.c_str());
-    return 2;
+// A run refused at its set-up still replaces the previous run's report (`start_failed`,
+// docs/report.md): left in place, the last one (clean, exit code 0) would speak for this run.
+// What the options say; no tracker, process or shutdown exists yet.
+Status report_set_up_failure(const Options& options, const Error& error, int code) {
+    if (options.report_path.empty()) return Ok{};
+    ReportInput in;
+    in.command = options.command;
+    in.exit_code = code;
+    in.kill_scope = std::string(to_string(options.kill_scope));
+    in.grace = options.grace;
+    in.drain_delay = options.drain_delay;
+    return write_start_failure_report(options.report_path, std::move(in), error.message);
 }
 
-Status check_output_dirs(const Options& options) {
-    for (auto [flag, path] : {std::pair{"--report", &options.report_path},
-                              std::pair{"--metrics-file", &options.metrics_path}})
-        if (auto st = check_output_dir(flag, *path); !st) return st;
-    return Ok{};
+// Before logging is set up, an error that ends the run before anything starts: on stderr, with
+// the exit code of a usage error, and in the report unless `reportable` is false (its directory
+// was the error).
+int start_up_error(const Options& options, const Error& error, bool up, bool reportable = true) {
+    const char* who = up ? "lastcall up" : "lastcall";
+    std::fprintf(stderr, "%s: %s\n", who, error.message.c_str());
+    if (!reportable) return 2;
+    if (auto st = report_set_up_failure(options, error, 2); !st)
+        std::fprintf(stderr, "%s: shutdown report not written: %s\n", who,
+                     st.error().message.c_str());
+    return 2;
 }
 
 // Bound before anything starts: a port in use or a missing libmicrohttpd is a start-up error, not
@@ -244,10 +258,7 @@ Result<std::unique_ptr<MetricsServer>> bind_metrics_server(const Options& option
 // longer needed.
 void scrub_password_from_command_line(int argc, char** argv, const Options& options) {
     if (scrub_ledger_password(argc, argv, options))
-        spdlog::warn(
-            "--ledger: the URL's password was readable by every process in lastcall's command "
-            "line (/proc/{}/cmdline) until now; give it in PGPASSWORD or a PGPASSFILE instead",
-            ::getpid());
+        spdlog::warn("{}", ledger_password_was_readable());
 }
 
 void log_hand_over(const std::optional<twin::HandedOver>& handed_over) {
@@ -311,16 +322,19 @@ int main(int argc, char** argv) {
         options.inherited_signals = inherited_signals(inherited_mask);
 
     hand_over_what_needs_the_twin(options);
+    // Where the report goes is checked first: every later refusal is written there.
+    if (auto st = check_output_dir("--report", options.report_path); !st)
+        return start_up_error(options, st.error(), up.has_value(), false);
     auto config = up ? Result<Configuration>{Configuration{std::move(up->services), {}}}
                      : load_configuration(options);
-    if (!config) return start_up_error(config.error(), up.has_value());
-    if (auto st = check_output_dirs(options); !st)
-        return start_up_error(st.error(), up.has_value());
+    if (!config) return start_up_error(options, config.error(), up.has_value());
+    if (auto st = check_output_dir("--metrics-file", options.metrics_path); !st)
+        return start_up_error(options, st.error(), up.has_value());
     // A config's `ledger`: the ledger opens after the point of no return, too late to hand over.
     if (!config->jobs.jobs.empty() && !config->jobs.ledger_url.empty())
         twin::hand_over(kPostgresLedgerNeedsLibpq);
     auto metrics_server = bind_metrics_server(options);
-    if (!metrics_server) return start_up_error(metrics_server.error(), up.has_value());
+    if (!metrics_server) return start_up_error(options, metrics_server.error(), up.has_value());
 
     twin::close_startup_window();
     setup_logging(options.log_settings());
@@ -337,6 +351,8 @@ int main(int argc, char** argv) {
                           up ? std::optional{std::move(up->service_options)} : std::nullopt);
     if (!components) {
         spdlog::critical("{}", components.error().message);
+        if (auto st = report_set_up_failure(options, components.error(), 1); !st)
+            spdlog::error("shutdown report not written: {}", st.error().message);
         return 1;
     }
     Supervisor supervisor(std::move(options), clock);

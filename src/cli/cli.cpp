@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <set>
 
+#include <unistd.h>
+
 #include "lastcall/cli/cli11_app.hpp"
 #include "lastcall/cli/compat.hpp"
 #include "lastcall/core/duration.hpp"
@@ -548,21 +550,32 @@ ParsedUpCommandLine parse_up_command_line(const std::vector<std::string>& args) 
 
 namespace lastcall {
 
-bool scrub_ledger_password(int argc, char** argv, const Options& options) {
-    if (options.ledger_url.empty()) return false;
+bool scrub_ledger_password(int argc, char** argv, std::string_view ledger_url) {
+    if (ledger_url.empty()) return false;
     constexpr std::string_view kJoined = "--ledger=";
-    int own = argc - static_cast<int>(options.command.size());
     bool scrubbed = false;
-    for (int i = 1; i < own; ++i) {
+    for (int i = 1; i < argc; ++i) {
         std::string_view arg(argv[i]);
         char* url = nullptr;
-        if (arg == options.ledger_url)
+        if (arg == ledger_url)
             url = argv[i];
-        else if (arg.starts_with(kJoined) && arg.substr(kJoined.size()) == options.ledger_url)
+        else if (arg.starts_with(kJoined) && arg.substr(kJoined.size()) == ledger_url)
             url = argv[i] + kJoined.size();
         if (url && scrub_url_password(url)) scrubbed = true;
     }
     return scrubbed;
+}
+
+bool scrub_ledger_password(int argc, char** argv, const Options& options) {
+    return scrub_ledger_password(argc - static_cast<int>(options.command.size()), argv,
+                                 options.ledger_url);
+}
+
+std::string ledger_password_was_readable() {
+    return "--ledger: the URL's password was readable by every process in lastcall's command "
+           "line (/proc/" +
+           std::to_string(::getpid()) +
+           "/cmdline) until now; give it in PGPASSWORD or a PGPASSFILE instead";
 }
 
 bool is_subcommand(std::string_view word) {

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include "lastcall/cli/cli.hpp"
 #include "lastcall/cli/cli11_app.hpp"
 #include "lastcall/cli/jobs_cli.hpp"
 #include "lastcall/core/atomic_file.hpp"
@@ -47,6 +48,19 @@ Result<LedgerLocation> ledger_of(const std::string& url, const std::string& flag
     return LedgerLocation{
         resolve_state_dir(flag, from_config, !config_path.empty() ? config_path : crontab_path),
         ""};
+}
+
+// A password in --ledger's URL leaves this process's command line before the connection, which
+// may wait seconds for an unanswering server while every process can read /proc/PID/cmdline. The
+// static binary's twin reads the URL from that command line again: handed over first.
+void scrub_ledger_password_of_runs(const std::string& url) {
+    if (url.empty()) return;
+    twin::hand_over(kPostgresLedgerNeedsLibpq);
+    char** argv = twin::own_argv();
+    int argc = 0;
+    while (argv && argv[argc]) ++argc;
+    if (scrub_ledger_password(argc, argv, url))
+        std::fprintf(stderr, "lastcall runs: %s\n", ledger_password_was_readable().c_str());
 }
 
 void print_json(const std::vector<RunRecord>& runs) {
@@ -367,6 +381,7 @@ int run_runs(const std::vector<std::string>& args) {
         std::fprintf(stderr, "lastcall runs: %s\n", where.error().message.c_str());
         return 2;
     }
+    scrub_ledger_password_of_runs(url);
     bool located = !url.empty() || !state_dir.empty() || !config.empty() || !crontab.empty();
     if (release->parsed()) return runs_release(release_id, *where, located);
     if (check->parsed()) return runs_check(*where, located);

@@ -100,6 +100,10 @@ void close_startup_window() {
     g_window_open = false;
 }
 
+char** own_argv() {
+    return g_argv;
+}
+
 void hand_over(std::string_view why) {
     const char* relative = twin_relative_path();
     if (!relative || !g_window_open || g_was_handed_over) return;

@@ -108,19 +108,35 @@ void split_words(CrontabLine& line) {
         line.texts.push_back(std::string_view(text).substr(b, e - b));
 }
 
-// NAME=VALUE: an environment assignment for the entries that follow, as in cron. false: the
-// line is an entry.
-bool take_assignment(const CrontabLine& line, CrontabContext& ctx) {
+// NAME=VALUE, as cron (cronie's load_env) and supercronic read it: blanks around the '=', a
+// value in matching quotes unquoted (`CRON_TZ = "Europe/Paris"` read as a name with a blank and
+// a quoted zone had been an entry's error, or a zone named with its quotes). An environment
+// assignment for the entries that follow, CRON_TZ included, as both give it; CRON_TZ also sets
+// their zone, checked here so that a bad zone is this line's error and not each entry's. TZ is
+// only the commands' (the fire times are CRON_TZ's, as in cronie). false: the line is an entry.
+Result<bool> take_assignment(const CrontabLine& line, const std::string& path,
+                             CrontabContext& ctx) {
     const std::string& text = line.text;
-    if (line.word(0).find('=') == std::string::npos || text[0] == '@' || text[0] == '*' ||
-        std::isdigit(static_cast<unsigned char>(text[0])))
+    if (text[0] == '@' || text[0] == '*' || std::isdigit(static_cast<unsigned char>(text[0])))
         return false;
-    std::string name = text.substr(0, text.find('='));
-    std::string value = text.substr(text.find('=') + 1);
-    if (name == "CRON_TZ")
+    std::size_t name_end = text.find_first_of(" \t=");
+    std::size_t eq = text.find_first_not_of(" \t", name_end);
+    if (name_end == 0 || eq == std::string::npos || text[eq] != '=') return false;
+    std::string name = text.substr(0, name_end);
+    std::string value = text.substr(std::min(text.find_first_not_of(" \t", eq + 1), text.size()));
+    if (value.size() > 1 && (value[0] == '"' || value[0] == '\'') && value.back() == value[0])
+        value = value.substr(1, value.size() - 2);
+    if (name == "CRON_TZ") {
+        // Empty: the local zone again, as cronie reads an empty CRON_TZ.
+        auto zone = cron::TimeZone::load(value.empty() ? "UTC" : value);
+        if (!zone)
+            return at(path, line.number, "CRON_TZ",
+                      zone.error().message + " (in '" + line.text + "')");
         ctx.cron_tz = value;
-    else
-        ctx.env.push_back(name + "=" + value);
+    }
+    // A later line for the same name replaces the value, as in cron's environment.
+    std::erase_if(ctx.env, [&](const std::string& e) { return e.starts_with(name + "="); });
+    ctx.env.push_back(name + "=" + value);
     return true;
 }
 
@@ -202,7 +218,9 @@ Result<std::vector<JobSpec>> parse_crontab(std::string_view text, const std::str
         }
         t.erase(0, first);
         split_words(line);
-        if (take_assignment(line, ctx)) continue;
+        auto assignment = take_assignment(line, path, ctx);
+        if (!assignment) return assignment.error();
+        if (*assignment) continue;
         auto job = crontab_entry(line, path, format, ctx, jobs);
         if (!job) return job.error();
         jobs.push_back(std::move(*job));

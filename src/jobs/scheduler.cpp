@@ -398,11 +398,7 @@ void JobScheduler::state_changed(State from, State to) {
     // Intake is closed (the supervisor closed admission first): a queued run will not start.
     for (std::size_t j = 0; j < jobs_.size(); ++j) {
         auto& job = jobs_[j];
-        if (!job.queued_id) continue;
-        host_->admission().refuse(EntryPath::JobFire);
-        ++skipped_at_shutdown_;
-        finish_record(*job.queued_id, job.spec.name, RunState::Skipped, {}, kShuttingDown, {});
-        job.queued_id.reset();
+        if (job.queued_id) refuse_at_shutdown(j, job.queued_at, /*queued=*/true);
     }
     std::size_t in_flight = 0;
     for (const auto& [id, run] : runs_) in_flight += run.phase != Phase::Lingering;

@@ -79,9 +79,7 @@ void JobScheduler::on_fire_timer() {
     std::vector<Due> due;
     for (auto& r : retries) {
         if (!host_->admission().is_open()) {
-            host_->admission().refuse(EntryPath::JobFire);
-            // A shared ledger's retry stays open for a replica that is not stopping.
-            if (!facts().shared()) record_skipped(r.job, r.scheduled_at, kShuttingDown);
+            refuse_at_shutdown(r.job, r.scheduled_at, /*queued=*/false);
             continue;
         }
         due.push_back(Due{r.job, r.scheduled_at, r.of, r.keep_staging, 0});
@@ -176,16 +174,25 @@ void JobScheduler::record_skipped(std::size_t job, std::int64_t scheduled_at,
         });
 }
 
+void JobScheduler::refuse_at_shutdown(std::size_t j, std::int64_t scheduled_at, bool queued) {
+    // Refused here, whatever the ledger: the report counts every fire time turned away.
+    host_->admission().refuse(EntryPath::JobFire);
+    auto& job = jobs_[j];
+    if (queued) {
+        ++skipped_at_shutdown_;
+        finish_record(*job.queued_id, job.spec.name, RunState::Skipped, {}, kShuttingDown, {});
+        job.queued_id.reset();
+    } else if (!facts().shared()) {
+        // A replica that is stopping leaves a fire time (or a retry) with no row of its own to
+        // the others, and says nothing of it.
+        record_skipped(j, scheduled_at, kShuttingDown);
+    }
+}
+
 void JobScheduler::fire(std::size_t j, std::int64_t scheduled_at, std::vector<Due>& due) {
     auto& job = jobs_[j];
     bool shared = facts().shared();
-    if (!host_->admission().is_open()) {
-        // Refused here, whatever the ledger: the report counts every fire time turned away.
-        host_->admission().refuse(EntryPath::JobFire);
-        // A replica that is stopping leaves the fire time to the others, and says nothing of it.
-        if (shared) return;
-        return record_skipped(j, scheduled_at, kShuttingDown);
-    }
+    if (!host_->admission().is_open()) return refuse_at_shutdown(j, scheduled_at, /*queued=*/false);
     // With a shared ledger the claim applies the concurrency rule to every replica's runs. One
     // machine: a run still claiming counts as running (its answer is on its way).
     if ((job.running > 0 || job.claiming > 0) && !shared) {
@@ -233,10 +240,7 @@ void JobScheduler::queue_run(std::size_t j, std::int64_t scheduled_at) {
             spdlog::info("job {}: run {} queued behind the running one", job.spec.name, *id);
             // The shutdown began, or the running one ended, while the row was being written.
             if (!host_->admission().is_open()) {
-                host_->admission().refuse(EntryPath::JobFire);
-                ++skipped_at_shutdown_;
-                finish_record(*id, job.spec.name, RunState::Skipped, {}, kShuttingDown, {});
-                job.queued_id.reset();
+                refuse_at_shutdown(j, scheduled_at, /*queued=*/true);
             } else if (job.running == 0 && job.claiming == 0) {
                 start_queued(j);
             }

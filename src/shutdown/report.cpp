@@ -395,4 +395,42 @@ Status write_report(const std::string& path, const std::string& json) {
     return file->commit();
 }
 
+void write_start_failed(JsonWriter& j, std::string_view error) {
+    j.key("start_failed").begin_object();
+    j.field("error", error);
+    j.end_object();
+}
+
+namespace {
+
+// A run that ended before its loop: no shutdown is asked of anything.
+struct NoShutdownActions final : ShutdownActions {
+    void state_changed(State, State, Event) override {}
+    void readiness_off() override {}
+    void start_pre_stop() override {}
+    void signal_tree(int) override {}
+    void kill_tree() override {}
+};
+
+}  // namespace
+
+Status write_start_failure_report(const std::string& path, ReportInput in, std::string_view error) {
+    // Before the supervisor exists (a config, a ledger, a metrics port that fails) there is no
+    // shutdown, no process and no force fact: the report's own empty ones.
+    SteadyClock clock;
+    NoShutdownActions actions;
+    Shutdown shutdown(ShutdownConfig{in.grace, in.drain_delay}, clock, actions);
+    ProcessBook book;
+    std::vector<ForceFact> no_facts;
+    if (!in.shutdown) {
+        in.shutdown = &shutdown;
+        in.now = clock.now();
+        in.wall_now = std::chrono::system_clock::now();
+    }
+    if (!in.book) in.book = &book;
+    if (!in.force_facts) in.force_facts = &no_facts;
+    in.extra = [error](JsonWriter& j) { write_start_failed(j, error); };
+    return write_report(path, render_report(in));
+}
+
 }  // namespace lastcall

@@ -106,6 +106,11 @@ int Supervisor::run() {
 int Supervisor::run_guarded() {
     if (auto st = set_up(); !st) {
         spdlog::error("{}", st.error().message);
+        // Refused before anything ran (too few descriptors for the reserve, no subreaper, no
+        // tracker): the record says so, in place of the previous run's.
+        start_failure_ = st.error().message;
+        report_start_failure(1);
+        if (tracker_) (void)tracker_->remove();
         return 1;
     }
     // Without a command (only scheduled jobs or services from a config), components start the
@@ -350,7 +355,7 @@ ReportInput Supervisor::report_input(int code) {
     in.main_status = main_status_;
     in.trigger_reason = requested_why_;
     in.exit_code = code;
-    in.tracker = std::string(tracker_->name());
+    in.tracker = tracker_ ? std::string(tracker_->name()) : "";  // none: refused before it
     in.kill_scope = std::string(to_string(opts_.kill_scope));
     in.grace = opts_.grace;
     in.drain_delay = opts_.drain_delay;
@@ -370,17 +375,13 @@ ReportInput Supervisor::report_input(int code) {
 // ended clean with code 0.
 void Supervisor::report_start_failure(int code) {
     if (opts_.report_path.empty()) return;
-    ReportInput in = report_input(code);
-    in.extra = [this](JsonWriter& j) { add_start_failure(j); };
-    if (auto st = write_report(opts_.report_path, render_report(in)); !st)
+    if (auto st = write_start_failure_report(opts_.report_path, report_input(code), start_failure_);
+        !st)
         spdlog::error("shutdown report not written: {}", st.error().message);
 }
 
 void Supervisor::add_start_failure(JsonWriter& j) const {
-    if (start_failure_.empty()) return;
-    j.key("start_failed").begin_object();
-    j.field("error", start_failure_);
-    j.end_object();
+    if (!start_failure_.empty()) write_start_failed(j, start_failure_);
 }
 
 int Supervisor::finish() {

@@ -101,6 +101,31 @@ class ReportRendering(LastcallTestCase):
                                             "did not start: "), r.stdout)
 
 
+    def test_a_run_refused_at_its_set_up_replaces_the_last_report_with_why(self):
+        # Refused after its options were read (a config it cannot use, a state directory the
+        # ledger cannot open): before, the previous run's report (clean, exit code 0) stayed.
+        path = os.path.join(self.dir, "report.json")
+        self.assertEqual(self.start(["--report", path, "--", "true"], quiet=True).wait(), 0)
+        bad_config = self.write_file("bad.toml", "[services.web]\ncommand = 7\n")
+        crontab = self.write_file("crontab", "@every 1h true\n")
+        not_a_dir = os.path.join(bad_config, "state")  # below a regular file: ENOTDIR
+        for args, code, why in ((["--config", bad_config], 2, "bad.toml:2"),
+                                (["--crontab", crontab, "--state-dir", not_a_dir], 1,
+                                 "run ledger")):
+            run = self.start(["--report", path, *args, "--", "true"], quiet=True)
+            self.assertEqual(run.wait(), code, run.output())
+            with open(path) as f:
+                doc = json.load(f)
+            self.assertEqual(doc["exit_code"], code, doc)
+            self.assertIn(why, doc["start_failed"]["error"])
+            self.assertIn(doc["start_failed"]["error"], run.output())
+            self.assertEqual(doc["processes"], [])
+            r = report(path, "--width", "100")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(r.stdout.startswith(f"lastcall shutdown: clean, exit code {code} (the "
+                                                "command did not start: "), r.stdout)
+
+
 class ReportErrors(LastcallTestCase):
     def test_a_missing_file_is_one_line_and_exit_1(self):
         r = report("/nonexistent/report.json")

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 
 import clustertest
@@ -106,6 +107,30 @@ command = "true"
                               text=True, timeout=30)
         self.assertEqual(runs.returncode, 0, runs.stderr)
         self.assertNotIn("s3cret-pw", runs.stdout + runs.stderr)
+
+
+class RunsCommandLineTest(LastcallTestCase):
+    def test_lastcall_runs_scrubs_the_ledger_urls_password_from_its_command_line_while_it_connects(self):
+        # A server that accepts and never answers: `lastcall runs` stays in its connection until
+        # the test closes it. Its connect comes after the scrub, so the accept is the event.
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen(1)
+            server.settimeout(30)
+            url = f"postgresql://u:s3cret-pw@127.0.0.1:{server.getsockname()[1]}/db"
+            runs = subprocess.Popen([LASTCALL, "runs", "--ledger", url], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, env=self.env)
+            try:
+                conn, _ = server.accept()
+                with conn, open(f"/proc/{runs.pid}/cmdline", "rb") as f:
+                    cmdline = f.read().decode()
+            finally:
+                out, err = runs.communicate(timeout=30)
+        self.assertNotIn("s3cret-pw", cmdline)
+        self.assertIn(url.replace("s3cret-pw", "***"), cmdline.split("\0"))
+        self.assertNotEqual(runs.returncode, 0, err)  # the server closed without a word
+        self.assertNotIn("s3cret-pw", out + err)
+        self.assertEqual(err.count("password was readable"), 1, err)
 
 
 class HostileTextTest(LastcallTestCase):

@@ -286,6 +286,33 @@ class SystemdNotifyTest(lctest.LastcallTestCase):
         self.assertEqual(code, 128 + signal.SIGTERM, run.output())
         self.assertNoLeftovers()
 
+    @lctest.needs_strace("to count lastcall's reads of its notify socket")
+    def test_the_notify_socket_is_read_when_a_datagram_comes_not_at_every_reaped_process(self):
+        # Read at every reap (before d619467), a flood cost a read and a walk of the tree per
+        # reaped process. Counted in system calls, not in time: 50 orphans reaped by lastcall
+        # beside one datagram must not cost 50 reads of the socket.
+        self.env["RUNTIME_DIRECTORY"] = self.dir
+        orphans = 50
+        # The main command says READY=1 itself (a sender already gone is refused), then makes
+        # the orphans, each reparented to lastcall and reaped there.
+        script = f'i=0; while [ $i -lt {orphans} ]; do (true &); i=$((i+1)); done'
+        trace = os.path.join(self.dir, "strace")
+        report = os.path.join(self.dir, "report.json")
+        # Without -f: lastcall's own calls only (its loop is its main thread), not its units'.
+        run = self.start(["--ready-on", "notify", "--report", report, "--",
+                          lctest.helper("notify_send"), "READY=1", "sh", "-c", script],
+                         prefix=("strace", "-qq", "-e", "trace=recvmsg", "-o", trace))
+        self.assertEqual(self.systemd.collect_until_exit(run), 0, run.output())
+        self.assertTrue(any(has(m, "READY=1") for m in self.systemd.messages), run.output())
+        with open(report) as f:
+            reaped = json.load(f)["reaped_total"]
+        self.assertGreaterEqual(reaped, orphans, "lastcall did not reap the orphans")
+        with open(trace) as f:
+            reads = sum(1 for line in f if line.startswith("recvmsg("))
+        # One datagram: its wake-up reads it and finds the socket empty, the main command's exit
+        # reads it once more; never one read per reaped process.
+        self.assertLess(reads, orphans // 5, f"{reads} reads of the notify socket for {reaped} reaps")
+
     def test_ready_from_a_child_that_exits_at_once_is_relayed_before_stopping(self):
         self.env["RUNTIME_DIRECTORY"] = self.dir
         run = self.start(["--ready-on", "notify", "--", lctest.helper("notify_send"), "READY=1"])

@@ -218,6 +218,44 @@ TEST_CASE("a bad crontab line names the file and the line", "[config]") {
     CHECK_THAT(d.error().message, Catch::StartsWith("tab:1: schedule: "));
 }
 
+TEST_CASE(
+    "a crontab's NAME=VALUE line is read as cron and supercronic read it: blanks around the '=', "
+    "a quoted value unquoted",
+    "[config][cron]") {
+    auto c = parse_crontab(
+        "GREETING = hello world\nQUOTED=\"a b \"\nSINGLE = 'x'\nEMPTY=\n* * * * * echo\n", "tab");
+    REQUIRE(c);
+    REQUIRE(c->size() == 1);
+    CHECK((*c)[0].env ==
+          std::vector<std::string>{"GREETING=hello world", "QUOTED=a b ", "SINGLE=x", "EMPTY="});
+}
+
+TEST_CASE(
+    "a CRON_TZ line sets the zone of the entries after it and is in their environment; a TZ "
+    "line is only their environment",
+    "[config][cron]") {
+    auto c = parse_crontab(
+        "CRON_TZ = \"Asia/Tokyo\"\n0 3 * * * tokyo\nCRON_TZ=\nTZ=Asia/Tokyo\n0 3 * * * local\n",
+        "tab");
+    REQUIRE(c);
+    REQUIRE(c->size() == 2);
+    CHECK((*c)[0].schedule->zone().name() == "Asia/Tokyo");
+    CHECK((*c)[0].env == std::vector<std::string>{"CRON_TZ=Asia/Tokyo"});
+    CHECK((*c)[1].schedule->zone().name() != "Asia/Tokyo");
+    CHECK((*c)[1].env == std::vector<std::string>{"CRON_TZ=", "TZ=Asia/Tokyo"});
+}
+
+TEST_CASE("a CRON_TZ line naming no zone is an error naming the file and that line",
+          "[config][cron]") {
+    for (const char* tab : {"CRON_TZ=Mars/Olympus\n\n0 3 * * * x\n",
+                            "CRON_TZ=Asia/Tokyo # a comment is no part of cron's syntax\n"}) {
+        auto c = parse_crontab(tab, "tab");
+        REQUIRE_FALSE(c);
+        CHECK_THAT(c.error().message, Catch::StartsWith("tab:1: CRON_TZ: "));
+        CHECK(c.error().message.find('\n') == std::string::npos);
+    }
+}
+
 TEST_CASE("crontab entries keep their names when lines are inserted above them", "[config]") {
     auto before = parse_crontab("0 3 * * * /usr/bin/backup --all\n*/5 * * * * poll\n", "tab");
     auto after = parse_crontab(

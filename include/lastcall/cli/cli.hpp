@@ -33,6 +33,12 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args);
 // units included: overwritten in argv itself (lastcall's own arguments, not the command's), the
 // URL left with *** for it. True when there was one.
 bool scrub_ledger_password(int argc, char** argv, const Options& options);
+// The same for any command line whose argv[1..argc) are all lastcall's own (`lastcall runs`):
+// every subcommand that takes --ledger scrubs through it, once no hand-over to the twin (which
+// execs this very argv, core/twin.hpp) can follow.
+bool scrub_ledger_password(int argc, char** argv, std::string_view ledger_url);
+// The one warning that a scrubbed password was readable until now.
+std::string ledger_password_was_readable();
 
 // `lastcall up [OPTIONS]`: the Procfile dev runner (up.cpp).
 struct UpOptions {

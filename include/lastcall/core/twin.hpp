@@ -39,6 +39,11 @@ namespace lastcall::twin {
 void open_startup_window(char** argv, const sigset_t& inherited_mask);
 void close_startup_window();
 
+// The argv main() received, which a hand-over execs (null before open_startup_window): for a
+// subcommand that rewrites a secret in it (`lastcall runs --ledger`) once it has passed its
+// last hand-over, as the supervisor does at its point of no return.
+char** own_argv();
+
 // Called where this build meets something only the dynamic twin can do: in the static build,
 // execs the twin if the window is open, the twin is installed and this process is not itself a
 // hand-over; returns otherwise, for the caller's own error. Does nothing in the dynamic build.

@@ -241,6 +241,10 @@ class JobScheduler final : public SupervisorComponent {
     void warn_local_outputs();
     void remove_old_staging(const JobSpec& spec, const std::string& keep);
     void record_skipped(std::size_t job, std::int64_t scheduled_at, const std::string& reason);
+    // A fire time the shutdown turned away (admission closed): refused in the admission's count
+    // and recorded skipped, `queued`: its queued row (queued_id) finished; else a row of its own,
+    // but only with a ledger of this machine's.
+    void refuse_at_shutdown(std::size_t job, std::int64_t scheduled_at, bool queued);
     void on_leader_exit(Run& run, int status);
     void judge(Run& run, bool after_leftovers);
     void on_verify_exit(Run& run, int status);

@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lastcall/core/clock.hpp"
@@ -165,5 +166,12 @@ struct Ending ending_of(const ReportInput& in);
 // had to be stopped or killed. A command that simply ended, alone, is not (tini prints nothing).
 bool worth_a_line(const ReportInput& in);
 Status write_report(const std::string& path, const std::string& json);
+// The report's `start_failed` object: the command, or the run itself, could not start.
+void write_start_failed(JsonWriter& j, std::string_view error);
+// The report of a run that ended before anything ran (the command could not be spawned, or
+// lastcall refused at its set-up: a config, a state directory, too few descriptors): `in` with
+// `start_failed` added, and an empty shutdown, book and force facts where `in` has none (no
+// supervisor yet). It replaces the previous run's report, which must not speak for this run.
+Status write_start_failure_report(const std::string& path, ReportInput in, std::string_view error);
 
 }  // namespace lastcall
