@@ -3,10 +3,14 @@
 """The stop of many services against the grace (issue 42, item 3), both trackers.
 
 Usage: bench/services_stop.py [--services 1000] [--runs 1] [--lastcall PATH ...]
-                              [--only startup,full] [--out bench/results/DATE-services-stop.md]
+                              [--only startup,full,peers] [--out bench/results/DATE-services-stop.md]
 
   startup: SIGTERM 1.5 s into the start-up of N services (`exec sleep`), --grace 5s.
   full:    SIGTERM once all N services have started, --grace 10s.
+  peers:   the same N sleeping processes as one command's children (`sh -c 'sleep & ...; wait'`)
+           under tini -g, dumb-init, catatonit -g (those installed) and lastcall, SIGTERM once
+           all have started: what the peers do (one kill() to the group) beside lastcall's stop
+           of the whole tree, and beside its stop of N services (full).
 
 Each run measures the time from the SIGTERM to lastcall's exit, counts the services started after
 the SIGTERM (log lines "started pid" after the stop began), the services SIGKILLed at their
@@ -18,6 +22,7 @@ import argparse
 import datetime
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -112,13 +117,51 @@ def one_run(lastcall, tracker, n, mode, tmp):
     }
 
 
+PEERS = [("tini -g", ["tini", "-g", "--"]), ("dumb-init", ["dumb-init", "--"]),
+         ("catatonit -g", ["catatonit", "-g", "--"])]
+
+
+def children_run(name, init, n, tmp):
+    """N sleeping children of one shell under `init`; SIGTERM once the shell says they started."""
+    token = f"{5000 + os.getpid() % 1000}.{int(time.monotonic() * 1000) % 100000:05d}"
+    fifo = os.path.join(tmp, f"started.{token}")
+    os.mkfifo(fifo)
+    script = f'i=0; while [ $i -lt {n} ]; do sleep {token} & i=$((i+1)); done; echo up > {fifo}; wait'
+    env = dict(os.environ, LASTCALL_STATE_DIR=os.path.join(tmp, "state"))
+    p = subprocess.Popen(init + ["sh", "-c", script], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, env=env)
+    with open(fifo) as f:
+        f.readline()
+    p.send_signal(signal.SIGTERM)
+    term_at = time.monotonic()
+    try:
+        code = p.wait(timeout=180)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        code = p.wait()
+    stop = time.monotonic() - term_at
+    # The peers exit with their child, not with the group: a sleep told to stop may still be
+    # dying then. Left behind is what is still there a moment later.
+    time.sleep(0.5)
+    left = leftovers(token)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.unlink(fifo)
+    return {"binary": name, "tracker": "-", "mode": "peers", "exit": code, "stop_s": stop,
+            "started_at_term": n, "started_after_stop": 0, "killed_at_grace": 0,
+            "left_behind": len(left), "startup_s": 0.0}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--services", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--lastcall", action="append", default=[],
                     help="NAME=PATH (repeatable); default: build/static/lastcall")
-    ap.add_argument("--only", default="startup,full")
+    ap.add_argument("--only", default="startup,full,peers")
     ap.add_argument("--trackers", default="cgroup,proc")
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -128,6 +171,16 @@ def main():
     with tempfile.TemporaryDirectory(prefix="lc-svcstop-") as tmp:
         for run in range(a.runs):
             for mode in a.only.split(","):
+                if mode == "peers":
+                    inits = [(n, argv) for n, argv in PEERS if shutil.which(argv[0])]
+                    inits += [(f"{name} --tracker {t}", [path, "--tracker", t, "--grace", "10s",
+                                                         "--"])
+                              for name, path in binaries for t in a.trackers.split(",")]
+                    for name, init in inits:
+                        r = children_run(name, init, a.services, tmp)
+                        log(r)
+                        rows.append(r)
+                    continue
                 for tracker in a.trackers.split(","):
                     for name, path in binaries:
                         r = one_run(path, tracker, a.services, mode, tmp)
