@@ -53,6 +53,17 @@ def leftovers(token):
     return out
 
 
+def kill_leftovers(token):
+    """The processes of this run still alive, each killed; returns their pids."""
+    left = leftovers(token)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
 def one_run(lastcall, tracker, n, mode, tmp):
     token = f"{4000 + os.getpid() % 1000}.{int(time.monotonic() * 1000) % 100000:05d}"
     cfg = os.path.join(tmp, "lastcall.toml")
@@ -104,12 +115,7 @@ def one_run(lastcall, tracker, n, mode, tmp):
     started_after = sum(1 for _, text in lines[stop_line:] if ": started pid " in text) \
         if stop_line is not None else len(after)
     killed = sum(1 for _, text in lines if "at the end of its grace: sent SIGKILL" in text)
-    left = leftovers(token)
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    left = kill_leftovers(token)
     return {
         "tracker": tracker, "mode": mode, "exit": code, "stop_s": ended - term_at,
         "started_at_term": started_at_term, "started_after_stop": started_after,
@@ -143,12 +149,7 @@ def children_run(name, init, n, tmp):
     # The peers exit with their child, not with the group: a sleep told to stop may still be
     # dying then. Left behind is what is still there a moment later.
     time.sleep(0.5)
-    left = leftovers(token)
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    left = kill_leftovers(token)
     os.unlink(fifo)
     return {"binary": name, "tracker": "-", "mode": "peers", "exit": code, "stop_s": stop,
             "started_at_term": n, "started_after_stop": 0, "killed_at_grace": 0,
