@@ -221,6 +221,17 @@ class Supervisor final : private ShutdownActions {
     // Holds the tree still for the stop passes: the cgroup freezer, or (the /proc tracker, a
     // crowded run queue) SIGSTOP to the main group. Empty when neither applies.
     FreezeHold hold_tree_still();
+    // The root unit's members for a pass: the bulk listing when the pass runs on it, else the
+    // tracker's enumeration; listed_after_ is read just before either.
+    std::vector<ProcInfo> root_members(const Unit::OutOfTime& out_of_time);
+    // Whether the whole tree's stop may run on the bulk listing (see the .cpp): the cgroup
+    // tracker as PID 1, no unit but the main one, a tree of kBulkStopMembers or more. Decided
+    // once, at the root's stop.
+    bool bulk_stop_fits();
+    // The instance's pids from cgroup.procs as members without a /proc read, where that is
+    // exact; the descendants outside the cgroups, the main child and whoever was born after
+    // the birth line read from /proc as before.
+    std::vector<ProcInfo> bulk_members();
     void forward_extra(int sig) override;
     void give_up();
 
@@ -276,6 +287,11 @@ class Supervisor final : private ShutdownActions {
     std::vector<ForceFact> force_facts_;
     std::string emergency_instance_cgroup_;  // kept alive for the emergency plan
     Scope stop_scope_ = Scope::Tree;         // the root's kill scope (its policy), set at its stop
+    // The namespace's last pid read just before the root's last enumeration (0: unknown): a pid
+    // not handed out since names the process listed (signal_listed).
+    pid_t listed_after_ = 0;
+    bool bulk_ = false;            // the root's passes run on the bulk listing (bulk_members)
+    pid_t bulk_listed_after_ = 0;  // listed_after_ at the shutdown's first bulk listing
     Event force_cause_ = Event::GraceExpired;  // the event that began Forcing
     std::string fatal_;
 };
