@@ -196,7 +196,8 @@ void Supervisor::state_changed(State from, State to, Event why) {
     // Intake closes before anything else happens in the shutdown: from here on no spawn, run or
     // restart is admitted, so the drain's view of active work can only shrink.
     if (from == State::Running) {
-        // Every exit wakes the loop again: the shutdown sweeps at each SIGCHLD.
+        // Every exit wakes the loop again: the shutdown sweeps at each SIGCHLD (after a sweep
+        // that reaped a crowd, at the pacer's time: sweep_children).
         end_sweep_pacing();
         admission_.close();
         watch_tree_events();
