@@ -322,6 +322,12 @@ class CgroupTracker final : public Tracker {
         return std::max(n, static_cast<int>(reached)) + kill_each(outside(seen), filter);
     }
 
+    std::optional<std::vector<pid_t>> listed_pids() override {
+        std::vector<pid_t> pids;
+        cgroup_pids(dir_, pids);
+        return pids;
+    }
+
     int spawn_cgroup_fd() const override {
         return main_ ? main_->spawn_cgroup_fd() : instance_fd_.get();
     }

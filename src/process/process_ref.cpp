@@ -9,6 +9,7 @@
 
 #include "lastcall/core/fd_reserve.hpp"
 #include "lastcall/process/process_tree.hpp"
+#include "lastcall/process/stop.hpp"
 
 namespace lastcall {
 
@@ -56,6 +57,30 @@ bool signal_exact(const ProcInfo& p, int sig) {
     if (auto ref = ProcessRef::open(p)) return ref->signal(sig);
     if (errno == EMFILE || errno == ENFILE) return ::kill(p.pid, sig) == 0;
     return false;  // already gone (and reaped), or a successor holds the pid
+}
+
+bool signal_listed(const ProcInfo& p, int sig, pid_t listed_after, int last_pid_fd, int first) {
+    if (listed_after > 0) {
+        UniqueFd fd(open_with_reserve([&] { return pidfd_open(p.pid); }));
+        if (!fd && (errno == EMFILE || errno == ENFILE)) {
+            // No descriptor even with the reserve: as signal_exact, the pid seen a moment ago.
+            if (first) (void)::kill(p.pid, first);
+            return ::kill(p.pid, sig) == 0;
+        }
+        if (!fd) return false;  // gone
+        // Read after the pidfd_open: it covers every pid handed out up to the moment the pidfd
+        // pinned its process.
+        pid_t now = read_last_pid(last_pid_fd);
+        if (now > 0 && !pid_handed_out_between(p.pid, listed_after, now)) {
+            if (first) (void)pidfd_signal(fd.get(), first);
+            return pidfd_signal(fd.get(), sig);
+        }
+    }
+    // Handed out again since the listing, or no last pid to tell: the start-time check, which a
+    // member listed without a start time cannot pass.
+    if (p.start == 0) return false;
+    if (first) (void)signal_exact(p, first);
+    return signal_exact(p, sig);
 }
 
 }  // namespace lastcall

@@ -300,6 +300,30 @@ std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& ou
     return out;
 }
 
+std::vector<ProcInfo> namespace_descendants_outside(const std::vector<pid_t>& listed) {
+    std::set<pid_t> inside(listed.begin(), listed.end());
+    pid_t self = ::getpid();
+    std::map<pid_t, ProcInfo> others;  // every other process of the namespace, by pid
+    for (pid_t pid : numeric_entries("/proc"))
+        if (pid != self && !inside.count(pid))
+            if (auto info = read_proc_stat(pid)) others.emplace(pid, std::move(*info));
+    // Whether a process is lastcall's descendant, decided up its chain of parents among the
+    // others (memoized: a deep chain is followed once).
+    std::map<pid_t, bool> known;
+    std::function<bool(pid_t)> descends = [&](pid_t pid) {
+        if (pid == self || inside.count(pid)) return true;
+        auto it = others.find(pid);
+        if (it == others.end()) return false;  // parent 0 (entered from outside), or gone
+        if (auto k = known.find(pid); k != known.end()) return k->second;
+        known[pid] = false;  // a cycle cannot happen; a pid reused meanwhile must not loop
+        return known[pid] = descends(it->second.ppid);
+    };
+    std::vector<ProcInfo> out;
+    for (auto& [pid, info] : others)
+        if (is_alive(info) && descends(info.ppid)) out.push_back(info);
+    return out;
+}
+
 int Tracker::signal_all(int sig, const MemberFilter& filter, int max_passes) {
     int total = 0;
     for (int pass = 0; pass < max_passes; ++pass) {

@@ -247,7 +247,8 @@ void write_processes(JsonWriter& j, const ReportInput& in) {
         j.field("cmdline", r.cmdline).field("pgid", static_cast<long long>(r.pgid));
         j.field("main", r.is_main);
         if (!r.unit.empty()) j.field("unit", r.unit);
-        j.field("left_group", r.pgid != in.main_pid);
+        // Unknown for a member of a big tree's bulk listing (its group was not read: pgid 0).
+        if (r.pgid != 0) j.field("left_group", r.pgid != in.main_pid);
         if (r.stop_signal) j.field("stop_signal", signal_name(r.stop_signal));
         if (r.signalled_at) j.field("signalled_at", iso_time(*r.signalled_at, in));
         write_ending(j, r);

@@ -39,6 +39,13 @@
 
 namespace lastcall {
 
+namespace {
+
+// A sweep of the shutdown that reaped this many children paces the next one (sweep_children).
+constexpr long kPacedShutdownSweep = 64;
+
+}  // namespace
+
 void Supervisor::on_sigchld() {
     // While a burst of exits is paced (process/reap_pacer.hpp) SIGCHLD is not in the signalfd
     // at all (pace_sweeps): a SIGCHLD read here always sweeps.
@@ -73,7 +80,13 @@ void Supervisor::sweep_children(ReapOutcome outcome) {
         shutdown_.on_pre_stop_done();
     }
     if (outcome.main_exited) shutdown_.on_main_exit();
-    pace_sweeps(shutdown_.state() == State::Running ? count : 0, clock_.now() - began);
+    // While running every burst is paced. During the shutdown only a crowd: each waitid walks
+    // lastcall's children up to the first exited one, and swept at every exit of a
+    // 10,000-process teardown, the exits were sparse among the living and each walk long (the
+    // kernel's wait_consider_task, half of lastcall's CPU in it); paced, they pile up and each
+    // walk is short. A small tree's exit is still swept at once.
+    bool crowd = count >= kPacedShutdownSweep;
+    pace_sweeps(shutdown_.state() == State::Running || crowd ? count : 0, clock_.now() - began);
     check_tree_gone();
 }
 

@@ -19,6 +19,10 @@ bool Supervisor::signal_exact(const ProcInfo& p, int sig) {
     return lastcall::signal_exact(p, sig);
 }
 
+bool Supervisor::signal_listed(const ProcInfo& p, int sig, pid_t listed_after, int first) {
+    return lastcall::signal_listed(p, sig, listed_after, units_.last_pid_fd(), first);
+}
+
 bool Supervisor::kill(pid_t target, int sig) {
     return ::kill(target, sig) == 0;
 }
@@ -41,6 +45,14 @@ std::string Supervisor::wchan(pid_t pid) const {
 
 std::optional<ProcInfo> Supervisor::proc_stat(pid_t pid) const {
     return read_proc_stat(pid);
+}
+
+bool Supervisor::is_pid1() const {
+    return ::getpid() == 1;
+}
+
+std::vector<ProcInfo> Supervisor::descendants_outside(const std::vector<pid_t>& listed) {
+    return namespace_descendants_outside(listed);
 }
 
 UniqueFd Supervisor::open_last_pid() {

@@ -342,6 +342,10 @@ class FakeHost final : public UnitHost, public TeardownHost {
         return Children::None;  // a fake exit is its reap: no zombie waits
     }
     bool signal_exact(const ProcInfo& p, int sig) override { return signal(p, sig); }
+    bool signal_listed(const ProcInfo& p, int sig, pid_t, int first) override {
+        if (first) (void)signal(p, first);
+        return signal(p, sig);
+    }
     bool kill(pid_t target, int sig) override {
         if (target <= 0 || !procs_.count(target)) return false;  // no whole group here
         return signal(info(target), sig);
@@ -353,6 +357,8 @@ class FakeHost final : public UnitHost, public TeardownHost {
         if (!procs_.count(pid) || !procs_.at(pid).alive) return std::nullopt;
         return info(pid);
     }
+    bool is_pid1() const override { return false; }
+    std::vector<ProcInfo> descendants_outside(const std::vector<pid_t>&) override { return {}; }
     UniqueFd open_last_pid() override { return {}; }  // no birth line: every process is a member
     void shutdown_begun() override { ++shutdowns_begun; }
     void readiness_off() override { ++readiness_offs; }

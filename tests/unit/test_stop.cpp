@@ -16,6 +16,7 @@
 
 #include "lastcall/core/clock.hpp"
 #include "lastcall/core/fd.hpp"
+#include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/stop.hpp"
 
 using namespace lastcall;
@@ -651,4 +652,76 @@ TEST_CASE("given the grace's end, a pass signals every member it found past its 
         bomb_io, SIGTERM, [&](const ProcInfo& p) { return had_bomb.insert(key_of(p)).second; });
     CHECK(cut.ending == PassEnding::CutWithinPass);
     CHECK(cut.signalled < 100);
+}
+
+TEST_CASE("a pid is handed out again only in the cyclic interval of the namespace's last pids") {
+    CHECK(pid_handed_out_between(501, 500, 600));
+    CHECK(pid_handed_out_between(600, 500, 600));
+    CHECK_FALSE(pid_handed_out_between(500, 500, 600));  // the last one before: older
+    CHECK_FALSE(pid_handed_out_between(601, 500, 600));
+    // Wrapped around pid_max: after 32000, then up to 20.
+    CHECK(pid_handed_out_between(32001, 32000, 20));
+    CHECK(pid_handed_out_between(7, 32000, 20));
+    CHECK_FALSE(pid_handed_out_between(21, 32000, 20));
+    // Nothing handed out.
+    CHECK_FALSE(pid_handed_out_between(500, 500, 500));
+}
+
+namespace {
+
+// A child that waits in pause() until a signal ends it.
+pid_t paused_child() {
+    pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        ::pause();
+        ::_exit(0);
+    }
+    return child;
+}
+
+// Reaps the child; the signal that ended it, or 0.
+int killed_by(pid_t child) {
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+}
+
+// A paused child listed as cgroup.procs lists it (its pid alone), and the namespace's last pid.
+struct ListedChild {
+    UniqueFd last_pid = open_ns_last_pid();
+    pid_t child = paused_child();
+    ProcInfo listed;
+    ListedChild() {
+        REQUIRE(last_pid);
+        listed.pid = child;
+    }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a listed pid is signalled through its pidfd without its start time while the namespace has "
+    "not handed it out again") {
+    ListedChild c;
+    auto& [last_pid, child, listed] = c;
+    // Listed after its fork: its pid is older than the last pid read before the listing.
+    pid_t before = read_last_pid(last_pid.get());
+    REQUIRE(before > 0);
+    CHECK(signal_listed(listed, SIGTERM, before, last_pid.get()));
+    CHECK(killed_by(child) == SIGTERM);
+}
+
+TEST_CASE(
+    "a listed pid that may have been handed out again since its listing, with no start time to "
+    "check, is not signalled") {
+    ListedChild c;
+    auto& [last_pid, child, listed] = c;
+    // As if the listing came before the fork: the pid is in the interval handed out since.
+    CHECK_FALSE(signal_listed(listed, SIGTERM, child - 1, last_pid.get()));
+    // With the start time the check can still prove it: signalled.
+    auto info = read_proc_stat(child);
+    REQUIRE(info);
+    CHECK(signal_listed(*info, SIGKILL, child - 1, last_pid.get()));
+    CHECK(killed_by(child) == SIGKILL);
 }

@@ -29,8 +29,10 @@ namespace lastcall {
 // ~1/kCostRatio of a CPU, up to kMaxWait: an orphan's zombie is never left longer than that (the
 // main child's exit is seen at once, on its pidfd). 2,000 orphans: PID 1's CPU 96-147 ms with a
 // fixed 5 ms, 56-95 ms with 50 ms.
-// Only while running: during the shutdown every exit is swept at once (the record and the
-// tree-empty check need it, and the tree only shrinks).
+// While running; during the shutdown every exit is swept at once (the record and the tree-empty
+// check want it soon, and the tree only shrinks), unless a sweep reaped a crowd (64 or more:
+// Supervisor::sweep_children), where each waitid's walk among thousands of living children
+// costs more than the wait.
 class ReapPacer {
   public:
     static constexpr int kCostRatio = 20;

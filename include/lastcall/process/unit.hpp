@@ -120,6 +120,7 @@ class UnitTree {
     // The line now (nullopt where it cannot be read), and the namespace's last pid now.
     std::optional<BirthLine> read_line() const { return read_birth_line(last_pid_fd_.get()); }
     pid_t last_pid() const { return read_last_pid(last_pid_fd_.get()); }
+    int last_pid_fd() const { return last_pid_fd_.get(); }
     // The line of this shutdown, drawn once: just before the main command's stop signal, or
     // before the root's first pass if the main command was not signalled first.
     const std::optional<BirthLine>& birth_line() const { return birth_line_; }

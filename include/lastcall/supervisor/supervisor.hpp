@@ -194,11 +194,14 @@ class Supervisor final : private TeardownHost {
     void post(std::function<void()> task) override;
     Children peek_children() const override;
     bool signal_exact(const ProcInfo& p, int sig) override;
+    bool signal_listed(const ProcInfo& p, int sig, pid_t listed_after, int first) override;
     bool kill(pid_t target, int sig) override;
     std::optional<pid_t> whole_group_target() const override;
     bool run_queue_crowded() const override;
     std::string wchan(pid_t pid) const override;
     std::optional<ProcInfo> proc_stat(pid_t pid) const override;
+    bool is_pid1() const override;
+    std::vector<ProcInfo> descendants_outside(const std::vector<pid_t>& listed) override;
     UniqueFd open_last_pid() override;
     void shutdown_begun() override;
     void readiness_off() override;

@@ -55,6 +55,10 @@ class TeardownHost {
     virtual Children peek_children() const = 0;
     // A signal to a process through its (pid, start time) identity (process_ref.hpp).
     virtual bool signal_exact(const ProcInfo& p, int sig) = 0;
+    // The same, its identity proved by the namespace's last pid where it can be (signal_listed:
+    // `listed_after` is the last pid read before the listing that found p); `first`: a signal
+    // through the same pidfd just before sig (0: none).
+    virtual bool signal_listed(const ProcInfo& p, int sig, pid_t listed_after, int first) = 0;
     // kill(2): a pid that cannot have been reused (a stopped member), or a whole group
     // (whole_group_target).
     virtual bool kill(pid_t target, int sig) = 0;
@@ -64,6 +68,10 @@ class TeardownHost {
     virtual bool run_queue_crowded() const = 0;
     virtual std::string wchan(pid_t pid) const = 0;
     virtual std::optional<ProcInfo> proc_stat(pid_t pid) const = 0;
+    // lastcall is PID 1 of its namespace (/proc lists the whole tree and nothing above it).
+    virtual bool is_pid1() const = 0;
+    // As PID 1: lastcall's live descendants not among `listed` (namespace_descendants_outside).
+    virtual std::vector<ProcInfo> descendants_outside(const std::vector<pid_t>& listed) = 0;
     // The namespace's last pid handed out (/proc/sys/kernel/ns_last_pid), for the birth line.
     virtual UniqueFd open_last_pid() = 0;
     // Intake has closed: from here on every exit wakes the loop and the tree's events are
@@ -131,6 +139,17 @@ class Teardown final : public ShutdownActions {
     // the report itemises it, and no process gets a second one. False when p already had one.
     bool record_stop_signal(const ProcInfo& p, int sig);
     bool send_stop_and_mark(const ProcInfo& p, int sig);
+    // The root unit's members for a pass: the bulk listing when the pass runs on it, else the
+    // tracker's enumeration; listed_after_ is read just before either.
+    std::vector<ProcInfo> root_members(const Unit::OutOfTime& out_of_time);
+    // Whether the whole tree's stop may run on the bulk listing (see the .cpp): the cgroup
+    // tracker as PID 1, no unit but the main one, a tree of kBulkStopMembers or more. Decided
+    // once, at the root's stop.
+    bool bulk_stop_fits();
+    // The instance's pids from cgroup.procs as members without a /proc read, where that is
+    // exact; the descendants outside the cgroups, the main child and whoever was born after
+    // the birth line read from /proc as before.
+    std::vector<ProcInfo> bulk_members();
     // A round the budget cut goes on in a later turn of the loop.
     void after_root_round();
     // Holds the tree still for the stop passes: the cgroup freezer, or (the /proc tracker, a
@@ -147,7 +166,12 @@ class Teardown final : public ShutdownActions {
     ProcessBook book_;
     UnitTree units_{[this](const ProcInfo& p, int sig) { return record_stop_signal(p, sig); }};
     std::unique_ptr<Unit> root_unit_;
-    Scope stop_scope_ = Scope::Tree;           // the root's kill scope (its policy), at its stop
+    Scope stop_scope_ = Scope::Tree;  // the root's kill scope (its policy), at its stop
+    // The namespace's last pid read just before the root's last enumeration (0: unknown): a pid
+    // not handed out since names the process listed (signal_listed).
+    pid_t listed_after_ = 0;
+    bool bulk_ = false;            // the root's passes run on the bulk listing (bulk_members)
+    pid_t bulk_listed_after_ = 0;  // listed_after_ at the shutdown's first bulk listing
     Event force_cause_ = Event::GraceExpired;  // the event that began Forcing
     std::optional<MonoTime> last_kill_walk_;   // when the force last walked the tree
     long long reaped_at_last_look_ = 0;        // the reaped count when the force last looked
