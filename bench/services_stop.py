@@ -4,6 +4,7 @@
 
 Usage: bench/services_stop.py [--services 1000] [--runs 1] [--lastcall PATH ...]
                               [--only startup,full,peers] [--out bench/results/DATE-services-stop.md]
+                              [--plot bench/results/DATE-services-stop.png]
 
   startup: SIGTERM 1.5 s into the start-up of N services (`exec sleep`), --grace 5s.
   full:    SIGTERM once all N services have started, --grace 10s.
@@ -29,7 +30,9 @@ import sys
 import tempfile
 import time
 
-from teardown import emit
+import statistics
+
+from teardown import emit, plot
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -165,6 +168,7 @@ def main():
     ap.add_argument("--only", default="startup,full,peers")
     ap.add_argument("--trackers", default="cgroup,proc")
     ap.add_argument("--out")
+    ap.add_argument("--plot", help="PNG: SIGTERM to exit per init and case (gnuplot)")
     a = ap.parse_args()
     binaries = [x.split("=", 1) for x in a.lastcall] or [
         ("lastcall", os.path.join(ROOT, "build", "static", "lastcall"))]
@@ -203,6 +207,14 @@ def main():
                    f"{r['started_after_stop']} | {r['stop_s']:.2f} | {r['killed_at_grace']} | "
                    f"{r['left_behind']} | {r['exit']} |")
     emit(out, a.out)
+    if a.plot:
+        bars = {}
+        for r in rows:
+            label = r["binary"] if r["mode"] == "peers" else \
+                f"{r['binary']} {r['tracker']}: {a.services} services ({r['mode']})"
+            bars.setdefault(label, []).append(r["stop_s"])
+        plot([(k, statistics.median(v), min(v), max(v)) for k, v in bars.items()], a.plot,
+             a.services, f"SIGTERM to exit, {a.services} sleeping processes or services")
 
 
 if __name__ == "__main__":

@@ -65,8 +65,9 @@ def emit(lines, out):
     return text
 
 
-def plot(rows, path, processes):
+def plot(rows, path, processes, title=None):
     """A bar per init: (name, median, min, max) seconds, drawn by gnuplot where it is installed."""
+    title = title or f"SIGTERM to an empty namespace, {processes} processes"
     if not shutil.which("gnuplot") or not rows:
         log("no plot: gnuplot is not installed or there is nothing to draw")
         return
@@ -75,8 +76,7 @@ def plot(rows, path, processes):
         for i, (name, m, lo, hi) in enumerate(rows):
             f.write(f'{i} "{name}" {m:.3f} {lo:.3f} {hi:.3f}\n')
     script = (f'set terminal pngcairo size 900,420; set output "{path}";'
-              f'set title "SIGTERM to an empty namespace, {processes} processes (median, '
-              'min-max)"; set ylabel "seconds"; set yrange [0:*]; set style fill solid 0.6;'
+              f'set title "{title} (median, min-max)"; set ylabel "seconds"; set yrange [0:*]; set style fill solid 0.6;'
               'set boxwidth 0.6; set xtics rotate by -20;'
               f'plot "{data}" using 1:3:xtic(2) with boxes notitle, '
               f'"{data}" using 1:3:4:5 with yerrorbars notitle lc rgb "black"')

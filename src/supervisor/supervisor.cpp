@@ -132,6 +132,11 @@ int Supervisor::run_guarded() {
             request_shutdown(*failed, "the command did not start");
         }
     }
+    // What the set-up posted (the services' status file after their first slice of starts) is
+    // done now, not after the first event: a service that exited at once was reaped in the
+    // first turn before it, and `lastcall status` showed its dependents still pending in
+    // between (CI).
+    loop_->run_posted();
     loop_until_stopped();
     return finish();
 }

@@ -29,10 +29,13 @@ class EventLoop {
     // Waits for one batch of events (not at all while tasks are posted), dispatches them, then
     // runs the posted tasks. Returns an error on a fatal epoll error.
     Status run_once();
+    // Runs the tasks posted so far. run_once calls it after each batch of events; a task posted
+    // outside any event (while lastcall sets up, before the first wait) is run by the caller
+    // before the first wait, where "after the current event" is the end of the set-up.
+    void run_posted();
 
   private:
     explicit EventLoop(UniqueFd epfd) : epfd_(std::move(epfd)) {}
-    void run_posted();
     UniqueFd epfd_;
     std::map<int, Handler> handlers_;
     std::deque<std::function<void()>> posted_;
