@@ -40,8 +40,8 @@ std::shared_ptr<std::vector<T>> take_batch(std::vector<T>& queue, std::size_t ma
     return batch;
 }
 
-// Runs named one by one in the log's last line on records that did not land (say_unwritten):
-// the report lists every one; a line of thousands of ids helps nobody.
-inline constexpr std::size_t kRunsNamed = 200;
+// Runs (and jobs) named one by one in the log's last lines on records that did not land
+// (say_unwritten): the report lists every one; a line of thousands of ids helps nobody.
+inline constexpr std::size_t kNamedInLog = 200;
 
 }  // namespace lastcall

@@ -143,31 +143,46 @@ void JobScheduler::settle_records() {
 // failed, and the report's jobs.unrecorded lists them), so that an operator reading the log's end
 // knows which `started` rows the next start will call interrupted.
 void JobScheduler::say_unwritten() const {
-    std::string runs;
-    std::map<std::string, std::size_t> rows;  // fire times with no row, by job
-    std::size_t n = 0;
+    std::map<std::int64_t, std::string> runs;  // by id: the record(s) that did not land
+    std::map<std::string, std::size_t> rows;   // fire times with no row, by job
+    std::size_t fire_times = 0;
     for (const auto& u : unwritten_) {
         if (u.id == 0) {
             ++rows[u.job];
+            ++fire_times;
             continue;
         }
-        if (++n <= kRunsNamed)
-            runs += (runs.empty() ? "" : ", ") + std::to_string(u.id) + " (" + u.state + ")";
+        auto& states = runs[u.id];
+        states += (states.empty() ? "" : ", ") + u.state;
     }
-    if (n > kRunsNamed) runs += ", and " + std::to_string(n - kRunsNamed) + " more";
-    std::string fires;
-    for (const auto& [job, count] : rows)
-        fires += (fires.empty() ? "" : ", ") + job + " " + std::to_string(count);
-    if (n > 0)
+    if (!runs.empty()) {
+        std::string named;
+        std::size_t n = 0;
+        for (const auto& [id, states] : runs) {
+            if (++n > kNamedInLog) break;
+            named += (named.empty() ? "" : ", ") + std::to_string(id) + " (" + states + ")";
+        }
+        if (runs.size() > kNamedInLog)
+            named += ", and " + std::to_string(runs.size() - kNamedInLog) + " more";
         spdlog::error(
             "run ledger: the records of {} run(s) did not land before lastcall exits: run {}; "
             "each is listed in the report's jobs.unrecorded",
-            n, runs);
-    if (!rows.empty())
+            runs.size(), named);
+    }
+    if (!rows.empty()) {
+        std::string jobs;
+        std::size_t n = 0;
+        for (const auto& [job, count] : rows) {
+            if (++n > kNamedInLog) break;
+            jobs += (jobs.empty() ? "" : ", ") + job + " " + std::to_string(count);
+        }
+        if (rows.size() > kNamedInLog)
+            jobs += ", and " + std::to_string(rows.size() - kNamedInLog) + " more job(s)";
         spdlog::error(
             "run ledger: {} fire time(s) have no row (not recorded), by job: {}; each is listed "
             "in the report's jobs.unrecorded",
-            unwritten_.size() - n, fires);
+            fire_times, jobs);
+    }
 }
 
 }  // namespace lastcall

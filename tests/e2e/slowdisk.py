@@ -42,11 +42,16 @@ class SlowDisk:
                 self.dev = f.read().strip()
             self.cgroup = os.path.join(blkio, f"lastcall-slowdisk-{os.getpid()}")
             os.mkdir(self.cgroup)
-            with open(os.path.join(self.cgroup, "blkio.throttle.write_iops_device"), "w") as f:
-                f.write(f"{self.dev} {iops}")
+            self.throttle(iops)
         except Exception:
             self.close()
             raise
+
+    def throttle(self, iops):
+        """Writes per second from now on (the group's processes keep their membership)."""
+        self.iops = iops
+        with open(os.path.join(self.cgroup, "blkio.throttle.write_iops_device"), "w") as f:
+            f.write(f"{self.dev} {iops}")
 
     def enter(self):
         """For preexec_fn: the calling (child) process joins the throttled group."""
