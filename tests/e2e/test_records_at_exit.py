@@ -100,5 +100,47 @@ command = "exec sleep 100"
         self.assertNoLeftovers()
 
 
+
+class HungLedgerAtExit(LastcallTestCase):
+    def test_a_run_whose_ending_cannot_land_by_the_exit_is_named_in_the_report_and_the_logs_last_line(self):
+        """The ledger does not answer through the whole shutdown (the test holds its write lock):
+        lastcall still exits at the grace plus 700 ms, and every run left `started` is named, in
+        jobs.unrecorded and in one of the log's last lines, which says which runs' records did
+        not land (the lines said as each write failed can be thousands, far above it)."""
+        state = os.path.join(self.dir, "state")
+        report = os.path.join(self.dir, "report.json")
+        cfg = self.write_file("jobs.toml", "".join(f"""
+[jobs.stay{i}]
+schedule = "@every 1s"
+command = "exec sleep 100"
+""" for i in range(5)))
+        # A short grace: the records' time at the end is the rest of it plus 700 ms.
+        run = self.start(["--config", cfg, "--state-dir", state, "--grace", "300ms", "--report",
+                          report, "--", "sleep", "1000"])
+        path = os.path.join(state, "ledger.sqlite")
+        deadline = time.monotonic() + 60
+        while len(started_runs(path)) < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        lock = sqlite3.connect(path, timeout=30, isolation_level=None)
+        try:
+            lock.execute("BEGIN IMMEDIATE")  # held until lastcall has exited
+            run.signal(signal.SIGTERM)
+            run.wait()
+        finally:
+            lock.close()
+        left = started_runs(path)
+        self.assertEqual(len(left), 5, run.output())
+        with open(report) as f:
+            unrecorded = json.load(f)["jobs"]["unrecorded"]
+        self.assertLessEqual(set(left), {u["id"] for u in unrecorded if u["state"] == "interrupted"})
+        last = [line for line in run.output().splitlines()
+                if "did not land before lastcall exits" in line]
+        self.assertEqual(len(last), 1, run.output())
+        self.assertIn(f"the records of {len(left)} run(s)", last[0])
+        for i in left:
+            self.assertIn(f" {i} (interrupted)", last[0])
+        self.assertNoLeftovers()
+
+
 if __name__ == "__main__":
     unittest.main()
