@@ -225,6 +225,11 @@ TEST_CASE(
     "[ledger_worker]") {
     Worker w;
     w.ledger->stall();
+    // Let go at the end whatever failed: a thread left stalled would hold the test binary.
+    struct Unstall {
+        StallableLedger* ledger;
+        ~Unstall() { ledger->unstall(); }
+    } unstall{w.ledger};
     std::vector<std::string> heard;
     // As the endings' batches do: the answer to one batch sends the next.
     std::function<void(int)> send = [&](int batch) {
@@ -244,9 +249,6 @@ TEST_CASE(
                                            "(abandoned: its outcome is unknown)"));
     CHECK_THAT(heard[2], Catch::StartsWith("record batch 3: not written before lastcall's exit "
                                            "(not attempted"));
-    StallableLedger* ledger = w.ledger;
-    w.worker.reset();
-    ledger->unstall();
 }
 
 TEST_CASE("a record queued longer than its budget is not failed: its budget runs from its start",
