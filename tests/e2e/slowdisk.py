@@ -72,7 +72,15 @@ class SlowDisk:
                 except OSError:
                     time.sleep(0.1)
         if self.mounted:
-            subprocess.run(["umount", self.mnt], capture_output=True)
+            # A file still open on it (a reader's connection being closed) makes umount fail
+            # for a moment; a mount left behind would hold its loop device for good.
+            for _ in range(50):
+                r = subprocess.run(["umount", self.mnt], capture_output=True, text=True)
+                if r.returncode == 0:
+                    break
+                time.sleep(0.1)
+            else:
+                raise RuntimeError(f"umount {self.mnt}: {r.stderr.strip()}")
             self.mounted = False
         if self.loop:
             subprocess.run(["losetup", "-d", self.loop], capture_output=True)

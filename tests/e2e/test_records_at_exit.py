@@ -14,6 +14,7 @@ every fire time queued JOBS commits ahead of the endings, more than lastcall's t
 at the end (the rest of the grace plus 700 ms) lets through. Synchronisation: ledger rows (read
 with sqlite3 from outside the throttled group: the runs started, the first skipped fire time
 written), waitpid."""
+import contextlib
 import json
 import os
 import signal
@@ -34,7 +35,7 @@ def started_runs(path):
     if not os.path.exists(path):
         return []
     try:
-        with sqlite3.connect(path, timeout=10) as db:
+        with contextlib.closing(sqlite3.connect(path, timeout=10)) as db:
             return [i for (i,) in db.execute(
                 "SELECT id FROM runs WHERE state = 'started' AND pid IS NOT NULL")]
     except sqlite3.OperationalError:  # the schema is not there yet
@@ -42,7 +43,7 @@ def started_runs(path):
 
 
 def skipped_rows(path):
-    with sqlite3.connect(path, timeout=10) as db:
+    with contextlib.closing(sqlite3.connect(path, timeout=10)) as db:
         return db.execute("SELECT count(*) FROM runs WHERE state = 'skipped'").fetchone()[0]
 
 
@@ -89,7 +90,7 @@ command = "exec sleep 100"
         self.assertTrue(skipped_rows(path), run.output())
         run.signal(signal.SIGTERM)
         run.wait()
-        with sqlite3.connect(path, timeout=10) as db:
+        with contextlib.closing(sqlite3.connect(path, timeout=10)) as db:
             states = dict(db.execute("SELECT id, state FROM runs WHERE id IN (%s)" %
                                      ",".join(map(str, started))).fetchall())
         left = sorted(i for i, s in states.items() if s == "started")
