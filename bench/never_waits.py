@@ -58,6 +58,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 import pgserver  # noqa: E402
+from slowdisk import SlowDisk  # noqa: E402
 from run import machine_basics, pct  # noqa: E402  (bench/run.py: the same machine lines)
 
 MARK_VAR = "NEVER_WAITS_BENCH"  # in every process this script starts: leftovers are found by it
@@ -163,67 +164,7 @@ def proxy_rtt(port, n=7):
 
 # ---------------------------------------------------------------- the slowed disk
 
-class SlowDisk:
-    """An ext4 file system on a loop device, mounted under `base`; writes to it from the
-    processes in a blkio (cgroup v1) group are throttled to `iops` per second. The throttle
-    sits in the block layer, below the file system: an fdatasync waits for its turn like on a
-    disk that does `iops` writes a second."""
-
-    def __init__(self, base, iops):
-        self.iops = iops
-        self.img = os.path.join(base, "slowdisk.img")
-        self.mnt = os.path.join(base, "slowdisk")
-        self.loop = None
-        self.mounted = False
-        self.cgroup = None
-        try:
-            blkio = "/sys/fs/cgroup/blkio"
-            if not os.path.exists(os.path.join(blkio, "blkio.throttle.write_iops_device")):
-                raise RuntimeError("no cgroup v1 blkio controller with throttling at " + blkio)
-            with open(self.img, "wb") as f:
-                f.truncate(512 << 20)
-            self.loop = sh(["losetup", "-f", "--show", self.img]).strip()
-            sh(["mkfs.ext4", "-q", "-F", self.loop])
-            os.mkdir(self.mnt)
-            sh(["mount", self.loop, self.mnt])
-            self.mounted = True
-            with open(f"/sys/block/{os.path.basename(self.loop)}/dev") as f:
-                self.dev = f.read().strip()
-            self.cgroup = os.path.join(blkio, f"lastcall-never-waits-{os.getpid()}")
-            os.mkdir(self.cgroup)
-            with open(os.path.join(self.cgroup, "blkio.throttle.write_iops_device"), "w") as f:
-                f.write(f"{self.dev} {iops}")
-        except Exception:
-            self.close()
-            raise
-
-    def enter(self):
-        """For preexec_fn: the calling (child) process joins the throttled group."""
-        with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as f:
-            f.write(str(os.getpid()))
-
-    def describe(self):
-        return (f"ext4 on {self.loop} (a 512 MiB file in {tempfile.gettempdir()}), writes "
-                f"throttled to {self.iops} IOPS by blkio.throttle.write_iops_device "
-                f"{self.dev} (cgroup v1) for lastcall and its children")
-
-    def close(self):
-        if self.cgroup and os.path.isdir(self.cgroup):
-            for _ in range(50):
-                try:
-                    os.rmdir(self.cgroup)
-                    break
-                except OSError:
-                    time.sleep(0.1)
-        if self.mounted:
-            subprocess.run(["umount", self.mnt], capture_output=True)
-            self.mounted = False
-        if self.loop:
-            subprocess.run(["losetup", "-d", self.loop], capture_output=True)
-            self.loop = None
-        for p in (self.img,):
-            if os.path.exists(p):
-                os.unlink(p)
+# SlowDisk (tests/e2e/slowdisk.py): the end-to-end tests of a slow ledger use the same disk.
 
 
 FSYNC_PROBE = r"""

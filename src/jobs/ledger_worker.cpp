@@ -68,7 +68,7 @@ LedgerWorker::~LedgerWorker() {
 void LedgerWorker::submit(std::shared_ptr<Job> job) {
     job->seq = next_seq_++;
     // A record's deadline is set when it begins (thread_main); until then only settle() ends it.
-    job->deadline = job->urgent ? host_.clock().now() + job->budget : MonoTime::max();
+    job->deadline = job->lane == Lane::Call ? host_.clock().now() + job->budget : MonoTime::max();
     job->thread_deadline = std::chrono::steady_clock::now() + job->budget;
     pending_[job->seq] = job;
     arm_deadline();
@@ -85,10 +85,9 @@ void LedgerWorker::submit(std::shared_ptr<Job> job) {
     {
         std::lock_guard lock(shared_->mu);
         auto& q = shared_->queue;
-        // A call goes behind the other calls and ahead of every record.
-        auto at = job->urgent
-                      ? std::find_if(q.begin(), q.end(), [](const auto& j) { return !j->urgent; })
-                      : q.end();
+        // Behind its own lane, ahead of every later lane.
+        auto at = std::find_if(q.begin(), q.end(),
+                               [lane = job->lane](const auto& j) { return j->lane > lane; });
         q.insert(at, std::move(job));
     }
     shared_->cv.notify_one();
@@ -113,8 +112,9 @@ void LedgerWorker::thread_main(std::shared_ptr<Shared> s) {
         job->ran = true;
         s->busy = true;
         lock.unlock();
-        s->ledger->set_deadline(job->urgent ? job->thread_deadline
-                                            : std::chrono::steady_clock::now() + job->budget);
+        s->ledger->set_deadline(job->lane == Lane::Call
+                                    ? job->thread_deadline
+                                    : std::chrono::steady_clock::now() + job->budget);
         job->work(*s->ledger);
         lock.lock();
         s->busy = false;
@@ -150,7 +150,8 @@ void LedgerWorker::answer(const std::shared_ptr<Job>& job) {
     if (job->ran && job->deliver_late) job->deliver_late();
 }
 
-void LedgerWorker::abandon(const std::shared_ptr<Job>& job) {
+// `why`: what ran out (the call's own budget, or the shutdown's time for records).
+void LedgerWorker::abandon(const std::shared_ptr<Job>& job, const std::string& why) {
     bool ran;
     if (mode_ == Mode::Thread) {
         std::lock_guard lock(shared_->mu);
@@ -161,7 +162,7 @@ void LedgerWorker::abandon(const std::shared_ptr<Job>& job) {
         ran = false;
     }
     pending_.erase(job->seq);
-    job->unknown(job->what + ": no answer within " + format_duration(job->budget) +
+    job->unknown(job->what + ": " + why +
                  (ran ? " (abandoned: its outcome is unknown)"
                       : " (not attempted: the ledger was still busy with an earlier call)"));
 }
@@ -171,7 +172,7 @@ void LedgerWorker::on_deadline() {
     std::vector<std::shared_ptr<Job>> due;
     for (const auto& [seq, job] : pending_)
         if (job->deadline <= now) due.push_back(job);
-    for (const auto& job : due) abandon(job);
+    for (const auto& job : due) abandon(job, "no answer within " + format_duration(job->budget));
     arm_deadline();
 }
 
@@ -207,10 +208,15 @@ void LedgerWorker::settle(MonoTime until) {
         int r = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(ms, 1000)));
         if (r > 0) on_answers();
     }
-    // Past the end: whatever is still unanswered is unknown.
-    std::vector<std::shared_ptr<Job>> left;
-    for (const auto& [seq, job] : pending_) left.push_back(job);
-    for (const auto& job : left) abandon(job);
+    // Past the end: whatever is still unanswered is unknown. A caller that hears it may make the
+    // next call of its own (the endings' next batch): that one is never begun either, and its
+    // caller hears so too, until nothing is pending. (Only the first layer used to be told: the
+    // records of a second batch were neither written nor named in the report.)
+    while (!pending_.empty()) {
+        std::vector<std::shared_ptr<Job>> left;
+        for (const auto& [seq, job] : pending_) left.push_back(job);
+        for (const auto& job : left) abandon(job, "not written before lastcall's exit");
+    }
 }
 
 }  // namespace lastcall

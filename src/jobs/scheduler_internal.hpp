@@ -2,7 +2,11 @@
 // Private to src/jobs/scheduler*.cpp: the tunings and words the scheduler's parts share.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <iterator>
+#include <memory>
+#include <vector>
 
 #include "lastcall/jobs/scheduler.hpp"
 
@@ -21,6 +25,23 @@ inline constexpr std::size_t kStartsPerSlice = 16;
 // times are counted (the report's missed_fire_times) and said in the log, not recorded.
 inline constexpr std::size_t kMissedRowsPerJob = 1000;
 inline constexpr std::size_t kExitsPerSlice = 64;
+// Skipped fire times per ledger call at most (flush_skips): 1,000 jobs skipping in one second
+// are one commit; a larger backlog goes in several, each a bounded transaction.
+inline constexpr std::size_t kSkipsPerBatch = 1000;
 inline constexpr Millis kSlice{2};
+// The first `max` items of `queue`, moved out of it: the next batch of one kind of record for the
+// ledger (flush_endings, flush_skips), shared with the answer's handler.
+template <typename T>
+std::shared_ptr<std::vector<T>> take_batch(std::vector<T>& queue, std::size_t max) {
+    auto batch = std::make_shared<std::vector<T>>();
+    auto end = queue.begin() + static_cast<std::ptrdiff_t>(std::min(queue.size(), max));
+    std::move(queue.begin(), end, std::back_inserter(*batch));
+    queue.erase(queue.begin(), end);
+    return batch;
+}
+
+// Runs (and jobs) named one by one in the log's last lines on records that did not land
+// (say_unwritten): the report lists every one; a line of thousands of ids helps nobody.
+inline constexpr std::size_t kNamedInLog = 200;
 
 }  // namespace lastcall

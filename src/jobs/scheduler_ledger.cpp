@@ -19,6 +19,7 @@
 #include "lastcall/jobs/scheduler.hpp"
 #include "lastcall/process/process_ref.hpp"
 #include "lastcall/process/process_tree.hpp"
+#include "scheduler_internal.hpp"
 
 namespace lastcall {
 
@@ -487,9 +488,17 @@ void JobScheduler::written(std::int64_t id) {
 // the endings are; a run that ends first records its pid with its ending.
 void JobScheduler::queue_pid(std::int64_t id, std::int64_t pid) {
     pids_.emplace_back(id, pid);
-    if (pids_out_ || pids_posted_) return;
-    pids_posted_ = true;
-    host_->post([this] { flush_pids(); });
+    schedule_flush(pids_out_, pids_posted_, &JobScheduler::flush_pids);
+}
+
+// A record of a batched kind was queued: its batch goes after this turn's others (one post), or
+// with the answer to the batch of its kind that is with the ledger; while the records settle at
+// the end the loop runs no posted task, and it goes now.
+void JobScheduler::schedule_flush(bool out, bool& posted, void (JobScheduler::*flush)()) {
+    if (settling_) return (this->*flush)();
+    if (out || posted) return;
+    posted = true;
+    host_->post([this, flush] { (this->*flush)(); });
 }
 
 void JobScheduler::flush_pids() {
@@ -498,7 +507,7 @@ void JobScheduler::flush_pids() {
     auto batch = std::move(pids_);
     pids_.clear();
     pids_out_ = true;
-    ledger_->record<Ok>(
+    ledger_->final_record<Ok>(
         "record " + std::to_string(batch.size()) + " pid(s)", call_budget(),
         [batch](Ledger& l) { return l.set_pids(batch); },
         [this, n = batch.size()](Status st) {
@@ -514,25 +523,17 @@ void JobScheduler::queue_ending(Ledger::Ending ending, std::function<void(Result
     if (auto it = runs_.find(ending.id); it != runs_.end() && it->second.pid > 0)
         ending.pid = it->second.pid;
     endings_.push_back({std::move(ending), std::move(answer)});
-    // While the records settle at the end the loop runs no posted task: flushed now.
-    if (settling_) return flush_endings();
-    if (endings_out_ || endings_posted_) return;
-    endings_posted_ = true;
-    host_->post([this] { flush_endings(); });  // after this turn's other endings
+    schedule_flush(endings_out_, endings_posted_, &JobScheduler::flush_endings);
 }
 
 void JobScheduler::flush_endings() {
     endings_posted_ = false;
     if (endings_out_ || endings_.empty() || !ledger_) return;
-    auto batch = std::make_shared<std::vector<PendingEnding>>();
-    std::size_t n = std::min(endings_.size(), kEndingsPerBatch);
-    std::move(endings_.begin(), endings_.begin() + static_cast<std::ptrdiff_t>(n),
-              std::back_inserter(*batch));
-    endings_.erase(endings_.begin(), endings_.begin() + static_cast<std::ptrdiff_t>(n));
+    auto batch = take_batch(endings_, kEndingsPerBatch);
     std::vector<Ledger::Ending> list;
     for (const auto& p : *batch) list.push_back(p.ending);
     endings_out_ = true;
-    ledger_->record<std::vector<bool>>(
+    ledger_->final_record<std::vector<bool>>(
         list.size() == 1
             ? "record run " + std::to_string(list[0].id) + " " + std::string(to_string(list[0].to))
             : "record " + std::to_string(list.size()) + " run endings",

@@ -110,6 +110,7 @@ void JobScheduler::settle_records() {
     MonoTime until = std::max(now + Millis{250},
                               drain_started_.value_or(now) + host_->settings().grace + Millis{700});
     settling_ = true;
+    MonoTime began = now;
     // Every process is reaped: the exits not judged yet are judged now, before any record.
     while (!exits_.empty()) judge_exits();
     // Claimed, never spawned: the fire time was won and did not run.
@@ -122,6 +123,7 @@ void JobScheduler::settle_records() {
     }
     flush_pids();
     flush_endings();
+    flush_skips();
     ledger_->settle(until);
     retry_unwritten();
     ledger_->settle(until);
@@ -131,6 +133,56 @@ void JobScheduler::settle_records() {
     refresh_counts();
     ledger_->settle(until);
     settled_ = true;
+    spdlog::debug("run ledger: records settled in {} ({} not written)",
+                  format_duration(std::chrono::duration_cast<Millis>(host_->clock().now() - began)),
+                  unwritten_.size());
+    say_unwritten();
+}
+
+// The last word on the records that did not land: which runs (each was also said when its write
+// failed, and the report's jobs.unrecorded lists them), so that an operator reading the log's end
+// knows which `started` rows the next start will call interrupted.
+void JobScheduler::say_unwritten() const {
+    std::map<std::int64_t, std::string> runs;  // by id: the record(s) that did not land
+    std::map<std::string, std::size_t> rows;   // fire times with no row, by job
+    std::size_t fire_times = 0;
+    for (const auto& u : unwritten_) {
+        if (u.id == 0) {
+            ++rows[u.job];
+            ++fire_times;
+            continue;
+        }
+        auto& states = runs[u.id];
+        states += (states.empty() ? "" : ", ") + u.state;
+    }
+    if (!runs.empty()) {
+        std::string named;
+        std::size_t n = 0;
+        for (const auto& [id, states] : runs) {
+            if (++n > kNamedInLog) break;
+            named += (named.empty() ? "" : ", ") + std::to_string(id) + " (" + states + ")";
+        }
+        if (runs.size() > kNamedInLog)
+            named += ", and " + std::to_string(runs.size() - kNamedInLog) + " more";
+        spdlog::error(
+            "run ledger: the records of {} run(s) did not land before lastcall exits: run {}; "
+            "each is listed in the report's jobs.unrecorded",
+            runs.size(), named);
+    }
+    if (!rows.empty()) {
+        std::string jobs;
+        std::size_t n = 0;
+        for (const auto& [job, count] : rows) {
+            if (++n > kNamedInLog) break;
+            jobs += (jobs.empty() ? "" : ", ") + job + " " + std::to_string(count);
+        }
+        if (rows.size() > kNamedInLog)
+            jobs += ", and " + std::to_string(rows.size() - kNamedInLog) + " more job(s)";
+        spdlog::error(
+            "run ledger: {} fire time(s) have no row (not recorded), by job: {}; each is listed "
+            "in the report's jobs.unrecorded",
+            fire_times, jobs);
+    }
 }
 
 }  // namespace lastcall

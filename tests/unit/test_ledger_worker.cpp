@@ -63,6 +63,14 @@ struct Worker {
     std::unique_ptr<Ledger> reader;
 };
 
+// The order in which the calls' answers reach the loop, by the names the test gave them.
+struct Order {
+    std::function<void(Result<std::int64_t>)> note(const char* what) {
+        return [this, what](Result<std::int64_t>) { names.push_back(what); };
+    }
+    std::vector<std::string> names;
+};
+
 std::function<Result<std::int64_t>(Ledger&)> add_skipped(std::int64_t at) {
     return [at](Ledger& l) { return l.add("backup", at, RunState::Skipped, "test"); };
 }
@@ -178,19 +186,69 @@ TEST_CASE("a claim goes ahead of the records queued before it, and records keep 
           "[ledger_worker]") {
     Worker w;
     w.ledger->stall();
-    std::vector<std::string> order;
-    auto note = [&](const char* what) {
-        return [&order, what](Result<std::int64_t>) { order.push_back(what); };
-    };
+    Order order;
     // The first record is taken by the thread and stalls; the rest queue behind it.
-    w.worker->record<std::int64_t>("record 1", 2000ms, add_skipped(60), note("record 1"));
+    w.worker->record<std::int64_t>("record 1", 2000ms, add_skipped(60), order.note("record 1"));
     w.wait_for_calls(1);
-    w.worker->record<std::int64_t>("record 2", 2000ms, add_skipped(120), note("record 2"));
-    w.worker->record<std::int64_t>("record 3", 2000ms, add_skipped(180), note("record 3"));
-    w.worker->call<std::int64_t>("claim", 60000ms, add_skipped(240), note("claim"));
+    w.worker->record<std::int64_t>("record 2", 2000ms, add_skipped(120), order.note("record 2"));
+    w.worker->record<std::int64_t>("record 3", 2000ms, add_skipped(180), order.note("record 3"));
+    w.worker->call<std::int64_t>("claim", 60000ms, add_skipped(240), order.note("claim"));
     w.ledger->unstall();
-    w.pump_until([&] { return order.size() == 4; });
-    CHECK(order == std::vector<std::string>{"record 1", "claim", "record 2", "record 3"});
+    w.pump_until([&] { return order.names.size() == 4; });
+    CHECK(order.names == std::vector<std::string>{"record 1", "claim", "record 2", "record 3"});
+}
+
+TEST_CASE("a run's final record goes ahead of the other records queued before it, behind the calls",
+          "[ledger_worker]") {
+    Worker w;
+    w.ledger->stall();
+    Order order;
+    // A backlog of skipped fire times; a run's ending made after them must not wait for them
+    // all (issue 42: 723 runs' endings were still queued behind such a backlog at the exit).
+    w.worker->record<std::int64_t>("skip 1", 2000ms, add_skipped(60), order.note("skip 1"));
+    w.wait_for_calls(1);
+    w.worker->record<std::int64_t>("skip 2", 2000ms, add_skipped(120), order.note("skip 2"));
+    w.worker->final_record<std::int64_t>("ending 1", 2000ms, add_skipped(180),
+                                         order.note("ending 1"));
+    w.worker->final_record<std::int64_t>("ending 2", 2000ms, add_skipped(240),
+                                         order.note("ending 2"));
+    w.worker->call<std::int64_t>("claim", 60000ms, add_skipped(300), order.note("claim"));
+    w.ledger->unstall();
+    w.pump_until([&] { return order.names.size() == 5; });
+    CHECK(order.names ==
+          std::vector<std::string>{"skip 1", "claim", "ending 1", "ending 2", "skip 2"});
+}
+
+TEST_CASE(
+    "settling past its bound also answers the calls made by the callers it answered: nothing "
+    "is left pending unanswered",
+    "[ledger_worker]") {
+    Worker w;
+    w.ledger->stall();
+    // Let go at the end whatever failed: a thread left stalled would hold the test binary.
+    struct Unstall {
+        StallableLedger* ledger;
+        ~Unstall() { ledger->unstall(); }
+    } unstall{w.ledger};
+    std::vector<std::string> heard;
+    // As the endings' batches do: the answer to one batch sends the next.
+    std::function<void(int)> send = [&](int batch) {
+        w.worker->final_record<std::int64_t>("record batch " + std::to_string(batch), 2000ms,
+                                             add_skipped(60 * batch),
+                                             [&, batch](Result<std::int64_t> r) {
+                                                 heard.push_back(r ? "written" : r.error().message);
+                                                 if (batch < 3) send(batch + 1);
+                                             });
+    };
+    send(1);
+    w.wait_for_calls(1);
+    w.worker->settle(w.host.clock().now());
+    CHECK(w.worker->in_flight() == 0);
+    REQUIRE(heard.size() == 3);
+    CHECK_THAT(heard[0], Catch::StartsWith("record batch 1: not written before lastcall's exit "
+                                           "(abandoned: its outcome is unknown)"));
+    CHECK_THAT(heard[2], Catch::StartsWith("record batch 3: not written before lastcall's exit "
+                                           "(not attempted"));
 }
 
 TEST_CASE("a record queued longer than its budget is not failed: its budget runs from its start",

@@ -16,12 +16,17 @@
 //     was running when its caller gave up delivers its real answer to `late` (when given), so a
 //     claim that did land is not left unowned.
 //
-// Calls run one at a time: claims and lease ticks (call()) in the order given, ahead of records
-// (record()), which run in the order given after them. A claim or a renewal is worth something
-// only on time, so its deadline runs from the call; a record is worth writing however late, so
-// its deadline runs from when it begins: a burst of a thousand runs' records over a far database
-// is a backlog, not a thousand failures, and it never holds a renewal behind it. At the end,
-// settle() bounds whatever is left.
+// Calls run one at a time: claims and lease ticks (call()) in the order given, ahead of records,
+// which run in the order given after them: first the runs' final records (final_record(): the
+// endings and the pids that go with them), then the other records (record(): skipped fire times,
+// counts, prunes). A claim or a renewal is worth something only on time, so its deadline runs
+// from the call; a record is worth writing however late, so its deadline runs from when it
+// begins: a burst of a thousand runs' records over a far database is a backlog, not a thousand
+// failures, and it never holds a renewal behind it. A run's final record goes before any other
+// record because a `started` row left without one is the costlier loss (the next start calls the
+// run interrupted and may run it again): a backlog of skipped fire times at the SIGTERM had held
+// 723 runs' endings behind it until lastcall exited (issue 42). At the end, settle() bounds
+// whatever is left, and every caller whose record did not land hears so.
 //
 //   Queued --worker takes it--> Running --answer--> Answered (done(result) on the loop)
 //      |                          |
@@ -79,29 +84,40 @@ class LedgerWorker {
     template <typename T>
     void call(std::string what, Millis budget, std::function<Result<T>(Ledger&)> work,
               std::function<void(Result<T>)> done, std::function<void(Result<T>)> late = {}) {
-        enqueue<T>(std::move(what), budget, true, std::move(work), std::move(done),
+        enqueue<T>(std::move(what), budget, Lane::Call, std::move(work), std::move(done),
                    std::move(late));
     }
-    // A record (a run's state, its pid, a skipped fire time, a count, a prune): behind the calls,
-    // in order, its budget counted from when it begins.
+    // Runs' final records (a batch of endings, the pids of runs spawned): behind the calls, ahead
+    // of the other records, in order, its budget counted from when it begins.
+    template <typename T>
+    void final_record(std::string what, Millis budget, std::function<Result<T>(Ledger&)> work,
+                      std::function<void(Result<T>)> done) {
+        enqueue<T>(std::move(what), budget, Lane::FinalRecord, std::move(work), std::move(done),
+                   {});
+    }
+    // A record (skipped fire times, a count, a prune, a promotion): behind the calls and the final
+    // records, in order, its budget counted from when it begins.
     template <typename T>
     void record(std::string what, Millis budget, std::function<Result<T>(Ledger&)> work,
                 std::function<void(Result<T>)> done) {
-        enqueue<T>(std::move(what), budget, false, std::move(work), std::move(done), {});
+        enqueue<T>(std::move(what), budget, Lane::Record, std::move(work), std::move(done), {});
     }
 
     // Calls not yet answered (queued or running).
     std::size_t in_flight() const { return pending_.size(); }
     // At the end of lastcall's life: waits for every pending call's answer, each at most until
     // its own deadline and all at most until `until`; those still unanswered then are told
-    // "unknown". Runs done() (and their follow-up calls) as the answers come.
+    // "unknown", and so is every call their callers make on hearing it (a batch's next batch):
+    // nothing is left pending. Runs done() (and their follow-up calls) as the answers come.
     void settle(MonoTime until);
 
   private:
+    // The order calls run in (see the top of this file): a lower lane first.
+    enum class Lane { Call, FinalRecord, Record };
+
     template <typename T>
-    void enqueue(std::string what, Millis budget, bool urgent,
-                 std::function<Result<T>(Ledger&)> work, std::function<void(Result<T>)> done,
-                 std::function<void(Result<T>)> late) {
+    void enqueue(std::string what, Millis budget, Lane lane, std::function<Result<T>(Ledger&)> work,
+                 std::function<void(Result<T>)> done, std::function<void(Result<T>)> late) {
         // The thread fills the slot, then hands the job back under the mutex: the loop reads it
         // only after that hand-over.
         auto slot = std::make_shared<std::optional<Result<T>>>();
@@ -109,7 +125,7 @@ class LedgerWorker {
         auto job = std::make_shared<Job>();
         job->what = std::move(what);
         job->budget = budget;
-        job->urgent = urgent;
+        job->lane = lane;
         job->work = [slot, w = std::move(work)](Ledger& l) { slot->emplace(w(l)); };
         job->deliver = [slot, on_done] { (*on_done)(std::move(**slot)); };
         job->unknown = [on_done](const std::string& why) { (*on_done)(Result<T>(Error{why})); };
@@ -121,7 +137,7 @@ class LedgerWorker {
         std::uint64_t seq = 0;
         std::string what;
         Millis budget{0};
-        bool urgent = true;  // call(): ahead of records, its deadline from the call
+        Lane lane = Lane::Call;  // a call's deadline runs from the call, a record's from its start
         MonoTime deadline{};
         std::chrono::steady_clock::time_point thread_deadline{};
         std::function<void(Ledger&)> work;
@@ -154,7 +170,7 @@ class LedgerWorker {
     void on_answers();
     void on_deadline();
     void arm_deadline();
-    void abandon(const std::shared_ptr<Job>& job);
+    void abandon(const std::shared_ptr<Job>& job, const std::string& why);
     void answer(const std::shared_ptr<Job>& job);
 
     std::shared_ptr<Shared> shared_;

@@ -245,6 +245,9 @@ class JobScheduler final : public SupervisorComponent {
     // and recorded skipped, `queued`: its queued row (queued_id) finished; else a row of its own,
     // but only with a ledger of this machine's.
     void refuse_at_shutdown(std::size_t job, std::int64_t scheduled_at, bool queued);
+    void flush_skips();
+    void schedule_flush(bool out, bool& posted, void (JobScheduler::*flush)());
+    void say_unwritten() const;
     void on_leader_exit(Run& run, int status);
     void judge(Run& run, bool after_leftovers);
     void on_verify_exit(Run& run, int status);
@@ -299,6 +302,9 @@ class JobScheduler final : public SupervisorComponent {
     std::vector<std::pair<std::int64_t, std::int64_t>> pids_;  // runs spawned, pids to record
     bool pids_posted_ = false;
     bool pids_out_ = false;
+    std::vector<Ledger::Skip> skips_;  // fire times skipped, waiting for the batch in flight
+    bool skips_posted_ = false;
+    bool skips_out_ = false;
     // When the fire timer was armed, by both clocks: a fire time missed is told apart as a clock
     // step or suspend (the wall clock moved further than the monotonic one) or lastcall running
     // late (stopped, starved).
