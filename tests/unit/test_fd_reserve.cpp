@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <vector>
 
+#include "forked_child.hpp"
 #include "lastcall/core/fd.hpp"
 #include "lastcall/core/fd_reserve.hpp"
 #include "lastcall/core/read_file.hpp"
@@ -69,9 +70,9 @@ TEST_CASE(
     "at the descriptor limit the reserve lends only to short opens and takes each slot back at "
     "its close",
     "[fd_reserve]") {
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
+    pid_t pid = lastcall::test::fork_with_default_signals();
     if (pid == 0) ::_exit(at_the_limit());
+    REQUIRE(pid > 0);
     int status = 0;
     REQUIRE(::waitpid(pid, &status, 0) == pid);
     REQUIRE(WIFEXITED(status));

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <string>
 
+#include "forked_child.hpp"
 #include "lastcall/core/fd.hpp"
 #include "lastcall/process/process_tree.hpp"
 
@@ -72,8 +73,7 @@ TEST_CASE("a zombie leader whose thread runs is alive; once the thread ends it i
     int fds[2];
     REQUIRE(::pipe(fds) == 0);
     UniqueFd read_end(fds[0]), write_end(fds[1]);
-    pid_t child = ::fork();
-    REQUIRE(child >= 0);
+    pid_t child = lastcall::test::fork_with_default_signals();
     if (child == 0) {
         write_end.reset();
         int fd = read_end.get();
@@ -84,6 +84,7 @@ TEST_CASE("a zombie leader whose thread runs is alive; once the thread ends it i
         // frames would catch the unwinding and abort the whole process.
         ::syscall(SYS_exit, 0);
     }
+    REQUIRE(child > 0);
     read_end.reset();
     auto leader = wait_for_state(child, 'Z');
     REQUIRE(leader);

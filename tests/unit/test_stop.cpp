@@ -14,6 +14,7 @@
 #include <map>
 #include <set>
 
+#include "forked_child.hpp"
 #include "lastcall/core/clock.hpp"
 #include "lastcall/core/fd.hpp"
 #include "lastcall/process/process_ref.hpp"
@@ -387,12 +388,12 @@ TEST_CASE("a walk cut short at the budget is never taken for a settled tree") {
 
 TEST_CASE("a group held with SIGSTOP gets its SIGCONT at the thaw, not during the passes") {
     // A real process group: the hold's thaw is a real kill(-pgid, SIGCONT).
-    pid_t child = ::fork();
-    REQUIRE(child >= 0);
+    pid_t child = lastcall::test::fork_with_default_signals();
     if (child == 0) {
         ::setpgid(0, 0);
         for (;;) ::pause();
     }
+    REQUIRE(child > 0);
     ::setpgid(child, child);  // also from the parent: no race with the child's own call
     REQUIRE(::kill(-child, SIGSTOP) == 0);
     // The stop acts when the child next runs: wait for it to report the stop.
@@ -456,12 +457,12 @@ TEST_CASE("the birth line read now dates a process forked after it as born after
     REQUIRE(last_pid);
     auto line = read_birth_line(last_pid.get());
     REQUIRE(line);
-    pid_t child = ::fork();
-    REQUIRE(child >= 0);
+    pid_t child = lastcall::test::fork_with_default_signals();
     if (child == 0) {
         ::pause();
         ::_exit(0);
     }
+    REQUIRE(child > 0);
     auto info = read_proc_stat(child);
     ::kill(child, SIGKILL);
     ::waitpid(child, nullptr, 0);
@@ -479,8 +480,7 @@ TEST_CASE("a stop signal the process has not taken yet is pending; once taken it
     int ready[2], go[2];
     REQUIRE(::pipe(ready) == 0);
     REQUIRE(::pipe(go) == 0);
-    pid_t child = ::fork();
-    REQUIRE(child >= 0);
+    pid_t child = lastcall::test::fork_with_default_signals();
     if (child == 0) {
         sigset_t usr1;
         sigemptyset(&usr1);
@@ -493,6 +493,7 @@ TEST_CASE("a stop signal the process has not taken yet is pending; once taken it
         ::pause();
         ::_exit(0);
     }
+    REQUIRE(child > 0);
     ::close(ready[1]);
     ::close(go[0]);
     char c;
@@ -669,14 +670,16 @@ TEST_CASE("a pid is handed out again only in the cyclic interval of the namespac
 
 namespace {
 
-// A child that waits in pause() until a signal ends it.
+// A child that waits in pause() until a signal ends it. The child calls nothing else: the test
+// binary has threads (ledger workers), and a child forked while one of them held malloc's lock
+// deadlocked in the string a REQUIRE builds (the unit tests hung).
 pid_t paused_child() {
-    pid_t child = ::fork();
-    REQUIRE(child >= 0);
+    pid_t child = lastcall::test::fork_with_default_signals();
     if (child == 0) {
         ::pause();
         ::_exit(0);
     }
+    REQUIRE(child > 0);
     return child;
 }
 

@@ -13,6 +13,7 @@
 
 #include <vector>
 
+#include "forked_child.hpp"
 #include "lastcall/process/process_tree.hpp"
 
 using namespace lastcall;
@@ -24,8 +25,7 @@ namespace {
 void start_chain(int depth) {
     int ready[2];
     REQUIRE(::pipe2(ready, O_CLOEXEC) == 0);
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
+    pid_t pid = lastcall::test::fork_with_default_signals();
     if (pid == 0) {
         for (int level = 1; level < depth; ++level) {
             pid_t next = ::fork();
@@ -37,6 +37,7 @@ void start_chain(int depth) {
         (void)!::write(ready[1], "r", 1);
         for (;;) ::pause();
     }
+    REQUIRE(pid > 0);
     ::close(ready[1]);
     char c;
     REQUIRE(::read(ready[0], &c, 1) == 1);
@@ -65,8 +66,7 @@ TEST_CASE(
     constexpr int kDepth = 6;
     int result[2];
     REQUIRE(::pipe2(result, O_CLOEXEC) == 0);
-    pid_t walker = ::fork();
-    REQUIRE(walker >= 0);
+    pid_t walker = lastcall::test::fork_with_default_signals();
     if (walker == 0) {
         ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         start_chain(kDepth);
@@ -89,6 +89,7 @@ TEST_CASE(
         }
         ::_exit(0);
     }
+    REQUIRE(walker > 0);
     ::close(result[1]);
     int counts[2] = {-1, -1};
     REQUIRE(::read(result[0], counts, sizeof counts) == static_cast<ssize_t>(sizeof counts));
