@@ -253,8 +253,17 @@ void PostgresLedger::abandon(const std::string& why) {
     if (conn_) lib_->finish(conn_);
     conn_ = nullptr;
     last_failure_ = why;
-    backoff_ =
-        std::clamp(backoff_ * 2, std::chrono::milliseconds(500), std::chrono::milliseconds(8000));
+    // At most a third of the lease: after an outage the first replica back gives every run a
+    // fresh lease (expire_leases), and the run's owner must reach the ledger well within it to
+    // write what it owes. With 8 s between attempts and a 6 s lease, an owner whose attempt
+    // fell just before the database came back tried again only after the other replicas had
+    // expired its run: a run that completed during the outage was recorded interrupted (CI, three
+    // replicas under load).
+    auto most = std::chrono::milliseconds(8000);
+    if (identity_.lease_ms > 0)
+        most = std::clamp(std::chrono::milliseconds(identity_.lease_ms / 3),
+                          std::chrono::milliseconds(500), most);
+    backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(500), most);
     retry_at_ = std::chrono::steady_clock::now() + backoff_;
 }
 
