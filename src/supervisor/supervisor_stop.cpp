@@ -30,7 +30,7 @@ bool Supervisor::kill(pid_t target, int sig) {
 std::optional<pid_t> Supervisor::whole_group_target() const {
     // As PID 1 every process of the namespace is part of the tree; otherwise the main child's
     // process group, whose id cannot be reused while the main child is unreaped.
-    if (::getpid() == 1) return -1;
+    if (is_pid1()) return -1;
     if (main_pid_ > 0 && !main_status_) return -main_pid_;
     return std::nullopt;
 }
