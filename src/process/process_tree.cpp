@@ -244,7 +244,12 @@ std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& ou
                                      const std::function<void(const ProcInfo&)>& listed) {
     std::vector<ProcInfo> out;
     std::size_t reads = 0;
-    if (have_proc_children()) {
+    // As PID 1 of the namespace /proc shows, the listing below reads one file per process where
+    // the walk reads two (a process's children file, and each child's stat): the listing holds
+    // the namespace and little else (lastcall's tree, and what `docker exec` entered, which the
+    // parent map leaves out), where on the host it would read every process of the machine.
+    // A 10,000-process teardown with the /proc tracker: 60,000 -> 30,000 system calls a pass.
+    if (have_proc_children() && !(root == ::getpid() && proc_lists_own_namespace())) {
         // (pid, single-threaded, index in out): a single-threaded process's children are all in
         // its main thread's file, which saves listing its task directory (5 system calls of ~13
         // per process; 2,000 processes of a fork bomb are walked while the grace runs out). Not
@@ -298,6 +303,23 @@ std::vector<ProcInfo> descendants_of(pid_t root, const std::function<bool()>& ou
     if (listed)
         for (const auto& p : out) listed(p);
     return out;
+}
+
+bool proc_lists_own_namespace() {
+    // /proc/self names the reader as the mount's pid namespace numbers it: "1" for its PID 1
+    // only. lastcall as PID 1 under a /proc of another namespace (unshare without --mount-proc)
+    // sees the host's processes there, not its own.
+    static const bool own = [] {
+        if (::getpid() != 1) return false;
+        char buf[16];
+        ssize_t n = ::readlink("/proc/self", buf, sizeof buf);
+        return n == 1 && buf[0] == '1';
+    }();
+    return own;
+}
+
+std::size_t namespace_process_count() {
+    return proc_lists_own_namespace() ? numeric_entries("/proc").size() : 0;
 }
 
 std::vector<ProcInfo> namespace_descendants_outside(const std::vector<pid_t>& listed) {

@@ -62,8 +62,8 @@ ProcessRecord& ProcessBook::observe(const ProcInfo& info) {
     // seconds per read behind a preempted forker (6.6 s of a 2 s grace). Only a process asleep
     // or stopped is read (it holds no lock to wait on in practice); one that is running or in
     // D state is recorded by its comm alone.
-    if (info.state == 'S' || info.state == 'T' || info.state == 't' || info.state == 'I')
-        r.cmdline = read_cmdline(info.pid);
+    bool asleep = info.state == 'S' || info.state == 'T' || info.state == 't' || info.state == 'I';
+    if (command_lines_ && asleep) r.cmdline = read_cmdline(info.pid);
     r.pgid = info.pgid;
     r.is_main = info.pid == main_pid_;
     r.unit = r.is_main ? "main" : labeller_ ? labeller_(info) : "";

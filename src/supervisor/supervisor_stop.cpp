@@ -55,6 +55,10 @@ std::vector<ProcInfo> Supervisor::descendants_outside(const std::vector<pid_t>& 
     return namespace_descendants_outside(listed);
 }
 
+std::size_t Supervisor::namespace_processes() const {
+    return namespace_process_count();
+}
+
 UniqueFd Supervisor::open_last_pid() {
     return open_ns_last_pid();
 }

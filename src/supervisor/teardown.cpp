@@ -146,10 +146,24 @@ bool Teardown::bulk_stop_fits() {
     // the main command's: a service's, a job run's or a helper's claims are told by session and
     // parent, which the bulk listing does not read. The namespace's last pid must be readable
     // (the identities below rest on it).
-    if (stop_scope_ != Scope::Tree || !host_.is_pid1() || !host_.tracker().freezes()) return false;
+    if (stop_scope_ != Scope::Tree || !host_.is_pid1()) return false;
     if (units_.size() != (host_.main_pid() > 0 ? 1U : 0U) || units_.last_pid() <= 0) return false;
-    auto pids = host_.tracker().listed_pids();
-    return pids && pids->size() >= kBulkStopMembers;
+    bool fits = false;
+    if (host_.tracker().freezes()) {
+        auto pids = host_.tracker().listed_pids();
+        fits = pids && pids->size() >= kBulkStopMembers;
+    } else {
+        fits = host_.namespace_processes() >= kBulkStopMembers;
+    }
+    // Each new member's record without its command line: the report itemises a big tree's
+    // members by pid (and, read from /proc, name) and how each ended.
+    if (fits) book_.skip_command_lines();
+    return fits;
+}
+
+bool Teardown::signalled_and_unchanged(const ProcessRecord& r) const {
+    return r.stop_signal && !r.status &&
+           !pid_handed_out_between(r.pid, bulk_listed_after_, listed_after_);
 }
 
 // The whole tree's stop as tini -g and catatonit -g stop it, one signal per member and no /proc
@@ -176,11 +190,11 @@ bool Teardown::bulk_stop_fits() {
 //    ended, without its name and command line (reading them is the cost saved).
 std::vector<ProcInfo> Teardown::bulk_members() {
     if (bulk_listed_after_ == 0) bulk_listed_after_ = listed_after_;
+    if (!host_.tracker().freezes()) return namespace_members();
     auto pids = host_.tracker().listed_pids().value_or(std::vector<pid_t>{});
     // A member signalled from an earlier listing and still the same process: nothing to read.
     auto signalled_unread = [&](const ProcessRecord& r) {
-        return r.stop_signal && r.start == 0 && !r.status &&
-               !pid_handed_out_between(r.pid, bulk_listed_after_, listed_after_);
+        return r.start == 0 && signalled_and_unchanged(r);
     };
     pid_t line = units_.birth_line() ? units_.birth_line()->last_pid : 0;
     std::vector<ProcInfo> out;
@@ -201,6 +215,22 @@ std::vector<ProcInfo> Teardown::bulk_members() {
         if (signalled_unread(r)) known.push_back(r.pid);
     for (auto& p : host_.descendants_outside(known)) out.push_back(std::move(p));
     return out;
+}
+
+// The /proc tracker as PID 1 of the namespace /proc shows: the passes read each process of the
+// namespace once, from one listing of /proc (namespace_descendants_outside), where the walk read
+// two files per process per pass (its children file and each child's stat) and a second pass read
+// them all again to find nobody new. A process that had its stop signal in an earlier pass and
+// whose pid was not handed out since is still that process (pids are handed out in increasing
+// order: signal_listed), so it is passed over unread, and its children are still found through
+// it. Unlike the cgroup listing, every member is read, so its state is known: a running member
+// gets no SIGCONT, and a process entered from outside (`docker exec`, parent 0 here) and its
+// children are no members. The main child, signalled before the first pass, is such a record.
+std::vector<ProcInfo> Teardown::namespace_members() {
+    std::vector<pid_t> known;
+    for (const auto& r : book_.records())
+        if (signalled_and_unchanged(r)) known.push_back(r.pid);
+    return host_.descendants_outside(known);
 }
 
 void Teardown::state_changed(State from, State to, Event why) {

@@ -72,6 +72,9 @@ class TeardownHost {
     virtual bool is_pid1() const = 0;
     // As PID 1: lastcall's live descendants not among `listed` (namespace_descendants_outside).
     virtual std::vector<ProcInfo> descendants_outside(const std::vector<pid_t>& listed) = 0;
+    // How many processes /proc lists where it lists lastcall's own namespace, else 0
+    // (namespace_process_count).
+    virtual std::size_t namespace_processes() const = 0;
     // The namespace's last pid handed out (/proc/sys/kernel/ns_last_pid), for the birth line.
     virtual UniqueFd open_last_pid() = 0;
     // Intake has closed: from here on every exit wakes the loop and the tree's events are
@@ -142,14 +145,20 @@ class Teardown final : public ShutdownActions {
     // The root unit's members for a pass: the bulk listing when the pass runs on it, else the
     // tracker's enumeration; listed_after_ is read just before either.
     std::vector<ProcInfo> root_members(const Unit::OutOfTime& out_of_time);
-    // Whether the whole tree's stop may run on the bulk listing (see the .cpp): the cgroup
-    // tracker as PID 1, no unit but the main one, a tree of kBulkStopMembers or more. Decided
-    // once, at the root's stop.
+    // Whether the whole tree's stop may run on the bulk listing (see the .cpp): PID 1 (for the
+    // /proc tracker, of the namespace /proc shows), no unit but the main one, a tree of
+    // kBulkStopMembers or more. Decided once, at the root's stop.
     bool bulk_stop_fits();
-    // The instance's pids from cgroup.procs as members without a /proc read, where that is
-    // exact; the descendants outside the cgroups, the main child and whoever was born after
-    // the birth line read from /proc as before.
+    // The cgroup tracker's: the instance's pids from cgroup.procs as members without a /proc
+    // read, where that is exact; the descendants outside the cgroups, the main child and
+    // whoever was born after the birth line read from /proc as before.
     std::vector<ProcInfo> bulk_members();
+    // The /proc tracker's: one read of each process of the namespace that was not signalled
+    // already (namespace_members in the .cpp).
+    std::vector<ProcInfo> namespace_members();
+    // A record of a process signalled during this stop whose pid was not handed out since the
+    // first bulk listing: the pid still names that process, which needs no read.
+    bool signalled_and_unchanged(const ProcessRecord& r) const;
     // A round the budget cut goes on in a later turn of the loop.
     void after_root_round();
     // Holds the tree still for the stop passes: the cgroup freezer, or (the /proc tracker, a
