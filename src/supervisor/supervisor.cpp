@@ -144,6 +144,19 @@ int Supervisor::run_guarded() {
 Status Supervisor::set_up() {
     // Its descriptor limit raised, its OOM score lowered, before the first unit: see limits.hpp.
     (void)protect_self();
+    // Descriptors held back for the stop path and the report, for the whole run, taken before
+    // anything else of the set-up (the tracker's, the loop's) and before any unit starts (a
+    // service's pipes and pidfds): lent to their short opens (a pidfd and the /proc read that
+    // checks it, cgroup.procs, cgroup.kill, the report's directory and temporary file), taken
+    // back at the next (core/fd_reserve.hpp). Taken first, they are there for the report of a
+    // set-up refused at the limit too (at RLIMIT_NOFILE 8, its directory could not be opened).
+    fd_reserve_hold(kStopReserveFds);
+    // Without them, a stop at the limit could not be carried out: refused now, before anything
+    // runs, rather than a tree left behind at the end.
+    if (fd_reserve_held() < kStopReserveFds)
+        return sys_error("hold " + std::to_string(kStopReserveFds) +
+                             " descriptors in reserve for the stop and the report",
+                         EMFILE);
     if (::getpid() == 1) {
         spdlog::debug("running as PID 1: orphans of the whole namespace are reaped here");
     } else if (auto st = become_subreaper(); !st) {
@@ -188,17 +201,6 @@ Status Supervisor::set_up() {
     UniqueFd last_pid_fd = open_ns_last_pid();
     if (!last_pid_fd) last_pid_fd.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     units_.set_last_pid_source(std::move(last_pid_fd));
-    // Descriptors held back for the stop path and the report, for the whole run, taken before any
-    // unit starts (a service's pipes and pidfds): lent to their short opens (a pidfd and the /proc
-    // read that checks it, cgroup.procs, cgroup.kill, the report's directory and temporary file),
-    // taken back at the next (core/fd_reserve.hpp).
-    fd_reserve_hold(kStopReserveFds);
-    // Without them, a stop at the limit could not be carried out: refused now, before anything
-    // runs, rather than a tree left behind at the end.
-    if (fd_reserve_held() < kStopReserveFds)
-        return sys_error("hold " + std::to_string(kStopReserveFds) +
-                             " descriptors in reserve for the stop and the report",
-                         EMFILE);
     // The tree's events (cgroup.events) are watched from the start of the shutdown only: while
     // Running nothing acts on them, and the notification that the cgroup became populated woke
     // the loop once on every start.
