@@ -54,6 +54,20 @@ class Ports(LastcallTestCase):
                          {"web": "7000", "css": "7100", "worker": "7200"})
 
 
+    def test_a_port_that_is_not_a_port_is_an_error_naming_where_it_came_from(self):
+        self.write_file("Procfile", self.PROCFILE)
+        self.write_file("dev.env", "PORT=x\n")
+        for args, env, said in ((["-e", "dev.env"], self.env,
+                                 "lastcall up: dev.env: PORT 'x' is not a port (1-65535)"),
+                                ([], dict(self.env, PORT="abc"),
+                                 "lastcall up: the environment's PORT 'abc' is not a port "
+                                 "(1-65535)")):
+            with self.subTest(said=said):
+                r = subprocess.run([LASTCALL, "up", *args], cwd=self.dir, env=env,
+                                   capture_output=True, text=True, timeout=30)
+                self.assertEqual((r.returncode, r.stderr), (2, said + "\n"))
+
+
 class StatusOfUp(LastcallTestCase):
     def test_status_names_the_instance_and_the_procfile_of_each_lastcall_up(self):
         runtime = os.path.join(self.dir, "runtime")
