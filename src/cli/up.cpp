@@ -47,16 +47,18 @@ Result<std::vector<ServiceSpec>> procfile_services(const std::vector<ProcfileEnt
     return out;
 }
 
-Result<int> procfile_base_port(std::optional<int> flag, const std::vector<std::string>& dotenv) {
+Result<int> procfile_base_port(std::optional<int> flag, const std::vector<std::string>& dotenv,
+                               const std::string& dotenv_path) {
     if (flag) return *flag;
     std::string from, value;
     for (const auto& kv : dotenv)
-        if (kv.rfind("PORT=", 0) == 0) from = ".env", value = kv.substr(5);
+        if (kv.rfind("PORT=", 0) == 0) from = dotenv_path + ": ", value = kv.substr(5);
     if (from.empty())
-        if (const char* env = std::getenv("PORT"); env && *env) from = "PORT", value = env;
+        if (const char* env = std::getenv("PORT"); env && *env)
+            from = "the environment's ", value = env;
     if (from.empty()) return 5000;
     auto port = parse_port(value);
-    if (!port) return Error{from + ": PORT '" + value + "' is not a port (1-65535)"};
+    if (!port) return Error{from + "PORT '" + value + "' is not a port (1-65535)"};
     return *port;
 }
 
@@ -82,7 +84,7 @@ PreparedUp prepare_up(const std::vector<std::string>& args) {
         if (!env) return fail(env.error());
         mo.extra_env = *env;
     }
-    auto base_port = procfile_base_port(up.port, mo.extra_env);
+    auto base_port = procfile_base_port(up.port, mo.extra_env, up.env_file);
     if (!base_port) return fail(base_port.error());
     auto specs = procfile_services(*entries, up.procfile, up.only, up.except, *base_port);
     if (!specs) return fail(specs.error());

@@ -51,7 +51,10 @@ namespace {
 // What earlier lines of a crontab say about the entries after them.
 struct CrontabContext {
     std::vector<std::string> env;
-    std::string cron_tz;    // a CRON_TZ= line applies to the entries after it
+    std::string cron_tz;  // a CRON_TZ= line applies to the entries after it
+    // A SHELL= line is the shell of the entries after it, as cron's is: a crontab written for
+    // bash (`SHELL=/bin/bash` above `[[ ... ]]` or `source`) must not run under dash instead.
+    std::string shell = "/bin/sh";
     std::string next_name;  // a "# name: NAME" comment names the entry right after it
     // cron and supercronic never run an interrupted line again at the next start: neither does
     // lastcall, unless a "# on_interrupted: POLICY" comment on the line before asks for it.
@@ -113,7 +116,8 @@ void split_words(CrontabLine& line) {
 // a quoted zone had been an entry's error, or a zone named with its quotes). An environment
 // assignment for the entries that follow, CRON_TZ included, as both give it; CRON_TZ also sets
 // their zone, checked here so that a bad zone is this line's error and not each entry's. TZ is
-// only the commands' (the fire times are CRON_TZ's, as in cronie). false: the line is an entry.
+// only the commands' (the fire times are CRON_TZ's, as in cronie). SHELL is also the entries'
+// shell. false: the line is an entry.
 Result<bool> take_assignment(const CrontabLine& line, const std::string& path,
                              CrontabContext& ctx) {
     const std::string& text = line.text;
@@ -134,6 +138,8 @@ Result<bool> take_assignment(const CrontabLine& line, const std::string& path,
                       zone.error().message + " (in '" + line.text + "')");
         ctx.cron_tz = value;
     }
+    // Empty: the default shell again, as `CRON_TZ=` alone is the local zone again.
+    if (name == "SHELL") ctx.shell = value.empty() ? "/bin/sh" : value;
     // A later line for the same name replaces the value, as in cron's environment.
     std::erase_if(ctx.env, [&](const std::string& e) { return e.starts_with(name + "="); });
     ctx.env.push_back(name + "=" + value);
@@ -185,7 +191,7 @@ Result<JobSpec> crontab_entry(const CrontabLine& line, const std::string& path,
                       job.name + " is already the name of " + other.origin +
                           " (the same schedule and command twice? name one with '# name:')");
     job.schedule = std::move(*schedule);
-    job.command = {"/bin/sh", "-c", command};
+    job.command = {ctx.shell, "-c", command};
     job.env = ctx.env;
     return job;
 }

@@ -112,22 +112,29 @@ bool ServiceManager::apply(Service& s, ServiceEvent e) {
 // Every service ended for good, and nothing else is supervised (end_when_idle): an init with
 // nothing left to run ends, so that a container is restarted instead of looking alive (foreman
 // ends when a process does). The request is queued (UnitHost), not handled inside apply().
+// A service that ended for good on a non-zero code failed as much as one past its restart limit:
+// a lone `restart = "no"` service that exited 4 ended the run with 0, and a container's
+// on-failure restart policy never restarted it.
 void ServiceManager::end_if_idle() {
     if (!opts_.end_when_idle || shutting_down_ || idle_ended_) return;
     std::string failed;
     for (const auto& s : services_) {
         if (s.state != ServiceState::Exited && s.state != ServiceState::Failed) return;
-        if (s.state == ServiceState::Failed) failed += (failed.empty() ? "" : ", ") + s.spec.name;
+        std::string why;
+        if (s.state == ServiceState::Failed)
+            why = "failed";
+        else if (s.last_status && exit_code_of(*s.last_status) != 0)
+            why = describe_wait_status(*s.last_status);
+        if (!why.empty()) failed += (failed.empty() ? "" : ", ") + s.spec.name + " " + why;
     }
     idle_ended_ = true;
     if (failed.empty())
         spdlog::info("every service has ended: nothing left to supervise, exiting");
     else
-        spdlog::error("every service has ended ({} failed): nothing left to supervise, exiting 1",
-                      failed);
-    host_->request_shutdown(failed.empty() ? 0 : 1,
-                            failed.empty() ? "every service has ended"
-                                           : "every service has ended (" + failed + " failed)");
+        spdlog::error("every service has ended ({}): nothing left to supervise, exiting 1", failed);
+    host_->request_shutdown(
+        failed.empty() ? 0 : 1,
+        failed.empty() ? "every service has ended" : "every service has ended (" + failed + ")");
 }
 
 // In slices of the loop: at most kStartsPerSlice starts, then the rest on a later turn, after the

@@ -19,11 +19,11 @@ class Ports(LastcallTestCase):
                 'css: echo "css $PORT" > "$EVENTS"; exec sleep 1000\n'
                 'worker: echo "worker $PORT" > "$EVENTS"; exec sleep 1000\n')
 
-    def ports(self, args=(), dotenv=None, count=3):
+    def ports(self, args=(), dotenv=None, count=3, env=None):
         self.write_file("Procfile", self.PROCFILE)
         if dotenv is not None:
             self.write_file(".env", dotenv)
-        proc = subprocess.Popen([LASTCALL, "up", *args], cwd=self.dir, env=self.env,
+        proc = subprocess.Popen([LASTCALL, "up", *args], cwd=self.dir, env=env or self.env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             got = dict(self.fifo.readline().split() for _ in range(count))
@@ -47,6 +47,26 @@ class Ports(LastcallTestCase):
         self.assertEqual(self.ports(dotenv="PORT=7000\n"),
                          {"web": "7000", "css": "7100", "worker": "7200"})
 
+    def test_the_environments_port_is_the_base_below_the_env_file_as_with_foreman(self):
+        env = dict(self.env, PORT="8000")
+        self.assertEqual(self.ports(env=env), {"web": "8000", "css": "8100", "worker": "8200"})
+        self.assertEqual(self.ports(dotenv="PORT=7000\n", env=env),
+                         {"web": "7000", "css": "7100", "worker": "7200"})
+
+
+    def test_a_port_that_is_not_a_port_is_an_error_naming_where_it_came_from(self):
+        self.write_file("Procfile", self.PROCFILE)
+        self.write_file("dev.env", "PORT=x\n")
+        for args, env, said in ((["-e", "dev.env"], self.env,
+                                 "lastcall up: dev.env: PORT 'x' is not a port (1-65535)"),
+                                ([], dict(self.env, PORT="abc"),
+                                 "lastcall up: the environment's PORT 'abc' is not a port "
+                                 "(1-65535)")):
+            with self.subTest(said=said):
+                r = subprocess.run([LASTCALL, "up", *args], cwd=self.dir, env=env,
+                                   capture_output=True, text=True, timeout=30)
+                self.assertEqual((r.returncode, r.stderr), (2, said + "\n"))
+
 
 class StatusOfUp(LastcallTestCase):
     def test_status_names_the_instance_and_the_procfile_of_each_lastcall_up(self):
@@ -63,6 +83,13 @@ class StatusOfUp(LastcallTestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertRegex(r.stdout, rf"lastcall pid {proc.pid}, instance {proc.pid}-[0-9a-f]+, "
                                        rf"config {os.path.realpath(procfile)}")
+            # The file itself has the lines docs/services.md documents.
+            [status] = glob.glob(os.path.join(runtime, "lastcall", "*.status"))
+            with open(status) as f:
+                head = f.read().splitlines()[:4]
+            self.assertEqual(head[:2], ["lastcall-status 1", f"lastcall {proc.pid}"])
+            self.assertRegex(head[2], rf"^instance {proc.pid}-[0-9a-f]{{16}}$")
+            self.assertEqual(head[3], f"config {os.path.realpath(procfile)}")
             # Selected by the Procfile, as `lastcall status FILE` selects a config.
             r = subprocess.run([LASTCALL, "status", procfile], env=env, capture_output=True,
                                text=True, timeout=30)
@@ -89,6 +116,21 @@ restart_limit = { burst = 2, interval = "1h" }
         failed = log.wait_for("service flaky: failed")
         ended = log.wait_for("nothing left to supervise")
         self.assertLess(failed, ended, "\n".join(log.lines))
+
+    def test_services_alone_end_with_code_1_when_one_ended_for_good_on_a_non_zero_code(self):
+        # restart = "no": it ends for good at its first exit; exit 4 is a failure all the same
+        # (a container's on-failure restart policy must see one). The one that exited 0 is not.
+        cfg = self.write_file("lastcall.toml", '[services.migrate]\ncommand = "exit 4"\n'
+                                               'restart = "no"\n\n[services.seed]\n'
+                                               'command = "exit 0"\nrestart = "no"\n')
+        report = os.path.join(self.dir, "report.json")
+        log = LogReader(["--config", cfg, "--report", report], self.env)
+        self.assertEqual(log.finish(timeout=60), 1, "\n".join(log.lines))
+        log.wait_for("every service has ended (migrate exited with code 4): nothing left to "
+                     "supervise, exiting 1")
+        with open(report) as f:
+            self.assertEqual(json.load(f)["trigger"]["reason"],
+                             "every service has ended (migrate exited with code 4)")
 
     def test_stay_keeps_lastcall_running_after_every_service_has_ended(self):
         cfg = self.write_file("lastcall.toml", self.CONFIG)
@@ -244,6 +286,21 @@ class ReportOfUp(LastcallTestCase):
         self.assertRegex(r.stdout, r"PID\s+UNIT\s+COMMAND")
         self.assertRegex(r.stdout, r"\d+\s+service web\s+sleep\s+SIGTERM")
 
+    def test_the_report_says_a_service_lastcall_stopped_ended_on_its_stop_signal(self):
+        self.write_file("Procfile", CtrlCOutput.WEB)
+        report = os.path.join(self.dir, "report.json")
+        proc = subprocess.Popen([LASTCALL, "up", "--report", report], cwd=self.dir, env=self.env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.assertEqual(self.fifo.readline(), "web up")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 0, err)
+        r = subprocess.run([LASTCALL, "report", report], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"\n  web +stopped +1 +0 +143 +on its stop signal\n")
+        self.assertNotIn("by itself", r.stdout)
+
     def test_the_report_tells_the_main_command_from_a_service(self):
         cfg = self.write_file("lastcall.toml",
                               '[services.db]\ncommand = \'echo db > "$EVENTS"; exec sleep 1000\'\n')
@@ -259,3 +316,31 @@ class ReportOfUp(LastcallTestCase):
         with open(report) as f:
             data = json.load(f)
         self.assertCountEqual([p["unit"] for p in data["processes"]], ["main", "service db"])
+
+
+class SummaryLine(LastcallTestCase):
+    """Item 8: the shutdown's one line at the default level counts in words that read right."""
+
+    def test_the_summary_line_says_1_process_in_the_singular(self):
+        run = self.start(["--", "sh", "-c", 'echo up > "$EVENTS"; exec sleep 1000'], quiet=True)
+        self.assertEqual(self.fifo.readline(), "up")
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 143, run.output())
+        self.assertIn(", 1 process in the final tree, 1 sent the stop signal, 1 reaped in all, ",
+                      run.output())
+
+    def test_the_summary_line_says_how_many_processes_were_sigkilled_before_their_pids(self):
+        # Both ignore SIGTERM (the sleep inherits the ignored disposition): the grace ends in
+        # SIGKILL to the two of them.
+        run = self.start(["--grace", "300ms", "--", "sh", "-c",
+                          'trap "" TERM; sleep 1000 & echo "$$ $!" > "$EVENTS"; wait'],
+                         quiet=True)
+        shell, sleep = self.fifo.readline().split()
+        run.signal(signal.SIGTERM)
+        self.assertEqual(run.wait(), 137, run.output())
+        self.assertRegex(run.output(),
+                         r"shutdown forced: exit code 137, 2 processes in the final tree, 2 sent "
+                         r"the stop signal, 2 reaped in all, SIGKILL to 2 processes "
+                         rf"\(pid ({shell}, {sleep}|{sleep}, {shell})\), ")
+        self.assertNoLeftovers()
+

@@ -224,7 +224,8 @@ class DrainSequence(LastcallTestCase):
             self.assertEqual(f.read(), "ran\n")
         self.assertIn("pre-stop: hook-output", run.output())
 
-    def test_a_failing_pre_stop_hook_is_a_warning_with_its_last_line(self):
+    def test_a_pre_stop_hooks_output_is_shown_at_the_default_level_and_its_failure_is_a_warning(
+            self):
         # Without -v the hook's output is shown (as systemd shows ExecStop's), and its failure
         # is a warning with its last line.
         run = self.start(["--pre-stop", "echo working; echo 'lb: connection refused' >&2; exit 3",

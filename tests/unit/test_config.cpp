@@ -177,6 +177,7 @@ TEST_CASE("a crontab line that fits no form is an error naming the file, the lin
     // but a value lastcall cannot take: an error of that reading, never a shorter one.
     const std::pair<const char*, const char*> table[] = {
         {"* foo ", "expected a schedule and a command (in '* foo')"},
+        {"FOO", "expected a schedule and a command (in 'FOO')"},
         {"* some * * *  more", "hour field: 'some' is not a number (in '* some * * *  more')"},
         {"* some * * *  ", "expected a schedule and a command (in '* some * * *')"},
         {"0 0 12 * * 5L * cmd arg", "day-of-week field: '5L'"},
@@ -228,6 +229,28 @@ TEST_CASE(
     REQUIRE(c->size() == 1);
     CHECK((*c)[0].env ==
           std::vector<std::string>{"GREETING=hello world", "QUOTED=a b ", "SINGLE=x", "EMPTY="});
+}
+
+TEST_CASE("a crontab's SHELL line is the shell of the entries after it, as cron's is",
+          "[config][cron]") {
+    // supercronic's own example (crontab_test.go), then an empty SHELL: the default again.
+    const char* tab =
+        "* * * * * foo\nSHELL=some\n1 1 1 1 1 bar\nKEY=VAL\nSHELL = \"/bin/bash\"\n"
+        "* * * * * baz\nSHELL=\n* * * * * qux\n";
+    auto jobs = parse_crontab(tab, "tab");
+    REQUIRE(jobs);
+    std::vector<std::vector<std::string>> commands;
+    std::vector<std::string> baz_env;
+    for (const JobSpec& job : *jobs) {
+        commands.push_back(job.command);
+        if (job.command.back() == "baz") baz_env = job.env;
+    }
+    using Argv = std::vector<std::string>;
+    CHECK(commands == std::vector<Argv>{Argv{"/bin/sh", "-c", "foo"}, Argv{"some", "-c", "bar"},
+                                        Argv{"/bin/bash", "-c", "baz"},
+                                        Argv{"/bin/sh", "-c", "qux"}});
+    // It is in their environment too, as cron sets it.
+    CHECK(baz_env == Argv{"KEY=VAL", "SHELL=/bin/bash"});
 }
 
 TEST_CASE(

@@ -24,8 +24,10 @@ Result<std::vector<ServiceSpec>> procfile_services(const std::vector<ProcfileEnt
                                                    const std::vector<std::string>& except,
                                                    int base_port = 5000);
 // foreman's base port: --port, else PORT from the .env file (its last), else PORT from
-// lastcall's environment, else 5000. An unusable value is an error naming where it came from.
-Result<int> procfile_base_port(std::optional<int> flag, const std::vector<std::string>& dotenv);
+// lastcall's environment, else 5000. An unusable value is an error naming where it came from
+// (`dotenv_path`, the file `dotenv` was read from, or the environment).
+Result<int> procfile_base_port(std::optional<int> flag, const std::vector<std::string>& dotenv,
+                               const std::string& dotenv_path);
 
 // What `lastcall up` runs: lastcall's own options (the global ones, given before or after `up`),
 // the Procfile's processes as services, and how their manager shows them. main() runs it as it

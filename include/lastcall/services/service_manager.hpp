@@ -54,7 +54,8 @@ struct ServiceManagerOptions {
     std::string config_path;             // named in it (absolute), for `status FILE`
     std::vector<std::string> extra_env;  // "K=V" for every service, below its own env (.env)
     // Nothing else is supervised (no main command, no job, no --stay): once every service has
-    // ended for good, the run ends too (1 if one failed), instead of an init that does nothing.
+    // ended for good, the run ends too (1 if one failed or exited non-zero), instead of an init
+    // that does nothing.
     bool end_when_idle = false;
 };
 
