@@ -140,13 +140,15 @@ void JobScheduler::note_missed(const JobState& job, const std::vector<std::int64
 void JobScheduler::record_missed(std::vector<Ledger::Skip> rows) {
     if (rows.empty()) return;
     std::size_t count = rows.size();
+    auto batch = std::make_shared<const std::vector<Ledger::Skip>>(std::move(rows));
     ledger_->record<std::size_t>(
         "record " + std::to_string(count) + " missed fire time(s)", call_budget(),
-        [rows = std::move(rows)](Ledger& l) { return l.add_skipped_all(rows); },
-        [this, count](Result<std::size_t> n) {
+        [batch](Ledger& l) { return l.add_skipped_all(*batch); },
+        [this, count, batch](Result<std::size_t> n) {
             if (!n) {
                 spdlog::error("{} missed fire time(s) not recorded: {}", count, n.error().message);
-                note_unwritten_row("(missed fire times)", RunState::Skipped, n.error().message);
+                for (const auto& s : *batch)
+                    note_unwritten_row(s.job, RunState::Skipped, n.error().message, s.scheduled_at);
             } else {
                 spdlog::info("{} missed fire time(s) recorded skipped", *n);
             }
@@ -184,7 +186,7 @@ void JobScheduler::flush_skips() {
             }
             for (const auto& s : *batch) {
                 if (!n)
-                    note_unwritten_row(s.job, RunState::Skipped, n.error().message);
+                    note_unwritten_row(s.job, RunState::Skipped, n.error().message, s.scheduled_at);
                 else
                     spdlog::info("job {}: run at {} skipped: {}", s.job, iso_utc(s.scheduled_at),
                                  s.reason);
@@ -251,7 +253,8 @@ void JobScheduler::queue_run(std::size_t j, std::int64_t scheduled_at) {
             if (!id) {
                 spdlog::error("job {}: run at {} not queued, its record failed: {}", job.spec.name,
                               iso_utc(scheduled_at), id.error().message);
-                note_unwritten_row(job.spec.name, RunState::Scheduled, id.error().message);
+                note_unwritten_row(job.spec.name, RunState::Scheduled, id.error().message,
+                                   scheduled_at);
                 return;
             }
             job.queued_id = *id;
@@ -289,13 +292,17 @@ void JobScheduler::claim(std::vector<Due> due) {
     bool one_machine = !facts().shared();
     std::vector<std::string> names;
     for (const auto& r : requests) names.push_back(r.job);
+    // What the claim did, one entry per request once it ran: written by the claim and read by the
+    // record that follows an unknown answer (on_claimed), both on the worker's thread, one after
+    // the other; the loop never reads it.
+    auto did = std::make_shared<std::vector<Result<Claim>>>();
     std::string what = requests.size() == 1
                            ? "claim the run of job " + requests.front().job + " at " +
                                  iso_utc(requests.front().scheduled_at)
                            : "claim " + std::to_string(requests.size()) + " fire times";
     ledger_->call<std::vector<Claimed>>(
         what, call_budget(),
-        [requests, one_machine](Ledger& l) mutable -> Result<std::vector<Claimed>> {
+        [requests, one_machine, did](Ledger& l) mutable -> Result<std::vector<Claimed>> {
             std::vector<Claimed> out(requests.size());
             // One machine: interrupted runs released by `lastcall runs release` while lastcall
             // runs are retried by the job's next fire time, so that the next start does not
@@ -317,30 +324,42 @@ void JobScheduler::claim(std::vector<Due> due) {
                 }
             }
             auto claims = l.claim_all(requests);
+            *did = claims;
             for (std::size_t i = 0; i < requests.size(); ++i) {
                 out[i].claim = std::move(claims[i]);
                 out[i].retry_of = requests[i].retry_of;
             }
             return out;
         },
-        [this, asked](Result<std::vector<Claimed>> answer) { on_claimed(*asked, answer); },
-        // The answer came after the loop had called it unknown: a fire time this replica won is
-        // recorded as not run (its retry follows the job's policy), never left `started` with
-        // nobody running it.
-        [this, names](Result<std::vector<Claimed>> late) {
-            if (!late) return;
-            for (std::size_t i = 0; i < late->size() && i < names.size(); ++i) {
-                const auto& c = (*late)[i];
-                if (!c.claim || c.claim->outcome != Claim::Outcome::Started) continue;
-                spdlog::warn("job {}: run {} was claimed after the claim's deadline: not started",
-                             names[i], c.claim->id);
-                finish_record(c.claim->id, names[i], RunState::Interrupted, {},
-                              "not started: its claim was answered after the claim's deadline", {});
-            }
-        });
+        [this, asked, did](Result<std::vector<Claimed>> answer) {
+            on_claimed(*asked, answer, did);
+        },
+        // One machine: nothing. The record that followed the unknown answer ran after the claim,
+        // on the worker, and wrote what became of each fire time (record_unstarted); a second
+        // record here gave a fire time two rows (`skipped`, then `interrupted`).
+        // A shared ledger: a fire time this replica won after all is recorded as not run (its
+        // retry follows the job's policy), never left `started` with nobody running it; and it is
+        // not counted as one the ledger could not be asked to claim.
+        one_machine ? std::function<void(Result<std::vector<Claimed>>)>()
+                    : [this, names](Result<std::vector<Claimed>> late) {
+                          if (!late) return;
+                          for (std::size_t i = 0; i < late->size() && i < names.size(); ++i) {
+                              const auto& c = (*late)[i];
+                              if (!c.claim) continue;
+                              if (unclaimed_ > 0) --unclaimed_;
+                              if (c.claim->outcome != Claim::Outcome::Started) continue;
+                              spdlog::warn(
+                                  "job {}: run {} was claimed after the claim's deadline: not "
+                                  "started",
+                                  names[i], c.claim->id);
+                              finish_record(c.claim->id, names[i], RunState::Interrupted, {},
+                                            kClaimedLate, {});
+                          }
+                      });
 }
 
-void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Claimed>>& answer) {
+void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Claimed>>& answer,
+                              const std::shared_ptr<std::vector<Result<Claim>>>& did) {
     for (std::size_t i = 0; i < asked.size(); ++i) {
         Asked& a = asked[i];
         auto& job = jobs_[a.due.job];
@@ -364,18 +383,18 @@ void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Clai
                 ++unclaimed_;
                 continue;
             }
-            // One machine: the fire time's row says why nothing ran.
+            // One machine: the fire time's row says why nothing ran. The claim may have landed
+            // after all (its answer only came too late): what the ledger holds is decided on
+            // the worker, behind the claim (record_unstarted), so the fire time has one row.
             std::string name = spec.name;
             std::int64_t at = a.due.scheduled_at;
-            ledger_->record<std::int64_t>(
-                "record the unstarted run of job " + name, call_budget(),
-                [name, at, why](Ledger& l) {
-                    return l.add(name, at, RunState::Skipped,
-                                 "not started: `started` could not be recorded: " + why);
+            ledger_->follow_up<Unstarted>(
+                "record the unstarted run of job " + name + " at " + iso_utc(at), call_budget(),
+                [did, i, name, at, why](Ledger& l) {
+                    return record_unstarted(l, i < did->size() ? &(*did)[i] : nullptr, name, at,
+                                            why);
                 },
-                [this, name, why](Result<std::int64_t> id) {
-                    note_unwritten(id ? *id : 0, name, "started", why);
-                });
+                [this, name, at, why](Result<Unstarted> r) { on_unstarted(name, at, why, r); });
             continue;
         }
         if (claim->outcome == Claim::Outcome::Lost) {
@@ -403,6 +422,51 @@ void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Clai
         starts_.push_back(ToStart{std::move(a), std::move(*claim), retry_of, key_at});
     }
     pump_starts();
+}
+
+// On the worker, right behind a claim whose caller heard "unknown" (or an error): the fire time
+// gets exactly one row and one terminal state. `did`: what the claim did for it (null: the claim
+// was never begun, or failed before it got to this one). Landed (`started`, and nobody runs it):
+// interrupted, with why. Recorded skipped by the claim itself (a forbidden overlap, a held job),
+// or taken by another row: that row stands. Nothing written (the transaction rolled back): one
+// `skipped` row says why nothing ran.
+Result<JobScheduler::Unstarted> JobScheduler::record_unstarted(Ledger& l, const Result<Claim>* did,
+                                                               const std::string& job,
+                                                               std::int64_t scheduled_at,
+                                                               const std::string& why) {
+    if (did && *did) {
+        const Claim& c = did->value();
+        if (c.outcome != Claim::Outcome::Started) return Unstarted{c.id, RunState::Skipped, false};
+        auto done = l.finish(c.id, RunState::Interrupted, {}, kClaimedLate);
+        if (!done) return done.error();
+        return Unstarted{c.id, RunState::Interrupted, *done};
+    }
+    auto id = l.add(job, scheduled_at, RunState::Skipped,
+                    "not started: `started` could not be recorded: " + why);
+    if (!id) return id.error();
+    return Unstarted{*id, RunState::Skipped, true};
+}
+
+void JobScheduler::on_unstarted(const std::string& job, std::int64_t scheduled_at,
+                                const std::string& why, Result<Unstarted>& r) {
+    if (!r) {
+        // Neither the run nor its row: the report names the fire time.
+        spdlog::error("job {}: run at {}: the record of its start that did not happen failed: {}",
+                      job, iso_utc(scheduled_at), r.error().message);
+        note_unwritten(0, job, "started", why, scheduled_at);
+        return;
+    }
+    if (r->state == RunState::Interrupted) {
+        if (r->written)
+            spdlog::warn(
+                "job {}: run {} was claimed after the claim's deadline: not started, "
+                "recorded interrupted",
+                job, r->id);
+        return;
+    }
+    // The run did not start because its `started` could not be recorded: said in the report,
+    // with the row that says so (if the claim wrote one of its own, that one).
+    if (r->written) note_unwritten(r->id, job, "started", why, scheduled_at);
 }
 
 // The claimed runs are spawned a slice per loop turn: a burst of a thousand fire times does not
@@ -481,7 +545,7 @@ void JobScheduler::start_queued(std::size_t j) {
             if (!r || !r->started) {
                 std::string why = r ? "the run is no longer scheduled" : r.error().message;
                 (*held)->rollback();
-                note_unwritten(id, name, "started", why);
+                note_unwritten(id, name, "started", why, at);
                 spdlog::error(
                     "job {}: run {} not started: its `started` record could not be written: {}",
                     name, id, why);
