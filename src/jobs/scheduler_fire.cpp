@@ -360,6 +360,7 @@ void JobScheduler::claim(std::vector<Due> due) {
 
 void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Claimed>>& answer,
                               const std::shared_ptr<std::vector<Result<Claim>>>& did) {
+    std::vector<Unstarted> unstarted;
     for (std::size_t i = 0; i < asked.size(); ++i) {
         Asked& a = asked[i];
         auto& job = jobs_[a.due.job];
@@ -386,15 +387,12 @@ void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Clai
             // One machine: the fire time's row says why nothing ran. The claim may have landed
             // after all (its answer only came too late): what the ledger holds is decided on
             // the worker, behind the claim (record_unstarted), so the fire time has one row.
-            std::string name = spec.name;
-            std::int64_t at = a.due.scheduled_at;
-            ledger_->follow_up<Unstarted>(
-                "record the unstarted run of job " + name + " at " + iso_utc(at), call_budget(),
-                [did, i, name, at, why](Ledger& l) {
-                    return record_unstarted(l, i < did->size() ? &(*did)[i] : nullptr, name, at,
-                                            why);
-                },
-                [this, name, at, why](Result<Unstarted> r) { on_unstarted(name, at, why, r); });
+            Unstarted u;
+            u.index = i;
+            u.job = spec.name;
+            u.scheduled_at = a.due.scheduled_at;
+            u.why = why;
+            unstarted.push_back(std::move(u));
             continue;
         }
         if (claim->outcome == Claim::Outcome::Lost) {
@@ -421,52 +419,102 @@ void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Clai
         ++job.claiming;  // until it is spawned: still on its way for the overlap rules
         starts_.push_back(ToStart{std::move(a), std::move(*claim), retry_of, key_at});
     }
+    // One call (two commits at most) for a burst's fire times, not one each: a thousand of them
+    // ahead of the runs' endings on a slow disk would be the backlog issue 42 removed.
+    if (!unstarted.empty()) {
+        std::string what = unstarted.size() == 1
+                               ? "record the unstarted run of job " + unstarted[0].job + " at " +
+                                     iso_utc(unstarted[0].scheduled_at)
+                               : "record " + std::to_string(unstarted.size()) + " unstarted runs";
+        auto batch = std::make_shared<const std::vector<Unstarted>>(std::move(unstarted));
+        ledger_->follow_up<std::vector<Unstarted>>(
+            what, call_budget(),
+            [did, batch](Ledger& l) -> Result<std::vector<Unstarted>> {
+                return record_unstarted(l, *did, *batch);
+            },
+            [this, batch](Result<std::vector<Unstarted>> r) { on_unstarted(*batch, r); });
+    }
     pump_starts();
 }
 
-// On the worker, right behind a claim whose caller heard "unknown" (or an error): the fire time
-// gets exactly one row and one terminal state. `did`: what the claim did for it (null: the claim
-// was never begun, or failed before it got to this one). Landed (`started`, and nobody runs it):
-// interrupted, with why. Recorded skipped by the claim itself (a forbidden overlap, a held job),
-// or taken by another row: that row stands. Nothing written (the transaction rolled back): one
-// `skipped` row says why nothing ran.
-Result<JobScheduler::Unstarted> JobScheduler::record_unstarted(Ledger& l, const Result<Claim>* did,
-                                                               const std::string& job,
-                                                               std::int64_t scheduled_at,
-                                                               const std::string& why) {
-    if (did && *did) {
-        const Claim& c = did->value();
-        if (c.outcome != Claim::Outcome::Started) return Unstarted{c.id, RunState::Skipped, false};
-        auto done = l.finish(c.id, RunState::Interrupted, {}, kClaimedLate);
-        if (!done) return done.error();
-        return Unstarted{c.id, RunState::Interrupted, *done};
+// On the worker, right behind a claim whose caller heard "unknown" (or an error): each of its fire
+// times that did not start gets exactly one row and one terminal state, by what the claim did for
+// it (`did`; empty: the claim was never begun, or failed before its claims). Landed (`started`,
+// and nobody runs it): interrupted, with why. Recorded skipped by the claim itself (a forbidden
+// overlap, a held job), or taken by another row: that row stands. Nothing written (the claim's
+// transaction rolled back): one `skipped` row says why nothing ran. Two commits at most.
+std::vector<JobScheduler::Unstarted> JobScheduler::record_unstarted(
+    Ledger& l, const std::vector<Result<Claim>>& did, std::vector<Unstarted> fire_times) {
+    std::vector<Ledger::Ending> endings;
+    std::vector<std::size_t> ended;
+    std::vector<Ledger::Skip> skips;
+    std::vector<std::size_t> skipped;
+    for (std::size_t k = 0; k < fire_times.size(); ++k) {
+        Unstarted& u = fire_times[k];
+        if (u.index < did.size() && did[u.index]) {
+            const Claim& c = did[u.index].value();
+            u.id = c.id;
+            if (c.outcome != Claim::Outcome::Started) continue;
+            u.state = RunState::Interrupted;
+            endings.push_back({c.id, RunState::Interrupted, {}, kClaimedLate, std::nullopt});
+            ended.push_back(k);
+            continue;
+        }
+        skips.push_back(
+            {u.job, u.scheduled_at, "not started: `started` could not be recorded: " + u.why});
+        skipped.push_back(k);
     }
-    auto id = l.add(job, scheduled_at, RunState::Skipped,
-                    "not started: `started` could not be recorded: " + why);
-    if (!id) return id.error();
-    return Unstarted{*id, RunState::Skipped, true};
+    if (!endings.empty()) {
+        auto done = l.finish_all(endings);
+        for (std::size_t j = 0; j < ended.size(); ++j) {
+            Unstarted& u = fire_times[ended[j]];
+            if (!done)
+                u.error = done.error().message;
+            else
+                u.written = j < done->size() && (*done)[j];
+        }
+    }
+    if (!skips.empty()) {
+        auto n = l.add_skipped_all(skips);
+        for (std::size_t k : skipped) {
+            if (!n)
+                fire_times[k].error = n.error().message;
+            else
+                fire_times[k].written = true;
+        }
+    }
+    return fire_times;
 }
 
-void JobScheduler::on_unstarted(const std::string& job, std::int64_t scheduled_at,
-                                const std::string& why, Result<Unstarted>& r) {
-    if (!r) {
-        // Neither the run nor its row: the report names the fire time.
-        spdlog::error("job {}: run at {}: the record of its start that did not happen failed: {}",
-                      job, iso_utc(scheduled_at), r.error().message);
-        note_unwritten(0, job, "started", why, scheduled_at);
-        return;
+void JobScheduler::on_unstarted(const std::vector<Unstarted>& asked,
+                                Result<std::vector<Unstarted>>& r) {
+    // Not written at all (lastcall's exit came first): each fire time is in the report.
+    const std::vector<Unstarted>& got = r ? *r : asked;
+    std::string late;
+    const Unstarted* first_failed = nullptr;
+    std::size_t failed = 0;
+    for (const auto& u : got) {
+        const std::string& error = r ? u.error : r.error().message;
+        if (!error.empty()) {
+            if (failed++ == 0) first_failed = &u;
+            note_unwritten(0, u.job, "started", error, u.scheduled_at);
+        } else if (u.state == RunState::Interrupted) {
+            if (u.written) late += (late.empty() ? "" : ", ") + std::to_string(u.id);
+        } else if (u.written) {
+            // Not run because its `started` could not be recorded: the report says so, beside
+            // the row that does.
+            note_unwritten(0, u.job, "started", u.why, u.scheduled_at);
+        }
     }
-    if (r->state == RunState::Interrupted) {
-        if (r->written)
-            spdlog::warn(
-                "job {}: run {} was claimed after the claim's deadline: not started, "
-                "recorded interrupted",
-                job, r->id);
-        return;
-    }
-    // The run did not start because its `started` could not be recorded: said in the report,
-    // with the row that says so (if the claim wrote one of its own, that one).
-    if (r->written) note_unwritten(r->id, job, "started", why, scheduled_at);
+    if (!late.empty())
+        spdlog::warn(
+            "run(s) {} were claimed after the claim's deadline: not started, recorded interrupted",
+            late);
+    if (first_failed)
+        spdlog::error(
+            "{} fire time(s) not started, and their records failed too (job {} at {}{}): {}",
+            failed, first_failed->job, iso_utc(first_failed->scheduled_at),
+            failed > 1 ? ", and others" : "", r ? first_failed->error : r.error().message);
 }
 
 // The claimed runs are spawned a slice per loop turn: a burst of a thousand fire times does not

@@ -158,11 +158,19 @@ class JobScheduler final : public SupervisorComponent {
         std::vector<std::int64_t> retry_of;  // with the released runs a one-machine fire retries
         std::int64_t key_at = 0;
     };
-    // What became of a fire time whose claim was not answered (record_unstarted, on the worker).
+    // A fire time whose claim was not answered (or failed), and what became of it: decided on
+    // the worker, behind the claim (record_unstarted).
     struct Unstarted {
-        std::int64_t id = 0;  // its row (0: none written here)
+        std::size_t index = 0;  // the request's place in the claim
+        std::string job;
+        std::int64_t scheduled_at = 0;
+        std::string why;  // why the claim's answer did not say
+        // What the ledger holds now: the claim's row interrupted (it landed), a skipped row
+        // written here, or the claim's own row (skipped, or another row's fire time).
         RunState state = RunState::Skipped;
-        bool written = false;  // this record wrote it (else: the claim's own row stands)
+        std::int64_t id = 0;   // the claim's row (0: none)
+        bool written = false;  // by this record
+        std::string error;     // this record failed
     };
     struct ToStart {
         Asked asked;
@@ -226,11 +234,9 @@ class JobScheduler final : public SupervisorComponent {
     void claim(std::vector<Due> due);
     void on_claimed(std::vector<Asked>& asked, Result<std::vector<Claimed>>& answer,
                     const std::shared_ptr<std::vector<Result<Claim>>>& did);
-    static Result<Unstarted> record_unstarted(Ledger& l, const Result<Claim>* did,
-                                              const std::string& job, std::int64_t scheduled_at,
-                                              const std::string& why);
-    void on_unstarted(const std::string& job, std::int64_t scheduled_at, const std::string& why,
-                      Result<Unstarted>& r);
+    static std::vector<Unstarted> record_unstarted(Ledger& l, const std::vector<Result<Claim>>& did,
+                                                   std::vector<Unstarted> fire_times);
+    void on_unstarted(const std::vector<Unstarted>& asked, Result<std::vector<Unstarted>>& r);
     void pump_starts();
     void judge_exits();
     void not_started(const ToStart& s, const std::string& why);
