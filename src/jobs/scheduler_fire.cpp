@@ -597,9 +597,36 @@ void JobScheduler::start_queued(std::size_t j) {
                 spdlog::error(
                     "job {}: run {} not started: its `started` record could not be written: {}",
                     name, id, why);
-                finish_record(id, name, RunState::Skipped, {},
-                              "not started: `started` could not be recorded: " + why,
-                              [](Result<bool>) {});
+                // The start may have landed after all (its answer only came too late): what the
+                // row becomes is decided on the worker, behind the start. Still scheduled ->
+                // skipped; started, with nobody running it -> interrupted. (A `skipped` sent as a
+                // final record was refused by a row the late start had made `started`, which
+                // then stayed so until the next lastcall called it interrupted.)
+                ledger_->follow_up<std::optional<RunState>>(
+                    "record the unstarted queued run " + std::to_string(id), call_budget(),
+                    [id, why](Ledger& l) -> Result<std::optional<RunState>> {
+                        auto skipped =
+                            l.finish(id, RunState::Skipped, {},
+                                     "not started: `started` could not be recorded: " + why);
+                        if (!skipped) return skipped.error();
+                        if (*skipped) return std::optional<RunState>(RunState::Skipped);
+                        auto late = l.finish(id, RunState::Interrupted, {}, kStartedLate);
+                        if (!late) return late.error();
+                        if (*late) return std::optional<RunState>(RunState::Interrupted);
+                        return std::optional<RunState>();  // it already had a final state
+                    },
+                    [id, name](Result<std::optional<RunState>> r) {
+                        if (!r)
+                            spdlog::error(
+                                "job {}: run {}: the record of its start that did not "
+                                "happen failed: {}",
+                                name, id, r.error().message);
+                        else if (*r == RunState::Interrupted)
+                            spdlog::warn(
+                                "job {}: run {} was started after its call's deadline: "
+                                "not started, recorded interrupted",
+                                name, id);
+                    });
                 return;
             }
             if (!host_->admission().is_open()) {

@@ -19,6 +19,9 @@ inline constexpr const char* kShuttingDown = "shutting down";
 // A claim that landed after the loop had given up on it: its run never started.
 inline constexpr const char* kClaimedLate =
     "not started: its claim was answered after the claim's deadline";
+// The same for a queued run whose `started` landed after the loop had given up on it.
+inline constexpr const char* kStartedLate =
+    "not started: its start was answered after the call's deadline";
 // A slice of the loop's own work on jobs (spawning claimed runs, judging exited ones): at most
 // this many, and no longer than kSlice, so a signal, a reap or a timer waits for one slice at
 // most (a spawn under load takes milliseconds: 32 of them held a SIGUSR1 85-340 ms).

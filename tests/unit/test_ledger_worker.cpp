@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <stdlib.h>
+#include <sys/wait.h>
 
 #include <filesystem>
 
@@ -335,11 +336,16 @@ struct ThreadedJobs {
         while (ledger->calls() <= calls) std::this_thread::yield();
         return at;
     }
-    // The ledger answers again, and the records settle as at lastcall's end. Nothing ran.
-    void unstall_and_settle() {
+    // The ledger answers again, and the records settle as at lastcall's end. `ran` runs ran.
+    void unstall_and_settle(std::size_t ran = 0) {
         ledger->unstall();
         scheduler->settle_records();
-        CHECK(host.spawned_argv0("backup").empty());
+        CHECK(host.spawned_argv0("backup").size() == ran);
+    }
+    // Runs the loop's side until `done` holds: each answer arrives on the worker's eventfd.
+    template <typename F>
+    void pump_until(F&& done) {
+        while (!done()) REQUIRE(host.pump_watched(10000));
     }
     std::vector<RunRecord> rows_of(std::int64_t scheduled_at) {
         auto all = reader->list({});
@@ -409,4 +415,27 @@ TEST_CASE(
     CHECK(rows[0].state == RunState::Interrupted);
     CHECK_THAT(rows[0].reason, Catch::StartsWith("not started: its claim was answered after"));
     CHECK_THAT(j.report(), Catch::Contains(R"("unclaimed":0)"));
+}
+
+TEST_CASE(
+    "a queued run whose start is answered after its deadline ends with one terminal state, "
+    "never left started",
+    "[ledger_worker][jobs]") {
+    ThreadedJobs j(std::string(kEveryMinute) + "overlap = \"queue\"\n", false);
+    j.host.next_minute();
+    j.pump_until([&] { return j.host.spawned_argv0("backup").size() == 1; });
+    pid_t leader = j.host.spawned_argv0("backup").at(0);
+    std::int64_t queued = j.host.next_minute();  // queued behind the running run
+    j.pump_until([&] { return j.rows_of(queued).size() == 1; });
+    j.ledger->stall();
+    int calls = j.ledger->calls();
+    // The leader's exit starts the queued run: its `started` is the call the ledger is stuck in.
+    j.host.exit(leader, W_EXITCODE(0, 0));
+    while (j.ledger->calls() <= calls) std::this_thread::yield();
+    j.host.advance(2000ms);  // its deadline: the outcome is unknown, the run is not started
+    j.unstall_and_settle(1);
+    auto rows = j.rows_of(queued);
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].state == RunState::Interrupted);
+    CHECK_THAT(rows[0].reason, Catch::StartsWith("not started: its start was answered after"));
 }
