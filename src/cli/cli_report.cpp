@@ -408,6 +408,14 @@ class Renderer {
         for (const auto& u : sub(jobs, "unrecorded"))
             out_ << "  not recorded: run " << num(u, "id").value_or(0) << " of " << str(u, "job")
                  << " as " << str(u, "state") << ": " << str(u, "error") << "\n";
+        for (const auto& f : sub(jobs, "unrecorded_fire_times")) {
+            out_ << "  not recorded: "
+                 << plural(num(f, "count").value_or(0), "fire time", "fire times") << " of "
+                 << str(f, "job") << " as " << str(f, "state");
+            if (auto first = str(f, "first_fire_time"); !first.empty())
+                out_ << " (" << first << " to " << str(f, "last_fire_time") << ")";
+            out_ << ": " << str(f, "error") << "\n";
+        }
         if (auto n = num(jobs, "skipped_at_shutdown"); n && *n > 0)
             out_ << "  " << plural(*n, "run", "runs") << " not started: the shutdown had begun\n";
         if (auto n = num(jobs, "unclaimed"); n && *n > 0)

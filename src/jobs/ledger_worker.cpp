@@ -10,9 +10,18 @@
 #include <algorithm>
 #include <cerrno>
 
+#include <spdlog/spdlog.h>
+
 #include "lastcall/core/duration.hpp"
 
 namespace lastcall {
+
+namespace {
+
+// The close of a worker that close() was not asked for: a call's.
+constexpr Millis kCloseBudget{2000};
+
+}  // namespace
 
 Result<std::unique_ptr<LedgerWorker>> LedgerWorker::start(std::unique_ptr<Ledger> ledger,
                                                           UnitHost& host, Mode mode) {
@@ -43,32 +52,54 @@ Result<std::unique_ptr<LedgerWorker>> LedgerWorker::start(std::unique_ptr<Ledger
     return w;
 }
 
+// The close of a worker that close() did not end (a start that failed, the unit tests): the
+// same, with a call's budget.
 LedgerWorker::~LedgerWorker() {
-    if (mode_ == Mode::OnLoop) return;
+    if (!closed_) close(kCloseBudget);
+}
+
+bool LedgerWorker::close(Millis budget) {
+    if (closed_) return true;
+    closed_ = true;
+    // The unit tests' loop, or a start that failed before the thread: the ledger closes with the
+    // worker.
+    if (mode_ == Mode::OnLoop || !thread_.joinable()) return true;
+    // Said after the close began, when the ledger may be gone: read now.
+    std::string path = facts().path();
+    bool sqlite = facts().backend() == "sqlite";
     host_.unwatch(shared_->wake.get());
     bool stuck;
     {
-        std::lock_guard lock(shared_->mu);
+        std::unique_lock lock(shared_->mu);
         shared_->stopping = true;
         // The calls no one took yet are dropped: their callers heard "unknown" in settle().
         shared_->queue.clear();
         stuck = shared_->busy;
+        shared_->cv.notify_all();
+        if (!stuck) stuck = !shared_->cv.wait_for(lock, budget, [this] { return shared_->closed; });
     }
-    shared_->cv.notify_all();
     if (!stuck) {
         thread_.join();
-        return;
+        return true;
     }
-    // A call still runs past every deadline: the thread is blocked in the kernel (SQLite's write
-    // on a stalled disk). lastcall must not wait for it: the thread is left behind with the
-    // shared state it holds, ends when its call returns, and the process's exit ends it sooner.
+    // A call or the close itself runs on past its time: the thread is blocked in the kernel or on
+    // the network (SQLite's fsync on a stalled disk, a state dir on a server that went away, a
+    // database that does not answer). lastcall must not wait for it: the thread is left behind
+    // with the shared state it holds, and ends when its call returns or the process exits.
     thread_.detach();
+    spdlog::warn(
+        "run ledger {}: not closed within {}: lastcall exits without waiting for it ({})", path,
+        format_duration(budget),
+        sqlite ? "every record that landed is in its WAL, durable; the checkpoint is left to the "
+                 "next open"
+               : "its connection ends with the process");
+    return false;
 }
 
 void LedgerWorker::submit(std::shared_ptr<Job> job) {
     job->seq = next_seq_++;
     // A record's deadline is set when it begins (thread_main); until then only settle() ends it.
-    job->deadline = job->lane == Lane::Call ? host_.clock().now() + job->budget : MonoTime::max();
+    job->deadline = job->from_start ? MonoTime::max() : host_.clock().now() + job->budget;
     job->thread_deadline = std::chrono::steady_clock::now() + job->budget;
     pending_[job->seq] = job;
     arm_deadline();
@@ -97,7 +128,7 @@ void LedgerWorker::thread_main(std::shared_ptr<Shared> s) {
     std::unique_lock lock(s->mu);
     for (;;) {
         s->cv.wait(lock, [&] { return s->stopping || !s->queue.empty(); });
-        if (s->stopping) return;
+        if (s->stopping) break;
         auto job = std::move(s->queue.front());
         s->queue.pop_front();
         // A call its caller gave up on before it began is never begun: a claim or a write the
@@ -112,21 +143,28 @@ void LedgerWorker::thread_main(std::shared_ptr<Shared> s) {
         job->ran = true;
         s->busy = true;
         lock.unlock();
-        s->ledger->set_deadline(job->lane == Lane::Call
-                                    ? job->thread_deadline
-                                    : std::chrono::steady_clock::now() + job->budget);
+        s->ledger->set_deadline(job->from_start ? std::chrono::steady_clock::now() + job->budget
+                                                : job->thread_deadline);
         job->work(*s->ledger);
         lock.lock();
         s->busy = false;
         // Nobody listens any more. What the job holds was settled on the loop (settle(): every
         // caller was answered), so dropping it here touches nothing of the loop's.
-        if (s->stopping) return;
+        if (s->stopping) break;
         s->answers.push_back(std::move(job));
         std::uint64_t one = 1;
         // The eventfd's counter cannot overflow at one per call; EAGAIN would only mean "already
         // readable".
         [[maybe_unused]] auto n = ::write(s->wake.get(), &one, sizeof one);
     }
+    // The close, here as every call is (LedgerWorker::close waits for it, at most its budget):
+    // SQLite's checkpoint writes and fsyncs, and a thread that is left behind must not hold the
+    // loop's exit.
+    lock.unlock();
+    s->ledger.reset();
+    lock.lock();
+    s->closed = true;
+    s->cv.notify_all();
 }
 
 void LedgerWorker::on_answers() {

@@ -430,8 +430,18 @@ void JobScheduler::finished(int /*exit_code*/) {
     for (auto& [id, run] : runs_)
         if (run.ticket) run.ticket->release();
     runs_.clear();
-    // The database closes after the last record, before the logs flush (a thread stuck in the
-    // kernel is left behind, see ~LedgerWorker).
+    // The database closes after the last record, before the logs flush, on the worker and within
+    // what is left of the records' time (at least 250 ms): its close (SQLite's checkpoint, a
+    // connection's end) on a stalled disk or a server that went away held lastcall's exit after
+    // the grace and the report (LedgerWorker::close).
+    if (ledger_) {
+        auto now = host_->clock().now();
+        Millis budget = call_budget();
+        if (records_until_)
+            budget =
+                std::max<Millis>(std::chrono::ceil<Millis>(*records_until_ - now), kCloseAtLeast);
+        ledger_->close(budget);
+    }
     ledger_.reset();
 }
 

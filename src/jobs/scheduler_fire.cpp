@@ -140,13 +140,15 @@ void JobScheduler::note_missed(const JobState& job, const std::vector<std::int64
 void JobScheduler::record_missed(std::vector<Ledger::Skip> rows) {
     if (rows.empty()) return;
     std::size_t count = rows.size();
+    auto batch = std::make_shared<const std::vector<Ledger::Skip>>(std::move(rows));
     ledger_->record<std::size_t>(
         "record " + std::to_string(count) + " missed fire time(s)", call_budget(),
-        [rows = std::move(rows)](Ledger& l) { return l.add_skipped_all(rows); },
-        [this, count](Result<std::size_t> n) {
+        [batch](Ledger& l) { return l.add_skipped_all(*batch); },
+        [this, count, batch](Result<std::size_t> n) {
             if (!n) {
                 spdlog::error("{} missed fire time(s) not recorded: {}", count, n.error().message);
-                note_unwritten_row("(missed fire times)", RunState::Skipped, n.error().message);
+                for (const auto& s : *batch)
+                    note_unwritten_row(s.job, RunState::Skipped, n.error().message, s.scheduled_at);
             } else {
                 spdlog::info("{} missed fire time(s) recorded skipped", *n);
             }
@@ -184,7 +186,7 @@ void JobScheduler::flush_skips() {
             }
             for (const auto& s : *batch) {
                 if (!n)
-                    note_unwritten_row(s.job, RunState::Skipped, n.error().message);
+                    note_unwritten_row(s.job, RunState::Skipped, n.error().message, s.scheduled_at);
                 else
                     spdlog::info("job {}: run at {} skipped: {}", s.job, iso_utc(s.scheduled_at),
                                  s.reason);
@@ -251,7 +253,8 @@ void JobScheduler::queue_run(std::size_t j, std::int64_t scheduled_at) {
             if (!id) {
                 spdlog::error("job {}: run at {} not queued, its record failed: {}", job.spec.name,
                               iso_utc(scheduled_at), id.error().message);
-                note_unwritten_row(job.spec.name, RunState::Scheduled, id.error().message);
+                note_unwritten_row(job.spec.name, RunState::Scheduled, id.error().message,
+                                   scheduled_at);
                 return;
             }
             job.queued_id = *id;
@@ -289,13 +292,17 @@ void JobScheduler::claim(std::vector<Due> due) {
     bool one_machine = !facts().shared();
     std::vector<std::string> names;
     for (const auto& r : requests) names.push_back(r.job);
+    // What the claim did, one entry per request once it ran: written by the claim and read by the
+    // record that follows an unknown answer (on_claimed), both on the worker's thread, one after
+    // the other; the loop never reads it.
+    auto did = std::make_shared<std::vector<Result<Claim>>>();
     std::string what = requests.size() == 1
                            ? "claim the run of job " + requests.front().job + " at " +
                                  iso_utc(requests.front().scheduled_at)
                            : "claim " + std::to_string(requests.size()) + " fire times";
     ledger_->call<std::vector<Claimed>>(
         what, call_budget(),
-        [requests, one_machine](Ledger& l) mutable -> Result<std::vector<Claimed>> {
+        [requests, one_machine, did](Ledger& l) mutable -> Result<std::vector<Claimed>> {
             std::vector<Claimed> out(requests.size());
             // One machine: interrupted runs released by `lastcall runs release` while lastcall
             // runs are retried by the job's next fire time, so that the next start does not
@@ -317,30 +324,43 @@ void JobScheduler::claim(std::vector<Due> due) {
                 }
             }
             auto claims = l.claim_all(requests);
+            *did = claims;
             for (std::size_t i = 0; i < requests.size(); ++i) {
                 out[i].claim = std::move(claims[i]);
                 out[i].retry_of = requests[i].retry_of;
             }
             return out;
         },
-        [this, asked](Result<std::vector<Claimed>> answer) { on_claimed(*asked, answer); },
-        // The answer came after the loop had called it unknown: a fire time this replica won is
-        // recorded as not run (its retry follows the job's policy), never left `started` with
-        // nobody running it.
-        [this, names](Result<std::vector<Claimed>> late) {
-            if (!late) return;
-            for (std::size_t i = 0; i < late->size() && i < names.size(); ++i) {
-                const auto& c = (*late)[i];
-                if (!c.claim || c.claim->outcome != Claim::Outcome::Started) continue;
-                spdlog::warn("job {}: run {} was claimed after the claim's deadline: not started",
-                             names[i], c.claim->id);
-                finish_record(c.claim->id, names[i], RunState::Interrupted, {},
-                              "not started: its claim was answered after the claim's deadline", {});
-            }
-        });
+        [this, asked, did](Result<std::vector<Claimed>> answer) {
+            on_claimed(*asked, answer, did);
+        },
+        // One machine: nothing. The record that followed the unknown answer ran after the claim,
+        // on the worker, and wrote what became of each fire time (record_unstarted); a second
+        // record here gave a fire time two rows (`skipped`, then `interrupted`).
+        // A shared ledger: a fire time this replica won after all is recorded as not run (its
+        // retry follows the job's policy), never left `started` with nobody running it; and it is
+        // not counted as one the ledger could not be asked to claim.
+        one_machine ? std::function<void(Result<std::vector<Claimed>>)>()
+                    : [this, names](Result<std::vector<Claimed>> late) {
+                          if (!late) return;
+                          for (std::size_t i = 0; i < late->size() && i < names.size(); ++i) {
+                              const auto& c = (*late)[i];
+                              if (!c.claim) continue;
+                              if (unclaimed_ > 0) --unclaimed_;
+                              if (c.claim->outcome != Claim::Outcome::Started) continue;
+                              spdlog::warn(
+                                  "job {}: run {} was claimed after the claim's deadline: not "
+                                  "started",
+                                  names[i], c.claim->id);
+                              finish_record(c.claim->id, names[i], RunState::Interrupted, {},
+                                            kClaimedLate, {});
+                          }
+                      });
 }
 
-void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Claimed>>& answer) {
+void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Claimed>>& answer,
+                              const std::shared_ptr<std::vector<Result<Claim>>>& did) {
+    std::vector<Unstarted> unstarted;
     for (std::size_t i = 0; i < asked.size(); ++i) {
         Asked& a = asked[i];
         auto& job = jobs_[a.due.job];
@@ -364,18 +384,15 @@ void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Clai
                 ++unclaimed_;
                 continue;
             }
-            // One machine: the fire time's row says why nothing ran.
-            std::string name = spec.name;
-            std::int64_t at = a.due.scheduled_at;
-            ledger_->record<std::int64_t>(
-                "record the unstarted run of job " + name, call_budget(),
-                [name, at, why](Ledger& l) {
-                    return l.add(name, at, RunState::Skipped,
-                                 "not started: `started` could not be recorded: " + why);
-                },
-                [this, name, why](Result<std::int64_t> id) {
-                    note_unwritten(id ? *id : 0, name, "started", why);
-                });
+            // One machine: the fire time's row says why nothing ran. The claim may have landed
+            // after all (its answer only came too late): what the ledger holds is decided on
+            // the worker, behind the claim (record_unstarted), so the fire time has one row.
+            Unstarted u;
+            u.index = i;
+            u.job = spec.name;
+            u.scheduled_at = a.due.scheduled_at;
+            u.why = why;
+            unstarted.push_back(std::move(u));
             continue;
         }
         if (claim->outcome == Claim::Outcome::Lost) {
@@ -402,7 +419,102 @@ void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Clai
         ++job.claiming;  // until it is spawned: still on its way for the overlap rules
         starts_.push_back(ToStart{std::move(a), std::move(*claim), retry_of, key_at});
     }
+    // One call (two commits at most) for a burst's fire times, not one each: a thousand of them
+    // ahead of the runs' endings on a slow disk would be the backlog issue 42 removed.
+    if (!unstarted.empty()) {
+        std::string what = unstarted.size() == 1
+                               ? "record the unstarted run of job " + unstarted[0].job + " at " +
+                                     iso_utc(unstarted[0].scheduled_at)
+                               : "record " + std::to_string(unstarted.size()) + " unstarted runs";
+        auto batch = std::make_shared<const std::vector<Unstarted>>(std::move(unstarted));
+        ledger_->follow_up<std::vector<Unstarted>>(
+            what, call_budget(),
+            [did, batch](Ledger& l) -> Result<std::vector<Unstarted>> {
+                return record_unstarted(l, *did, *batch);
+            },
+            [this, batch](Result<std::vector<Unstarted>> r) { on_unstarted(*batch, r); });
+    }
     pump_starts();
+}
+
+// On the worker, right behind a claim whose caller heard "unknown" (or an error): each of its fire
+// times that did not start gets exactly one row and one terminal state, by what the claim did for
+// it (`did`; empty: the claim was never begun, or failed before its claims). Landed (`started`,
+// and nobody runs it): interrupted, with why. Recorded skipped by the claim itself (a forbidden
+// overlap, a held job), or taken by another row: that row stands. Nothing written (the claim's
+// transaction rolled back): one `skipped` row says why nothing ran. Two commits at most.
+std::vector<JobScheduler::Unstarted> JobScheduler::record_unstarted(
+    Ledger& l, const std::vector<Result<Claim>>& did, std::vector<Unstarted> fire_times) {
+    std::vector<Ledger::Ending> endings;
+    std::vector<std::size_t> ended;
+    std::vector<Ledger::Skip> skips;
+    std::vector<std::size_t> skipped;
+    for (std::size_t k = 0; k < fire_times.size(); ++k) {
+        Unstarted& u = fire_times[k];
+        if (u.index < did.size() && did[u.index]) {
+            const Claim& c = did[u.index].value();
+            u.id = c.id;
+            if (c.outcome != Claim::Outcome::Started) continue;
+            u.state = RunState::Interrupted;
+            endings.push_back({c.id, RunState::Interrupted, {}, kClaimedLate, std::nullopt});
+            ended.push_back(k);
+            continue;
+        }
+        skips.push_back(
+            {u.job, u.scheduled_at, "not started: `started` could not be recorded: " + u.why});
+        skipped.push_back(k);
+    }
+    if (!endings.empty()) {
+        auto done = l.finish_all(endings);
+        for (std::size_t j = 0; j < ended.size(); ++j) {
+            Unstarted& u = fire_times[ended[j]];
+            if (!done)
+                u.error = done.error().message;
+            else
+                u.written = j < done->size() && (*done)[j];
+        }
+    }
+    if (!skips.empty()) {
+        auto n = l.add_skipped_all(skips);
+        for (std::size_t k : skipped) {
+            if (!n)
+                fire_times[k].error = n.error().message;
+            else
+                fire_times[k].written = true;
+        }
+    }
+    return fire_times;
+}
+
+void JobScheduler::on_unstarted(const std::vector<Unstarted>& asked,
+                                Result<std::vector<Unstarted>>& r) {
+    // Not written at all (lastcall's exit came first): each fire time is in the report.
+    const std::vector<Unstarted>& got = r ? *r : asked;
+    std::string late;
+    const Unstarted* first_failed = nullptr;
+    std::size_t failed = 0;
+    for (const auto& u : got) {
+        const std::string& error = r ? u.error : r.error().message;
+        if (!error.empty()) {
+            if (failed++ == 0) first_failed = &u;
+            note_unwritten(0, u.job, "started", error, u.scheduled_at);
+        } else if (u.state == RunState::Interrupted) {
+            if (u.written) late += (late.empty() ? "" : ", ") + std::to_string(u.id);
+        } else if (u.written) {
+            // Not run because its `started` could not be recorded: the report says so, beside
+            // the row that does.
+            note_unwritten(0, u.job, "started", u.why, u.scheduled_at);
+        }
+    }
+    if (!late.empty())
+        spdlog::warn(
+            "run(s) {} were claimed after the claim's deadline: not started, recorded interrupted",
+            late);
+    if (first_failed)
+        spdlog::error(
+            "{} fire time(s) not started, and their records failed too (job {} at {}{}): {}",
+            failed, first_failed->job, iso_utc(first_failed->scheduled_at),
+            failed > 1 ? ", and others" : "", r ? first_failed->error : r.error().message);
 }
 
 // The claimed runs are spawned a slice per loop turn: a burst of a thousand fire times does not
@@ -481,13 +593,40 @@ void JobScheduler::start_queued(std::size_t j) {
             if (!r || !r->started) {
                 std::string why = r ? "the run is no longer scheduled" : r.error().message;
                 (*held)->rollback();
-                note_unwritten(id, name, "started", why);
+                note_unwritten(id, name, "started", why, at);
                 spdlog::error(
                     "job {}: run {} not started: its `started` record could not be written: {}",
                     name, id, why);
-                finish_record(id, name, RunState::Skipped, {},
-                              "not started: `started` could not be recorded: " + why,
-                              [](Result<bool>) {});
+                // The start may have landed after all (its answer only came too late): what the
+                // row becomes is decided on the worker, behind the start. Still scheduled ->
+                // skipped; started, with nobody running it -> interrupted. (A `skipped` sent as a
+                // final record was refused by a row the late start had made `started`, which
+                // then stayed so until the next lastcall called it interrupted.)
+                ledger_->follow_up<std::optional<RunState>>(
+                    "record the unstarted queued run " + std::to_string(id), call_budget(),
+                    [id, why](Ledger& l) -> Result<std::optional<RunState>> {
+                        auto skipped =
+                            l.finish(id, RunState::Skipped, {},
+                                     "not started: `started` could not be recorded: " + why);
+                        if (!skipped) return skipped.error();
+                        if (*skipped) return std::optional<RunState>(RunState::Skipped);
+                        auto late = l.finish(id, RunState::Interrupted, {}, kStartedLate);
+                        if (!late) return late.error();
+                        if (*late) return std::optional<RunState>(RunState::Interrupted);
+                        return std::optional<RunState>();  // it already had a final state
+                    },
+                    [id, name](Result<std::optional<RunState>> r) {
+                        if (!r)
+                            spdlog::error(
+                                "job {}: run {}: the record of its start that did not "
+                                "happen failed: {}",
+                                name, id, r.error().message);
+                        else if (*r == RunState::Interrupted)
+                            spdlog::warn(
+                                "job {}: run {} was started after its call's deadline: "
+                                "not started, recorded interrupted",
+                                name, id);
+                    });
                 return;
             }
             if (!host_->admission().is_open()) {

@@ -16,6 +16,12 @@ namespace lastcall {
 // SIGKILL.
 inline constexpr Millis kTimeoutKillAfter{5000};
 inline constexpr const char* kShuttingDown = "shutting down";
+// A claim that landed after the loop had given up on it: its run never started.
+inline constexpr const char* kClaimedLate =
+    "not started: its claim was answered after the claim's deadline";
+// The same for a queued run whose `started` landed after the loop had given up on it.
+inline constexpr const char* kStartedLate =
+    "not started: its start was answered after the call's deadline";
 // A slice of the loop's own work on jobs (spawning claimed runs, judging exited ones): at most
 // this many, and no longer than kSlice, so a signal, a reap or a timer waits for one slice at
 // most (a spawn under load takes milliseconds: 32 of them held a SIGUSR1 85-340 ms).
@@ -39,6 +45,10 @@ std::shared_ptr<std::vector<T>> take_batch(std::vector<T>& queue, std::size_t ma
     queue.erase(queue.begin(), end);
     return batch;
 }
+
+// The ledger's close at the very end gets what is left of the records' time (settle_records),
+// and at least this: a checkpoint on a healthy disk takes milliseconds.
+inline constexpr Millis kCloseAtLeast{250};
 
 // Runs (and jobs) named one by one in the log's last lines on records that did not land
 // (say_unwritten): the report lists every one; a line of thousands of ids helps nobody.

@@ -436,7 +436,7 @@ void JobScheduler::retry_unwritten() {
 }
 
 void JobScheduler::note_unwritten(std::int64_t id, const std::string& job, std::string_view state,
-                                  const std::string& error) {
+                                  const std::string& error, std::int64_t scheduled_at) {
     // One entry per run and state: a write that fails again updates it.
     for (auto& u : unwritten_)
         if (id != 0 && u.id == id && u.state == state) {
@@ -446,6 +446,7 @@ void JobScheduler::note_unwritten(std::int64_t id, const std::string& job, std::
     Unwritten u;
     u.id = id;
     u.job = job;
+    u.scheduled_at = scheduled_at;
     u.state = std::string(state);
     u.error = error;
     if (auto to = parse_run_state(state); to && is_terminal(*to) && id != 0) {
@@ -468,9 +469,10 @@ void JobScheduler::note_unwritten(std::int64_t id, const std::string& job, RunSt
 
 // A fire time whose first record failed: it has no row (id 0 in the report).
 void JobScheduler::note_unwritten_row(const std::string& job, RunState state,
-                                      const std::string& error) {
+                                      const std::string& error, std::int64_t scheduled_at) {
     Unwritten u;
     u.job = job;
+    u.scheduled_at = scheduled_at;
     u.state = std::string(to_string(state));
     u.error = error;
     unwritten_.push_back(std::move(u));

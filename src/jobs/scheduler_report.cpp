@@ -86,10 +86,11 @@ void JobScheduler::contribute_report(JsonWriter& j) {
     j.field("unclaimed", static_cast<long long>(unclaimed_));
     // Fire times that passed while lastcall could not fire them (the log says why).
     j.field("missed_fire_times", static_cast<long long>(missed_));
-    // Ledger writes that failed: the run was not started (started), or the record the ledger
-    // holds is not the run's ending (the next start turns it interrupted).
+    // Ledger writes that failed. A run that started, one entry each: the record the ledger holds
+    // is not its ending (the next start turns it interrupted, and its policy may run it again).
     j.key("unrecorded").begin_array();
     for (const auto& u : unwritten_) {
+        if (never_ran(u)) continue;
         j.begin_object();
         j.field("id", static_cast<long long>(u.id));
         j.field("job", u.job);
@@ -98,7 +99,49 @@ void JobScheduler::contribute_report(JsonWriter& j) {
         j.end_object();
     }
     j.end_array();
+    // Fire times that never ran, counted per job and record: their rows (skipped, scheduled) or
+    // their start (started: not run) did not land. One entry each had made a burst's report
+    // thousands of lines long when the ledger could not take them at the end.
+    j.key("unrecorded_fire_times").begin_array();
+    for (const auto& f : unwritten_fire_times()) {
+        j.begin_object();
+        j.field("job", f.job);
+        j.field("state", f.state);
+        j.field("count", static_cast<long long>(f.count));
+        j.field("first_fire_time", f.first ? iso_utc(f.first) : std::string());
+        j.field("last_fire_time", f.last ? iso_utc(f.last) : std::string());
+        j.field("error", f.error);
+        j.end_object();
+    }
+    j.end_array();
     j.end_object();
+}
+
+bool JobScheduler::never_ran(const Unwritten& u) {
+    return u.state == to_string(RunState::Started) || u.state == to_string(RunState::Scheduled) ||
+           u.state == to_string(RunState::Skipped);
+}
+
+// The fire times that never ran and whose record did not land, by job and record, in the order
+// of the jobs' names: how many, the first and last fire time, and the first error (a batch's
+// rows fail together, with one error).
+std::vector<JobScheduler::UnwrittenFireTimes> JobScheduler::unwritten_fire_times() const {
+    std::map<std::pair<std::string, std::string>, UnwrittenFireTimes> by;
+    for (const auto& u : unwritten_) {
+        if (!never_ran(u)) continue;
+        auto& f = by[{u.job, u.state}];
+        if (f.count++ == 0) {
+            f.job = u.job;
+            f.state = u.state;
+            f.error = u.error;
+        }
+        if (u.scheduled_at == 0) continue;
+        if (f.first == 0 || u.scheduled_at < f.first) f.first = u.scheduled_at;
+        f.last = std::max(f.last, u.scheduled_at);
+    }
+    std::vector<UnwrittenFireTimes> out;
+    for (auto& [key, f] : by) out.push_back(std::move(f));
+    return out;
 }
 
 // The end: every process is reaped. Records still being written get what is left of the grace
@@ -110,6 +153,7 @@ void JobScheduler::settle_records() {
     MonoTime until = std::max(now + Millis{250},
                               drain_started_.value_or(now) + host_->settings().grace + Millis{700});
     settling_ = true;
+    records_until_ = until;
     MonoTime began = now;
     // Every process is reaped: the exits not judged yet are judged now, before any record.
     while (!exits_.empty()) judge_exits();
@@ -144,14 +188,8 @@ void JobScheduler::settle_records() {
 // knows which `started` rows the next start will call interrupted.
 void JobScheduler::say_unwritten() const {
     std::map<std::int64_t, std::string> runs;  // by id: the record(s) that did not land
-    std::map<std::string, std::size_t> rows;   // fire times with no row, by job
-    std::size_t fire_times = 0;
     for (const auto& u : unwritten_) {
-        if (u.id == 0) {
-            ++rows[u.job];
-            ++fire_times;
-            continue;
-        }
+        if (never_ran(u)) continue;
         auto& states = runs[u.id];
         states += (states.empty() ? "" : ", ") + u.state;
     }
@@ -169,19 +207,22 @@ void JobScheduler::say_unwritten() const {
             "each is listed in the report's jobs.unrecorded",
             runs.size(), named);
     }
-    if (!rows.empty()) {
+    auto fire_times = unwritten_fire_times();
+    if (!fire_times.empty()) {
         std::string jobs;
-        std::size_t n = 0;
-        for (const auto& [job, count] : rows) {
-            if (++n > kNamedInLog) break;
-            jobs += (jobs.empty() ? "" : ", ") + job + " " + std::to_string(count);
+        std::size_t n = 0, total = 0;
+        for (const auto& f : fire_times) {
+            total += f.count;
+            if (++n > kNamedInLog) continue;
+            jobs += (jobs.empty() ? "" : ", ") + f.job + " " + std::to_string(f.count) + " (" +
+                    f.state + ")";
         }
-        if (rows.size() > kNamedInLog)
-            jobs += ", and " + std::to_string(rows.size() - kNamedInLog) + " more job(s)";
+        if (fire_times.size() > kNamedInLog)
+            jobs += ", and " + std::to_string(fire_times.size() - kNamedInLog) + " more";
         spdlog::error(
-            "run ledger: {} fire time(s) have no row (not recorded), by job: {}; each is listed "
-            "in the report's jobs.unrecorded",
-            fire_times, jobs);
+            "run ledger: the records of {} fire time(s) that never ran did not land, by job: {}; "
+            "counted per job in the report's jobs.unrecorded_fire_times",
+            total, jobs);
     }
 }
 

@@ -297,8 +297,12 @@ command = "echo job ran > $EVENTS"
             self.fifo.readline(timeout=0.2)  # the job never ran
         self.assertIn("database or disk is full", rows[0]["reason"])
         self.assertEqual(ledger_rows(self.state, "state IN ('started', 'scheduled')"), [])
-        unrecorded = self.read_report()["jobs"]["unrecorded"]
-        self.assertTrue(unrecorded and all(u["state"] == "started" for u in unrecorded))
+        # Fire times that never ran: counted per job, not listed one by one.
+        jobs = self.read_report()["jobs"]
+        self.assertEqual(jobs["unrecorded"], [])
+        self.assertEqual([(f["job"], f["state"]) for f in jobs["unrecorded_fire_times"]],
+                         [("tick", "started")])
+        self.assertGreaterEqual(jobs["unrecorded_fire_times"][0]["count"], 1)
 
     def test_a_run_whose_interrupted_record_cannot_be_written_is_never_completed(self):
         """Case 5: `interrupted` refused; the late exit 0 does not complete the run, the output
@@ -324,9 +328,10 @@ command = "trap 'echo whole > $LASTCALL_OUTPUT; exit 0' TERM; {SLEEPING} echo st
         self.assertEqual([(u["id"], u["state"]) for u in unrecorded], [(run_id, "interrupted")])
         self.assertIn("it will never be recorded completed", run.output())
 
-    def test_a_skipped_fire_time_whose_row_cannot_be_written_is_listed_unrecorded(self):
+    def test_a_skipped_fire_time_whose_row_cannot_be_written_is_counted_unrecorded(self):
         """A fire time skipped behind a running run, its `skipped` row refused: logged, and
-        (it used to be only logged) listed in the report's jobs.unrecorded with id 0."""
+        (it used to be only logged) counted in the report's jobs.unrecorded_fire_times, per job
+        (one entry each made a burst's report thousands of entries long)."""
         cfg = self.config("""
 [jobs.long]
 schedule = "@every 1s"
@@ -342,8 +347,10 @@ command = "echo running > $EVENTS; exec sleep 100"
             time.sleep(0.05)  # the log file is the only sign of the refused write
         run.signal(signal.SIGTERM)
         run.wait()
-        unrecorded = self.read_report()["jobs"]["unrecorded"]
-        self.assertIn((0, "long", "skipped"), [(u["id"], u["job"], u["state"]) for u in unrecorded])
+        counted = self.read_report()["jobs"]["unrecorded_fire_times"]
+        self.assertEqual([(f["job"], f["state"]) for f in counted], [("long", "skipped")], counted)
+        self.assertGreaterEqual(counted[0]["count"], 1)
+        self.assertLessEqual(counted[0]["first_fire_time"], counted[0]["last_fire_time"])
 
 
 class SignalTest(EndingsTestCase):

@@ -22,6 +22,7 @@ import sqlite3
 import time
 import unittest
 
+import lctest
 from lctest import LastcallTestCase
 from slowdisk import SlowDisk
 
@@ -141,6 +142,71 @@ command = "exec sleep 100"
         for i in left:
             self.assertIn(f" {i} (interrupted)", last[0])
         self.assertNoLeftovers()
+
+class LedgerCloseAtExit(LastcallTestCase):
+    @lctest.needs_strace("to stall the ledger's close")
+    def test_lastcall_exits_after_the_report_when_the_ledgers_close_does_not_return(self):
+        """The ledger's close at exit (SQLite's checkpoint, then the removal of its -shm and -wal
+        files) stalls as on a state dir whose file server went away: each unlink(2) lastcall
+        makes returns 60 s late (strace's fault injection; lastcall's own code unlinks nothing,
+        and SQLite, once the ledger exists, unlinks only in that close). The close used to run on
+        the loop after the report, and lastcall exited 120 s late; it runs on the ledger worker
+        now, with what is left of the records' time, and lastcall's loop ends without it, saying
+        so once. strace holds a delayed thread until it resumes it, SIGKILL or not (a file
+        server's wait ends with the process): once lastcall's main thread has exited, the test
+        ends strace, and lastcall's exit follows at once. What landed stays."""
+        state = os.path.join(self.dir, "state")
+        cfg = self.write_file("jobs.toml", """
+[jobs.stay]
+schedule = "@every 1s"
+command = "echo ran > $EVENTS; exec sleep 100"
+""")
+        # The ledger is made first, without the stall: its creation removes a rollback journal.
+        # By a job that does not fire meanwhile: the only line on the FIFO is the run's below.
+        yearly = self.write_file("make.toml",
+                                 '[jobs.make]\nschedule = "@yearly"\ncommand = "true"\n')
+        made = self.start(["--config", yearly, "--state-dir", state, "--", "true"])
+        self.assertEqual(made.wait(), 0, made.output())
+        # -f: the close runs on lastcall's second thread.
+        run = self.start(["--config", cfg, "--state-dir", state, "--grace", "1s", "--", "sleep",
+                          "1000"],
+                         prefix=["strace", "-f", "-o", "/dev/null", "-e", "trace=unlink",
+                                 "-e", "inject=unlink:delay_enter=60s"])
+        self.assertEqual(self.fifo.readline(timeout=30), "ran")
+        pids = lctest.children_of(run.proc.pid)  # lastcall is strace's child
+        self.assertEqual(len(pids), 1, pids)
+        lastcall = pids[0]
+        os.kill(lastcall, signal.SIGTERM)
+        # The grace (1 s), the records' time (700 ms) and a margin for a loaded machine and
+        # strace: far below the 60 s of one stalled unlink. The main thread's exit leaves it a
+        # zombie while the worker thread is held (polled: /proc has no event for it).
+        deadline = time.monotonic() + 20
+        while thread_state(lastcall) not in ("Z", None) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertIn(thread_state(lastcall), ("Z", None),
+                      "lastcall's loop did not end within 20 s of SIGTERM: it waits for the "
+                      "ledger's close\n" + run.output())
+        run.proc.kill()  # strace: the thread it holds is let go, and ends with lastcall
+        self.assertTrue(lctest.wait_exit(lastcall, timeout=10), "lastcall did not exit")
+        run.wait()
+        said = [line for line in run.output().splitlines() if "not closed within" in line]
+        self.assertEqual(len(said), 1, run.output())
+        self.assertIn("the checkpoint is left to the next open", said[0])
+        path = os.path.join(state, "ledger.sqlite")
+        with contextlib.closing(sqlite3.connect(path, timeout=10)) as db:
+            states = [s for (s,) in db.execute("SELECT state FROM runs WHERE job = 'stay'")]
+        self.assertIn("interrupted", states)
+        self.assertNotIn("started", states)
+        self.assertNoLeftovers()
+
+
+def thread_state(pid):
+    """The state letter of a process's main thread (None: gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":

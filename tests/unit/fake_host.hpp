@@ -110,6 +110,12 @@ class FakeHost final : public UnitHost, public TeardownHost {
         }
         move_to(end);
     }
+    // The wall clock reaches the next whole minute: a `* * * * *` job fires. Its Unix seconds.
+    std::int64_t next_minute() {
+        auto minute = std::chrono::floor<std::chrono::minutes>(wall_) + std::chrono::minutes(1);
+        set_wall(minute);
+        return std::chrono::duration_cast<std::chrono::seconds>(minute.time_since_epoch()).count();
+    }
     // Jumps the wall clock to `at` and fires the wall timer if it is due (a job's fire time).
     void set_wall(WallTime at) {
         wall_ = at;

@@ -23,16 +23,27 @@ class StallableLedger final : public Ledger {
         : real_(std::move(real)), shared_(shared) {
         set_identity(real_->identity());
     }
+    // The close of the database (SQLite's checkpoint on a stalled disk, a server that went away)
+    // blocks while `stall_close()` holds: until unstall().
+    ~StallableLedger() override {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return !close_stalled_; });
+    }
+    void stall_close() {
+        std::lock_guard lock(mu_);
+        close_stalled_ = true;
+    }
     std::atomic<bool> down{false};
     void stall() {
         std::lock_guard lock(mu_);
         stalled_ = true;
     }
+    // Also lets a stalled close go on. Notified under the lock: the closing thread cannot finish
+    // the destruction (of mu_ and cv_ too) before this returns.
     void unstall() {
-        {
-            std::lock_guard lock(mu_);
-            stalled_ = false;
-        }
+        std::lock_guard lock(mu_);
+        stalled_ = false;
+        close_stalled_ = false;
         cv_.notify_all();
     }
     // Calls that have begun (stalled ones included).
@@ -122,6 +133,7 @@ class StallableLedger final : public Ledger {
     std::mutex mu_;
     std::condition_variable cv_;
     bool stalled_ = false;
+    bool close_stalled_ = false;
     std::atomic<int> calls_{0};
 };
 

@@ -7,11 +7,15 @@
 #include <catch2/catch.hpp>
 
 #include <stdlib.h>
+#include <sys/wait.h>
 
 #include <filesystem>
 
 #include "fake_host.hpp"
+#include "lastcall/core/json.hpp"
+#include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/ledger_worker.hpp"
+#include "lastcall/jobs/scheduler.hpp"
 #include "stallable_ledger.hpp"
 
 using namespace lastcall;
@@ -269,4 +273,169 @@ TEST_CASE("a record queued longer than its budget is not failed: its budget runs
     CHECK(*first);
     CHECK(*second);
     CHECK(w.rows() == 2);
+}
+
+TEST_CASE(
+    "a close the ledger does not finish within its budget is left to the thread, and the loop "
+    "goes on",
+    "[ledger_worker]") {
+    Worker w;
+    std::optional<Result<std::int64_t>> answer;
+    w.worker->call<std::int64_t>("add", 2000ms, add_skipped(60),
+                                 [&](Result<std::int64_t> r) { answer.emplace(std::move(r)); });
+    w.pump_until([&] { return answer.has_value(); });
+    // As SQLite's checkpoint on a stalled disk: the close does not return.
+    w.ledger->stall_close();
+    CHECK_FALSE(w.worker->close(50ms));
+    CHECK(w.rows() == 1);  // what landed stays (the WAL is durable)
+    // The thread left behind finishes the close once the ledger lets it, on its own.
+    w.ledger->unstall();
+}
+
+TEST_CASE("a close that finishes within its budget is waited for", "[ledger_worker]") {
+    Worker w;
+    CHECK(w.worker->close(10000ms));
+}
+
+// ---- the scheduler's claims over the real worker ----
+
+namespace {
+
+// A scheduler with the worker's real thread over a stallable SQLite ledger (`shared`: as a
+// PostgreSQL ledger shared by replicas, replica "a" with a 3 s lease), and a second handle on
+// the same file to read what landed.
+struct ThreadedJobs {
+    ThreadedJobs(const std::string& toml, bool shared) {
+        auto cfg = parse_jobs_toml(toml, "test.toml");
+        REQUIRE(cfg);
+        LedgerIdentity me;
+        if (shared) me = {"a", "a/1", 3000, "", ""};
+        auto real = Ledger::open({dir.path, ""}, true, me);
+        REQUIRE(real);
+        auto wrapped = std::make_unique<StallableLedger>(std::move(*real), shared);
+        ledger = wrapped.get();
+        scheduler.emplace(std::move(cfg->jobs), std::move(wrapped), LedgerWorker::Mode::Thread);
+        host.deliver_to(&*scheduler);
+        REQUIRE(scheduler->attach_host(host));
+        auto r = Ledger::open({dir.path, ""}, false);
+        REQUIRE(r);
+        reader = std::move(*r);
+        // The worker's first call (the recovery at start) is answered before the test begins.
+        REQUIRE(host.pump_watched(10000));
+    }
+    // A thread left stalled would hold the test binary.
+    ~ThreadedJobs() {
+        if (ledger) ledger->unstall();
+    }
+    // The ledger stalls, and the next minute's fire time is claimed: the claim is in the ledger,
+    // stuck. Its fire time.
+    std::int64_t claim_stuck() {
+        ledger->stall();
+        int calls = ledger->calls();
+        std::int64_t at = host.next_minute();
+        while (ledger->calls() <= calls) std::this_thread::yield();
+        return at;
+    }
+    // The ledger answers again, and the records settle as at lastcall's end. `ran` runs ran.
+    void unstall_and_settle(std::size_t ran = 0) {
+        ledger->unstall();
+        scheduler->settle_records();
+        CHECK(host.spawned_argv0("backup").size() == ran);
+    }
+    // Runs the loop's side until `done` holds: each answer arrives on the worker's eventfd.
+    template <typename F>
+    void pump_until(F&& done) {
+        while (!done()) REQUIRE(host.pump_watched(10000));
+    }
+    std::vector<RunRecord> rows_of(std::int64_t scheduled_at) {
+        auto all = reader->list({});
+        REQUIRE(all);
+        std::vector<RunRecord> out;
+        for (auto& r : *all)
+            if (r.scheduled_at == scheduled_at) out.push_back(std::move(r));
+        return out;
+    }
+    std::string report() {
+        JsonWriter j;
+        j.begin_object();
+        scheduler->contribute_report(j);
+        j.end_object();
+        return j.str();
+    }
+
+    Dir dir;
+    FakeHost host;
+    StallableLedger* ledger = nullptr;
+    std::optional<JobScheduler> scheduler;
+    std::unique_ptr<Ledger> reader;
+};
+
+constexpr const char* kEveryMinute = R"(
+[jobs.backup]
+schedule = "* * * * *"
+command = ["backup"]
+)";
+
+}  // namespace
+
+TEST_CASE(
+    "a fire time whose claim is answered after its deadline has one row and one terminal state, "
+    "whether the claim landed late or was never begun",
+    "[ledger_worker][jobs]") {
+    ThreadedJobs j(kEveryMinute, false);
+    std::int64_t first = j.claim_stuck();
+    j.host.advance(2000ms);  // its deadline: the outcome is unknown
+    std::int64_t second = j.host.next_minute();
+    j.host.advance(2000ms);  // the second claim, still queued behind the first, is never begun
+    j.unstall_and_settle();  // the first claim lands, after its deadline
+    auto landed = j.rows_of(first);
+    REQUIRE(landed.size() == 1);
+    CHECK(landed[0].state == RunState::Interrupted);
+    CHECK_THAT(landed[0].reason, Catch::StartsWith("not started: its claim was answered after"));
+    auto never = j.rows_of(second);
+    REQUIRE(never.size() == 1);
+    CHECK(never[0].state == RunState::Skipped);
+    CHECK_THAT(never[0].reason,
+               Catch::StartsWith("not started: `started` could not be recorded: claim the run of "
+                                 "job backup") &&
+                   Catch::Contains("not attempted"));
+}
+
+TEST_CASE(
+    "on a shared ledger a claim answered after its deadline that landed is recorded interrupted "
+    "once and is not counted unclaimed",
+    "[ledger_worker][jobs][cluster]") {
+    ThreadedJobs j(kEveryMinute, true);
+    std::int64_t at = j.claim_stuck();
+    j.host.advance(1000ms);  // a third of the lease: the claim's deadline
+    CHECK_THAT(j.report(), Catch::Contains(R"("unclaimed":1)"));
+    j.unstall_and_settle();
+    auto rows = j.rows_of(at);
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].state == RunState::Interrupted);
+    CHECK_THAT(rows[0].reason, Catch::StartsWith("not started: its claim was answered after"));
+    CHECK_THAT(j.report(), Catch::Contains(R"("unclaimed":0)"));
+}
+
+TEST_CASE(
+    "a queued run whose start is answered after its deadline ends with one terminal state, "
+    "never left started",
+    "[ledger_worker][jobs]") {
+    ThreadedJobs j(std::string(kEveryMinute) + "overlap = \"queue\"\n", false);
+    j.host.next_minute();
+    j.pump_until([&] { return j.host.spawned_argv0("backup").size() == 1; });
+    pid_t leader = j.host.spawned_argv0("backup").at(0);
+    std::int64_t queued = j.host.next_minute();  // queued behind the running run
+    j.pump_until([&] { return j.rows_of(queued).size() == 1; });
+    j.ledger->stall();
+    int calls = j.ledger->calls();
+    // The leader's exit starts the queued run: its `started` is the call the ledger is stuck in.
+    j.host.exit(leader, W_EXITCODE(0, 0));
+    while (j.ledger->calls() <= calls) std::this_thread::yield();
+    j.host.advance(2000ms);  // its deadline: the outcome is unknown, the run is not started
+    j.unstall_and_settle(1);
+    auto rows = j.rows_of(queued);
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].state == RunState::Interrupted);
+    CHECK_THAT(rows[0].reason, Catch::StartsWith("not started: its start was answered after"));
 }

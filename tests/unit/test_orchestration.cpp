@@ -16,6 +16,7 @@
 #include "fake_host.hpp"
 #include "lastcall/core/event_loop.hpp"
 #include "lastcall/core/json.hpp"
+#include "lastcall/core/timefmt.hpp"
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/ledger.hpp"
 #include "lastcall/jobs/scheduler.hpp"
@@ -708,11 +709,7 @@ struct Jobs {
         return **r;
     }
     // The wall clock reaches the next minute: a `* * * * *` job fires.
-    void next_minute() {
-        auto now = host.wall_now();
-        auto minute = std::chrono::floor<std::chrono::minutes>(now) + 1min;
-        host.set_wall(minute);
-    }
+    void next_minute() { host.next_minute(); }
     // The next minute comes, and the `* * * * *` job `argv0` starts its one run: its leader.
     pid_t start_run(const std::string& argv0) {
         next_minute();
@@ -905,10 +902,7 @@ struct SharedJobs {
         REQUIRE(*r);
         return **r;
     }
-    void next_minute() {
-        auto minute = std::chrono::floor<std::chrono::minutes>(host.wall_now()) + 1min;
-        host.set_wall(minute);
-    }
+    void next_minute() { host.next_minute(); }
 
     TempDir dir;
     FakeHost host;
@@ -1017,6 +1011,56 @@ command = ["sync"]
     CHECK_THAT(w.str(),
                Catch::Contains(R"("unrecorded":[{"id":1,"job":"sync","state":"interrupted")"));
     CHECK(j.run(1).state == RunState::Started);  // the lease's expiry lets another replica say it
+}
+
+TEST_CASE(
+    "the report names each started run whose record did not land, and counts per job the "
+    "skipped fire times whose rows did not",
+    "[orchestration][jobs]") {
+    auto cfg = parse_jobs_toml(R"(
+[jobs.sync]
+schedule = "* * * * *"
+command = ["sync"]
+)",
+                               "test.toml");
+    REQUIRE(cfg);
+    TempDir dir;
+    FakeHost host;
+    host.host_settings.grace = 2s;
+    auto real = Ledger::open({dir.path, ""}, true);
+    REQUIRE(real);
+    auto cut = std::make_unique<StallableLedger>(std::move(*real), false);
+    StallableLedger* ledger = cut.get();
+    JobScheduler scheduler(std::move(cfg->jobs), std::move(cut), LedgerWorker::Mode::OnLoop);
+    host.deliver_to(&scheduler);
+    REQUIRE(scheduler.attach_host(host));
+    auto minute = [&] { return iso_utc(host.next_minute()); };
+    minute();
+    pid_t leader = host.spawned_argv0("sync").at(0);
+    ledger->down = true;
+    // Three fire times while the run still runs (overlap = skip): each a skipped row that fails.
+    std::string first = minute();
+    minute();
+    std::string last = minute();
+    host.admission().close();
+    scheduler.state_changed(State::Running, State::Draining);
+    scheduler.state_changed(State::Draining, State::Stopping);
+    host.advance(2s);
+    scheduler.before_force(Event::GraceExpired);
+    host.exit(leader, SIGKILL);
+    scheduler.settle_records();
+    JsonWriter w;
+    w.begin_object();
+    scheduler.contribute_report(w);
+    w.end_object();
+    CHECK_THAT(w.str(),
+               Catch::Contains(R"("unrecorded":[{"id":1,"job":"sync","state":"interrupted")"));
+    CHECK_THAT(
+        w.str(),
+        Catch::Contains(
+            R"("unrecorded_fire_times":[{"job":"sync","state":"skipped","count":3,"first_fire_time":")" +
+            first + R"(","last_fire_time":")" + last + R"(","error":")"));
+    scheduler.finished(137);
 }
 
 // ---- the loop ----

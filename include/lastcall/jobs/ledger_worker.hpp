@@ -25,8 +25,10 @@
 // failures, and it never holds a renewal behind it. A run's final record goes before any other
 // record because a `started` row left without one is the costlier loss (the next start calls the
 // run interrupted and may run it again): a backlog of skipped fire times at the SIGTERM had held
-// 723 runs' endings behind it until lastcall exited (issue 42). At the end, settle() bounds
-// whatever is left, and every caller whose record did not land hears so.
+// 723 runs' endings behind it until lastcall exited (issue 42). A follow-up (follow_up(): what
+// the ledger must hold after a call whose caller heard "unknown") runs in the calls' lane with a
+// record's budget. At the end, settle() bounds whatever is left, and every caller whose record
+// did not land hears so; close() bounds the ledger's close after the report.
 //
 //   Queued --worker takes it--> Running --answer--> Answered (done(result) on the loop)
 //      |                          |
@@ -87,6 +89,17 @@ class LedgerWorker {
         enqueue<T>(std::move(what), budget, Lane::Call, std::move(work), std::move(done),
                    std::move(late));
     }
+    // What the ledger must hold after a call whose caller heard "unknown" (a claim that may have
+    // landed after its deadline): in the calls' lane, so it runs right behind the call it follows
+    // (it sees what that call did) and ahead of every later call (a later claim must not find that
+    // call's row as a run still running), with a record's budget, counted from when it begins: it
+    // waits for the call it follows, however long that one is stuck.
+    template <typename T>
+    void follow_up(std::string what, Millis budget, std::function<Result<T>(Ledger&)> work,
+                   std::function<void(Result<T>)> done) {
+        enqueue<T>(std::move(what), budget, Lane::Call, std::move(work), std::move(done), {},
+                   /*from_start=*/true);
+    }
     // Runs' final records (a batch of endings, the pids of runs spawned): behind the calls, ahead
     // of the other records, in order, its budget counted from when it begins.
     template <typename T>
@@ -110,6 +123,13 @@ class LedgerWorker {
     // "unknown", and so is every call their callers make on hearing it (a batch's next batch):
     // nothing is left pending. Runs done() (and their follow-up calls) as the answers come.
     void settle(MonoTime until);
+    // The very end, after the report: the ledger's close (SQLite: its WAL checkpoint and fsyncs;
+    // PostgreSQL: the end of its connection) runs on the thread, as every call does, and is
+    // waited for at most `budget`. Past it, or with a call still holding the thread, lastcall goes
+    // on without it (one log line says so): the thread is left behind with the ledger, and the
+    // process's exit ends it. A commit that returned is durable in the WAL whether or not the
+    // checkpoint ran; the next open does it. False: not closed. After it, facts() is gone.
+    bool close(Millis budget);
 
   private:
     // The order calls run in (see the top of this file): a lower lane first.
@@ -117,7 +137,8 @@ class LedgerWorker {
 
     template <typename T>
     void enqueue(std::string what, Millis budget, Lane lane, std::function<Result<T>(Ledger&)> work,
-                 std::function<void(Result<T>)> done, std::function<void(Result<T>)> late) {
+                 std::function<void(Result<T>)> done, std::function<void(Result<T>)> late,
+                 bool from_start = false) {
         // The thread fills the slot, then hands the job back under the mutex: the loop reads it
         // only after that hand-over.
         auto slot = std::make_shared<std::optional<Result<T>>>();
@@ -126,6 +147,7 @@ class LedgerWorker {
         job->what = std::move(what);
         job->budget = budget;
         job->lane = lane;
+        job->from_start = from_start || lane != Lane::Call;
         job->work = [slot, w = std::move(work)](Ledger& l) { slot->emplace(w(l)); };
         job->deliver = [slot, on_done] { (*on_done)(std::move(**slot)); };
         job->unknown = [on_done](const std::string& why) { (*on_done)(Result<T>(Error{why})); };
@@ -137,7 +159,8 @@ class LedgerWorker {
         std::uint64_t seq = 0;
         std::string what;
         Millis budget{0};
-        Lane lane = Lane::Call;  // a call's deadline runs from the call, a record's from its start
+        Lane lane = Lane::Call;
+        bool from_start = false;  // its deadline runs from its start (a record's), not the call
         MonoTime deadline{};
         std::chrono::steady_clock::time_point thread_deadline{};
         std::function<void(Ledger&)> work;
@@ -159,6 +182,7 @@ class LedgerWorker {
         std::deque<std::shared_ptr<Job>> answers;  // guarded by mu
         bool stopping = false;                     // guarded by mu
         bool busy = false;                         // guarded by mu: a call is running
+        bool closed = false;                       // guarded by mu: the thread closed the ledger
     };
 
     LedgerWorker(std::unique_ptr<Ledger> ledger, UnitHost& host, Mode mode)
@@ -179,6 +203,7 @@ class LedgerWorker {
     std::uint64_t next_seq_ = 1;
     std::map<std::uint64_t, std::shared_ptr<Job>> pending_;  // the loop's view: unanswered calls
     std::unique_ptr<WakeTimer> deadline_timer_;
+    bool closed_ = false;  // close() ran
 
     std::thread thread_;  // Mode::Thread
 };

@@ -158,6 +158,20 @@ class JobScheduler final : public SupervisorComponent {
         std::vector<std::int64_t> retry_of;  // with the released runs a one-machine fire retries
         std::int64_t key_at = 0;
     };
+    // A fire time whose claim was not answered (or failed), and what became of it: decided on
+    // the worker, behind the claim (record_unstarted).
+    struct Unstarted {
+        std::size_t index = 0;  // the request's place in the claim
+        std::string job;
+        std::int64_t scheduled_at = 0;
+        std::string why;  // why the claim's answer did not say
+        // What the ledger holds now: the claim's row interrupted (it landed), a skipped row
+        // written here, or the claim's own row (skipped, or another row's fire time).
+        RunState state = RunState::Skipped;
+        std::int64_t id = 0;   // the claim's row (0: none)
+        bool written = false;  // by this record
+        std::string error;     // this record failed
+    };
     struct ToStart {
         Asked asked;
         Claim claim;
@@ -218,7 +232,11 @@ class JobScheduler final : public SupervisorComponent {
     void fire(std::size_t job, std::int64_t scheduled_at, std::vector<Due>& due);
     void queue_run(std::size_t job, std::int64_t scheduled_at);
     void claim(std::vector<Due> due);
-    void on_claimed(std::vector<Asked>& asked, Result<std::vector<Claimed>>& answer);
+    void on_claimed(std::vector<Asked>& asked, Result<std::vector<Claimed>>& answer,
+                    const std::shared_ptr<std::vector<Result<Claim>>>& did);
+    static std::vector<Unstarted> record_unstarted(Ledger& l, const std::vector<Result<Claim>>& did,
+                                                   std::vector<Unstarted> fire_times);
+    void on_unstarted(const std::vector<Unstarted>& asked, Result<std::vector<Unstarted>>& r);
     void pump_starts();
     void judge_exits();
     void not_started(const ToStart& s, const std::string& why);
@@ -232,9 +250,10 @@ class JobScheduler final : public SupervisorComponent {
     void queue_pid(std::int64_t id, std::int64_t pid);
     void flush_pids();
     void interrupt(Run& run, RunOutcome outcome, const std::string& reason);
-    void note_unwritten_row(const std::string& job, RunState state, const std::string& error);
+    void note_unwritten_row(const std::string& job, RunState state, const std::string& error,
+                            std::int64_t scheduled_at);
     void note_unwritten(std::int64_t id, const std::string& job, std::string_view state,
-                        const std::string& error);
+                        const std::string& error, std::int64_t scheduled_at = 0);
     void note_unwritten(std::int64_t id, const std::string& job, RunState to, RunOutcome outcome,
                         const std::string& reason, const std::string& error);
     void written(std::int64_t id);
@@ -248,6 +267,17 @@ class JobScheduler final : public SupervisorComponent {
     void flush_skips();
     void schedule_flush(bool out, bool& posted, void (JobScheduler::*flush)());
     void say_unwritten() const;
+    struct Unwritten;
+    // A record of a fire time that never ran (skipped, scheduled, or a start not recorded).
+    static bool never_ran(const Unwritten& u);
+    struct UnwrittenFireTimes {
+        std::string job;
+        std::string state;
+        std::size_t count = 0;
+        std::int64_t first = 0, last = 0;  // fire times (0: none known)
+        std::string error;
+    };
+    std::vector<UnwrittenFireTimes> unwritten_fire_times() const;
     void on_leader_exit(Run& run, int status);
     void judge(Run& run, bool after_leftovers);
     void on_verify_exit(Run& run, int status);
@@ -280,6 +310,7 @@ class JobScheduler final : public SupervisorComponent {
     bool counts_out_ = false;                    // the metrics' count is out
     bool settled_ = false;                       // settle_records() ran: no more calls
     bool settling_ = false;  // settle_records() runs: no posted task runs, flush at once
+    std::optional<MonoTime> records_until_;  // the end of the records' time at the end
     std::optional<Millis> retention_;
     std::unique_ptr<WakeTimer> prune_timer_;
     bool prune_out_ = false;
@@ -314,7 +345,8 @@ class JobScheduler final : public SupervisorComponent {
     struct Unwritten {
         std::int64_t id = 0;  // 0: no row (a claim that could not be written)
         std::string job;
-        std::string state;  // the record that could not be written
+        std::int64_t scheduled_at = 0;  // a fire time that never ran: its time (0: not known)
+        std::string state;              // the record that could not be written
         std::string error;
         // Written again (each lease tick, and at the end) until it lands or the grace ends.
         RunState to = RunState::Failed;
