@@ -82,9 +82,9 @@ class BigTree(LastcallTestCase):
     @needs_strace("(counts what lastcall opens)")
     def test_the_proc_tracker_as_pid1_reads_each_process_of_a_big_tree_once(self):
         # At 39756c4 the walk read each process's children file and stat, each pass, and the
-        # report read its command line: about 2.6 opens per process (390 here). As PID 1 of
-        # the namespace /proc shows, one listing of /proc and one stat per process now; a member
-        # signalled in an earlier pass is not read again.
+        # record its command line: 693 /proc opens for this tree (strace, 4.6 per process). As
+        # PID 1 of the namespace /proc shows, one listing of /proc and one stat per process now
+        # (149); a member signalled in an earlier pass is not read again.
         report = os.path.join(self.dir, "report.json")
         run, code, calls = self.stop_traced("proc", True, TREE.format(n=MEMBERS - 1, extra=""),
                                             report)
