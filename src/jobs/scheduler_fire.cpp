@@ -336,26 +336,28 @@ void JobScheduler::claim(std::vector<Due> due) {
         },
         // One machine: nothing. The record that followed the unknown answer ran after the claim,
         // on the worker, and wrote what became of each fire time (record_unstarted); a second
-        // record here gave a fire time two rows (`skipped`, then `interrupted`).
-        // A shared ledger: a fire time this replica won after all is recorded as not run (its
-        // retry follows the job's policy), never left `started` with nobody running it; and it is
-        // not counted as one the ledger could not be asked to claim.
-        one_machine ? std::function<void(Result<std::vector<Claimed>>)>()
-                    : [this, names](Result<std::vector<Claimed>> late) {
-                          if (!late) return;
-                          for (std::size_t i = 0; i < late->size() && i < names.size(); ++i) {
-                              const auto& c = (*late)[i];
-                              if (!c.claim) continue;
-                              if (unclaimed_ > 0) --unclaimed_;
-                              if (c.claim->outcome != Claim::Outcome::Started) continue;
-                              spdlog::warn(
-                                  "job {}: run {} was claimed after the claim's deadline: not "
-                                  "started",
-                                  names[i], c.claim->id);
-                              finish_record(c.claim->id, names[i], RunState::Interrupted, {},
-                                            kClaimedLate, {});
-                          }
-                      });
+        // record here gave a fire time two rows (`skipped`, then `interrupted`). A shared
+        // ledger: on_claimed_late.
+        one_machine
+            ? std::function<void(Result<std::vector<Claimed>>)>()
+            : [this, names](Result<std::vector<Claimed>> late) { on_claimed_late(names, late); });
+}
+
+// A shared ledger's claim answered after its deadline: a fire time this replica won after all is
+// recorded as not run (its retry follows the job's policy), never left `started` with nobody
+// running it; and it is not counted as one the ledger could not be asked to claim.
+void JobScheduler::on_claimed_late(const std::vector<std::string>& names,
+                                   Result<std::vector<Claimed>>& late) {
+    if (!late) return;
+    for (std::size_t i = 0; i < late->size() && i < names.size(); ++i) {
+        const auto& c = (*late)[i];
+        if (!c.claim) continue;
+        if (unclaimed_ > 0) --unclaimed_;
+        if (c.claim->outcome != Claim::Outcome::Started) continue;
+        spdlog::warn("job {}: run {} was claimed after the claim's deadline: not started", names[i],
+                     c.claim->id);
+        finish_record(c.claim->id, names[i], RunState::Interrupted, {}, kClaimedLate, {});
+    }
 }
 
 void JobScheduler::on_claimed(std::vector<Asked>& asked, Result<std::vector<Claimed>>& answer,
@@ -591,42 +593,9 @@ void JobScheduler::start_queued(std::size_t j) {
         [this, j, id, at, name, held](Result<Started> r) {
             --jobs_[j].claiming;
             if (!r || !r->started) {
-                std::string why = r ? "the run is no longer scheduled" : r.error().message;
                 (*held)->rollback();
-                note_unwritten(id, name, "started", why, at);
-                spdlog::error(
-                    "job {}: run {} not started: its `started` record could not be written: {}",
-                    name, id, why);
-                // The start may have landed after all (its answer only came too late): what the
-                // row becomes is decided on the worker, behind the start. Still scheduled ->
-                // skipped; started, with nobody running it -> interrupted. (A `skipped` sent as a
-                // final record was refused by a row the late start had made `started`, which
-                // then stayed so until the next lastcall called it interrupted.)
-                ledger_->follow_up<std::optional<RunState>>(
-                    "record the unstarted queued run " + std::to_string(id), call_budget(),
-                    [id, why](Ledger& l) -> Result<std::optional<RunState>> {
-                        auto skipped =
-                            l.finish(id, RunState::Skipped, {},
-                                     "not started: `started` could not be recorded: " + why);
-                        if (!skipped) return skipped.error();
-                        if (*skipped) return std::optional<RunState>(RunState::Skipped);
-                        auto late = l.finish(id, RunState::Interrupted, {}, kStartedLate);
-                        if (!late) return late.error();
-                        if (*late) return std::optional<RunState>(RunState::Interrupted);
-                        return std::optional<RunState>();  // it already had a final state
-                    },
-                    [id, name](Result<std::optional<RunState>> r) {
-                        if (!r)
-                            spdlog::error(
-                                "job {}: run {}: the record of its start that did not "
-                                "happen failed: {}",
-                                name, id, r.error().message);
-                        else if (*r == RunState::Interrupted)
-                            spdlog::warn(
-                                "job {}: run {} was started after its call's deadline: "
-                                "not started, recorded interrupted",
-                                name, id);
-                    });
+                record_unstarted_queued(id, at, name,
+                                        r ? "the run is no longer scheduled" : r.error().message);
                 return;
             }
             if (!host_->admission().is_open()) {
@@ -637,6 +606,41 @@ void JobScheduler::start_queued(std::size_t j) {
                 return;
             }
             begin_run(j, id, at, std::move(**held), std::nullopt, {}, false, 0, r->watermark);
+        });
+}
+
+// A queued run whose `started` could not be written is not run. The start may have landed after
+// all (its answer only came too late): what the row becomes is decided on the worker, behind the
+// start. Still scheduled -> skipped; started, with nobody running it -> interrupted. (A `skipped`
+// sent as a final record was refused by a row the late start had made `started`, which then
+// stayed so until the next lastcall called it interrupted.)
+void JobScheduler::record_unstarted_queued(std::int64_t id, std::int64_t at,
+                                           const std::string& name, const std::string& why) {
+    note_unwritten(id, name, "started", why, at);
+    spdlog::error("job {}: run {} not started: its `started` record could not be written: {}", name,
+                  id, why);
+    ledger_->follow_up<std::optional<RunState>>(
+        "record the unstarted queued run " + std::to_string(id), call_budget(),
+        [id, why](Ledger& l) -> Result<std::optional<RunState>> {
+            auto skipped = l.finish(id, RunState::Skipped, {},
+                                    "not started: `started` could not be recorded: " + why);
+            if (!skipped) return skipped.error();
+            if (*skipped) return std::optional<RunState>(RunState::Skipped);
+            auto late = l.finish(id, RunState::Interrupted, {}, kStartedLate);
+            if (!late) return late.error();
+            if (*late) return std::optional<RunState>(RunState::Interrupted);
+            return std::optional<RunState>();  // it already had a final state
+        },
+        [id, name](Result<std::optional<RunState>> r) {
+            if (!r)
+                spdlog::error(
+                    "job {}: run {}: the record of its start that did not happen failed: {}", name,
+                    id, r.error().message);
+            else if (*r == RunState::Interrupted)
+                spdlog::warn(
+                    "job {}: run {} was started after its call's deadline: not started, "
+                    "recorded interrupted",
+                    name, id);
         });
 }
 

@@ -232,6 +232,7 @@ class JobScheduler final : public SupervisorComponent {
     void fire(std::size_t job, std::int64_t scheduled_at, std::vector<Due>& due);
     void queue_run(std::size_t job, std::int64_t scheduled_at);
     void claim(std::vector<Due> due);
+    void on_claimed_late(const std::vector<std::string>& names, Result<std::vector<Claimed>>& late);
     void on_claimed(std::vector<Asked>& asked, Result<std::vector<Claimed>>& answer,
                     const std::shared_ptr<std::vector<Result<Claim>>>& did);
     static std::vector<Unstarted> record_unstarted(Ledger& l, const std::vector<Result<Claim>>& did,
@@ -291,6 +292,8 @@ class JobScheduler final : public SupervisorComponent {
     void after_exit(Run& run);
     void release_finished_runs();
     void start_queued(std::size_t job);
+    void record_unstarted_queued(std::int64_t id, std::int64_t at, const std::string& name,
+                                 const std::string& why);
     std::vector<std::string> environment(const Run& run, const std::string& staging);
     UniqueFd capture_output(const std::string& job, SpawnSpec& sp);
 
