@@ -462,8 +462,7 @@ std::vector<JobScheduler::Unstarted> JobScheduler::record_unstarted(
             ended.push_back(k);
             continue;
         }
-        skips.push_back(
-            {u.job, u.scheduled_at, "not started: `started` could not be recorded: " + u.why});
+        skips.push_back({u.job, u.scheduled_at, not_started_unrecorded(u.why)});
         skipped.push_back(k);
     }
     if (!endings.empty()) {
@@ -622,8 +621,7 @@ void JobScheduler::record_unstarted_queued(std::int64_t id, std::int64_t at,
     ledger_->follow_up<std::optional<RunState>>(
         "record the unstarted queued run " + std::to_string(id), call_budget(),
         [id, why](Ledger& l) -> Result<std::optional<RunState>> {
-            auto skipped = l.finish(id, RunState::Skipped, {},
-                                    "not started: `started` could not be recorded: " + why);
+            auto skipped = l.finish(id, RunState::Skipped, {}, not_started_unrecorded(why));
             if (!skipped) return skipped.error();
             if (*skipped) return std::optional<RunState>(RunState::Skipped);
             auto late = l.finish(id, RunState::Interrupted, {}, kStartedLate);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <iterator>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "lastcall/jobs/scheduler.hpp"
@@ -22,6 +23,10 @@ inline constexpr const char* kClaimedLate =
 // The same for a queued run whose `started` landed after the loop had given up on it.
 inline constexpr const char* kStartedLate =
     "not started: its start was answered after the call's deadline";
+// Why a fire time did not run: its `started` row could not be written (never run unrecorded).
+inline std::string not_started_unrecorded(const std::string& why) {
+    return "not started: `started` could not be recorded: " + why;
+}
 // A slice of the loop's own work on jobs (spawning claimed runs, judging exited ones): at most
 // this many, and no longer than kSlice, so a signal, a reap or a timer waits for one slice at
 // most (a spawn under load takes milliseconds: 32 of them held a SIGUSR1 85-340 ms).

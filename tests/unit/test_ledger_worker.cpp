@@ -9,30 +9,19 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
-#include <filesystem>
-
 #include "fake_host.hpp"
 #include "lastcall/core/json.hpp"
 #include "lastcall/jobs/config.hpp"
 #include "lastcall/jobs/ledger_worker.hpp"
 #include "lastcall/jobs/scheduler.hpp"
 #include "stallable_ledger.hpp"
+#include "temp_dir.hpp"
 
 using namespace lastcall;
 using lastcall::test::FakeHost;
 using namespace std::chrono_literals;
 
 namespace {
-
-struct Dir {
-    Dir() {
-        char tmpl[] = "/tmp/lastcall-worker-XXXXXX";
-        REQUIRE(::mkdtemp(tmpl));
-        path = tmpl;
-    }
-    ~Dir() { std::filesystem::remove_all(path); }
-    std::string path;
-};
 
 // A worker with its thread over a stallable SQLite ledger, and a second handle on the same file
 // to read what landed.
@@ -60,7 +49,7 @@ struct Worker {
     }
     std::size_t rows() { return reader->list({})->size(); }
 
-    Dir dir;
+    lastcall::test::TempDir dir{"worker"};
     FakeHost host;
     StallableLedger* ledger = nullptr;
     std::unique_ptr<LedgerWorker> worker;
@@ -363,7 +352,7 @@ struct ThreadedJobs {
         return j.str();
     }
 
-    Dir dir;
+    lastcall::test::TempDir dir{"worker"};
     FakeHost host;
     StallableLedger* ledger = nullptr;
     std::optional<JobScheduler> scheduler;

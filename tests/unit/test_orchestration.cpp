@@ -11,7 +11,6 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 
 #include "fake_host.hpp"
 #include "lastcall/core/event_loop.hpp"
@@ -23,6 +22,7 @@
 #include "lastcall/services/service_manager.hpp"
 #include "lastcall/services/services.hpp"
 #include "stallable_ledger.hpp"
+#include "temp_dir.hpp"
 
 using namespace lastcall;
 using namespace std::chrono_literals;
@@ -679,16 +679,6 @@ depends_on = ["db"]
 
 namespace {
 
-struct TempDir {
-    TempDir() {
-        char tmpl[] = "/tmp/lastcall-orch-XXXXXX";
-        REQUIRE(::mkdtemp(tmpl));
-        path = tmpl;
-    }
-    ~TempDir() { std::filesystem::remove_all(path); }
-    std::string path;
-};
-
 struct Jobs {
     explicit Jobs(const std::string& toml) {
         auto cfg = parse_jobs_toml(toml, "test.toml");
@@ -731,7 +721,7 @@ struct Jobs {
         return writer;
     }
 
-    TempDir dir;
+    lastcall::test::TempDir dir{"orch"};
     FakeHost host;
     std::optional<JobScheduler> scheduler;
     std::unique_ptr<Ledger> reader;
@@ -904,7 +894,7 @@ struct SharedJobs {
     }
     void next_minute() { host.next_minute(); }
 
-    TempDir dir;
+    lastcall::test::TempDir dir{"orch"};
     FakeHost host;
     StallableLedger* ledger = nullptr;
     std::optional<JobScheduler> scheduler;
@@ -1024,7 +1014,7 @@ command = ["sync"]
 )",
                                "test.toml");
     REQUIRE(cfg);
-    TempDir dir;
+    lastcall::test::TempDir dir{"orch"};
     FakeHost host;
     host.host_settings.grace = 2s;
     auto real = Ledger::open({dir.path, ""}, true);

@@ -8,7 +8,6 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <filesystem>
 
 #include "fake_host.hpp"
 #include "lastcall/jobs/config.hpp"
@@ -17,6 +16,7 @@
 #include "lastcall/services/service_manager.hpp"
 #include "lastcall/services/services.hpp"
 #include "lastcall/supervisor/teardown.hpp"
+#include "temp_dir.hpp"
 
 using namespace lastcall;
 using namespace std::chrono_literals;
@@ -42,16 +42,6 @@ constexpr const char* kJobs = R"(
 schedule = "* * * * *"
 command = ["backup"]
 )";
-
-struct StateDir {
-    StateDir() {
-        char tmpl[] = "/tmp/lastcall-teardown-XXXXXX";
-        REQUIRE(::mkdtemp(tmpl));
-        path = tmpl;
-    }
-    ~StateDir() { std::filesystem::remove_all(path); }
-    std::string path;
-};
 
 // What the supervisor sets up for `lastcall --config ... -- app`: the teardown over the host,
 // the services and the scheduler attached, the root unit made, the main command spawned, and
@@ -130,7 +120,7 @@ struct Run {
         return false;
     }
 
-    StateDir dir;
+    lastcall::test::TempDir dir{"teardown"};
     FakeHost host;
     std::vector<SupervisorComponent*> components;
     std::optional<Teardown> teardown;
