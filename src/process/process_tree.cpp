@@ -318,10 +318,6 @@ bool proc_lists_own_namespace() {
     return own;
 }
 
-std::size_t namespace_process_count() {
-    return proc_lists_own_namespace() ? numeric_entries("/proc").size() : 0;
-}
-
 std::vector<ProcInfo> namespace_descendants_outside(const std::vector<pid_t>& listed) {
     std::set<pid_t> inside(listed.begin(), listed.end());
     pid_t self = ::getpid();

@@ -55,8 +55,8 @@ std::vector<ProcInfo> Supervisor::descendants_outside(const std::vector<pid_t>& 
     return namespace_descendants_outside(listed);
 }
 
-std::size_t Supervisor::namespace_processes() const {
-    return namespace_process_count();
+bool Supervisor::proc_lists_namespace() const {
+    return proc_lists_own_namespace();
 }
 
 UniqueFd Supervisor::open_last_pid() {

@@ -148,17 +148,11 @@ bool Teardown::bulk_stop_fits() {
     // (the identities below rest on it).
     if (stop_scope_ != Scope::Tree || !host_.is_pid1()) return false;
     if (units_.size() != (host_.main_pid() > 0 ? 1U : 0U) || units_.last_pid() <= 0) return false;
-    bool fits = false;
-    if (host_.tracker().freezes()) {
-        auto pids = host_.tracker().listed_pids();
-        fits = pids && pids->size() >= kBulkStopMembers;
-    } else {
-        fits = host_.namespace_processes() >= kBulkStopMembers;
-    }
-    // Each new member's record without its command line: the report itemises a big tree's
-    // members by pid (and, read from /proc, name) and how each ended.
-    if (fits) book_.skip_command_lines();
-    return fits;
+    // The /proc tracker's listing costs no more than its walk at any size (namespace_members):
+    // the size only decides the records' command lines, from the listing itself.
+    if (!host_.tracker().freezes()) return host_.proc_lists_namespace();
+    auto pids = host_.tracker().listed_pids();
+    return pids && pids->size() >= kBulkStopMembers;
 }
 
 bool Teardown::signalled_and_unchanged(const ProcessRecord& r) const {
@@ -191,6 +185,9 @@ bool Teardown::signalled_and_unchanged(const ProcessRecord& r) const {
 std::vector<ProcInfo> Teardown::bulk_members() {
     if (bulk_listed_after_ == 0) bulk_listed_after_ = listed_after_;
     if (!host_.tracker().freezes()) return namespace_members();
+    // Each new member's record without its command line: the report itemises a big tree's
+    // members by pid and how each ended (reading their names is the cost saved).
+    book_.skip_command_lines();
     auto pids = host_.tracker().listed_pids().value_or(std::vector<pid_t>{});
     // A member signalled from an earlier listing and still the same process: nothing to read.
     auto signalled_unread = [&](const ProcessRecord& r) {
@@ -230,7 +227,11 @@ std::vector<ProcInfo> Teardown::namespace_members() {
     std::vector<pid_t> known;
     for (const auto& r : book_.records())
         if (signalled_and_unchanged(r)) known.push_back(r.pid);
-    return host_.descendants_outside(known);
+    auto out = host_.descendants_outside(known);
+    // A big tree's records without their command lines (ProcessBook::skip_command_lines),
+    // decided before the pass observes anyone.
+    if (known.size() + out.size() >= kBulkStopMembers) book_.skip_command_lines();
+    return out;
 }
 
 void Teardown::state_changed(State from, State to, Event why) {

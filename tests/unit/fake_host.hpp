@@ -365,7 +365,7 @@ class FakeHost final : public UnitHost, public TeardownHost {
     }
     bool is_pid1() const override { return false; }
     std::vector<ProcInfo> descendants_outside(const std::vector<pid_t>&) override { return {}; }
-    std::size_t namespace_processes() const override { return 0; }
+    bool proc_lists_namespace() const override { return false; }
     UniqueFd open_last_pid() override { return {}; }  // no birth line: every process is a member
     void shutdown_begun() override { ++shutdowns_begun; }
     void readiness_off() override { ++readiness_offs; }

@@ -254,8 +254,6 @@ std::vector<ProcInfo> namespace_descendants_outside(const std::vector<pid_t>& li
 // Whether lastcall is PID 1 of the pid namespace this /proc shows (so /proc lists that
 // namespace, and descendants_of(getpid()) reads one file per process instead of two).
 bool proc_lists_own_namespace();
-// How many processes /proc lists where it lists lastcall's namespace (0 where it does not).
-std::size_t namespace_process_count();
 
 // Live processes (other than lastcall) whose environment holds every one of `entries`
 // ("NAME=value", exact): the processes of a unit that a previous lastcall left behind, found by

@@ -201,7 +201,7 @@ class Supervisor final : private TeardownHost {
     std::string wchan(pid_t pid) const override;
     std::optional<ProcInfo> proc_stat(pid_t pid) const override;
     bool is_pid1() const override;
-    std::size_t namespace_processes() const override;
+    bool proc_lists_namespace() const override;
     std::vector<ProcInfo> descendants_outside(const std::vector<pid_t>& listed) override;
     UniqueFd open_last_pid() override;
     void shutdown_begun() override;

@@ -72,9 +72,8 @@ class TeardownHost {
     virtual bool is_pid1() const = 0;
     // As PID 1: lastcall's live descendants not among `listed` (namespace_descendants_outside).
     virtual std::vector<ProcInfo> descendants_outside(const std::vector<pid_t>& listed) = 0;
-    // How many processes /proc lists where it lists lastcall's own namespace, else 0
-    // (namespace_process_count).
-    virtual std::size_t namespace_processes() const = 0;
+    // /proc lists lastcall's own namespace: lastcall is its PID 1 (proc_lists_own_namespace).
+    virtual bool proc_lists_namespace() const = 0;
     // The namespace's last pid handed out (/proc/sys/kernel/ns_last_pid), for the birth line.
     virtual UniqueFd open_last_pid() = 0;
     // Intake has closed: from here on every exit wakes the loop and the tree's events are
