@@ -103,6 +103,26 @@ def cgroup_usable():
     return os.access(mount + rel, os.W_OK)
 
 
+def remove_cgroup(path):
+    """Removes a cgroup a test made: SIGKILL to what is still in it, a wait for each, rmdir."""
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            pids = [int(p) for p in f.read().split()]
+    except OSError:
+        pids = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in pids:
+        wait_exit(pid, timeout=10)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
 def kill_marked(marker):
     for pid in marked_pids(marker):
         try:

@@ -20,7 +20,7 @@ import time
 import unittest
 import uuid
 
-from lctest import LastcallTestCase, cgroup2_root, cgroup_usable, helper, wait_exit
+from lctest import LastcallTestCase, cgroup2_root, cgroup_usable, helper, remove_cgroup
 
 # Restarts between the two samples of the flatness test (and before the first). The issue asks
 # for 10,000, but each restart also rewrites the services' status file (an fsync), and 2 x 10,000
@@ -302,22 +302,7 @@ class MemoryCgroup:
     def remove(self):
         if self.path is None:
             return
-        try:
-            with open(os.path.join(self.path, "cgroup.procs")) as f:
-                pids = [int(p) for p in f.read().split()]
-        except OSError:
-            pids = []
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        for pid in pids:
-            wait_exit(pid, timeout=10)
-        try:
-            os.rmdir(self.path)
-        except OSError:
-            pass
+        remove_cgroup(self.path)
         self.path = None
 
 

@@ -19,14 +19,17 @@ import re
 import signal
 import subprocess
 import unittest
+import uuid
 
-from lctest import LastcallTestCase, cgroup_usable, needs_strace
+from lctest import LastcallTestCase, cgroup2_root, cgroup_usable, needs_strace, remove_cgroup
 
 MEMBERS = 150
 # The main shell, MEMBERS - 1 sleeps, then a line on the FIFO once every fork returned.
 TREE = ('for i in $(seq {n}); do sleep 1000 & done; {extra}'
         'echo ready > "$EVENTS"; wait')
 PROC_OPEN = re.compile(r'open(at)?\(.*"/proc/\d+/')
+PROC_LISTING = re.compile(r'open(at)?\(.*"/proc", .*O_DIRECTORY')
+CGROUP_LISTING = re.compile(r'open(at)?\(.*/cgroup\.procs"')
 
 
 class BigTree(LastcallTestCase):
@@ -77,6 +80,53 @@ class BigTree(LastcallTestCase):
         self.assertLess(len(opened), MEMBERS // 10, "".join(opened[:40]))
         # The report still itemises every stop signal: by pid (their names were not read).
         self.assertReportItemisesEveryStopSignal(report)
+        self.assertNoLeftovers()
+
+    @needs_strace("(counts what lastcall opens)")
+    def test_the_cgroup_trackers_stop_of_a_big_tree_lists_the_cgroups_and_proc_once(self):
+        if not cgroup_usable():
+            self.skipTest("needs a writable cgroup2 hierarchy (the bulk listing is the cgroup "
+                          "tracker's)")
+        # At b3a717d each pass read the instance's cgroup.procs and all of /proc again (for the
+        # processes outside the cgroups), and the first pass read the cgroup.procs the bulk
+        # stop's size check had just read: 3 listings of the cgroups and 2 of /proc here, the
+        # later ones while the tree the first pass had woken died on every CPU (0.25-0.6 s of a
+        # 10,000-process stop each, bench/results). Nobody forks in this tree during the stop:
+        # no pid is handed out after the first listing, which stays the whole story, and nobody
+        # is outside the cgroups, so /proc is not listed again.
+        run, code, calls = self.stop_traced("cgroup", True, TREE.format(n=MEMBERS - 1, extra=""))
+        self.assertStoppedClean(run, code)
+        self.assertEqual(len([c for c in calls if CGROUP_LISTING.search(c)]), 1, "".join(calls[:60]))
+        self.assertEqual(len([c for c in calls if PROC_LISTING.search(c)]), 1, "".join(calls[:60]))
+        self.assertNoLeftovers()
+
+    def test_a_member_of_a_big_tree_that_left_the_cgroups_gets_the_stop_signal(self):
+        # The cgroup tracker's bulk stop lists the processes outside the instance's cgroups (from
+        # /proc) in its first pass, and again only after a pass that found somebody there: a
+        # member that moved itself into another cgroup, and the child it started there, still
+        # get their SIGTERM (the subshell's trap says so), not only the kill at grace end.
+        if not cgroup_usable():
+            self.skipTest("needs a writable cgroup2 hierarchy (the bulk listing is the cgroup "
+                          "tracker's)")
+        with open("/proc/self/cgroup") as f:
+            rel = [l.strip()[3:] for l in f if l.startswith("0::")][0]
+        outside = os.path.join(cgroup2_root() + (rel if rel != "/" else ""),
+                               f"lctest-outside-{uuid.uuid4().hex[:8]}")
+        os.mkdir(outside)
+        self.addCleanup(remove_cgroup, outside)
+        moved = ('( echo 0 > "$OUTSIDE/cgroup.procs" || exit 1; trap \'echo outside-term > '
+                 '"$EVENTS"; exit 0\' TERM; sleep 1000 & echo moved > "$EVENTS"; wait ) & ')
+        env = dict(self.env, OUTSIDE=outside)
+        run = self.start(["--tracker", "cgroup", "--grace", "30s", "--", "sh", "-c",
+                          TREE.format(n=MEMBERS - 3, extra=moved)], pid1=True, env=env)
+        seen = set()
+        while seen != {"moved", "ready"}:
+            seen.add(self.fifo.readline(timeout=60))
+        with open(os.path.join(outside, "cgroup.procs")) as f:
+            self.assertEqual(len(f.read().split()), 2, "the subshell and its sleep moved out")
+        run.signal(signal.SIGTERM)
+        self.assertEqual(self.fifo.readline(timeout=30), "outside-term")
+        self.assertStoppedClean(run, run.wait())
         self.assertNoLeftovers()
 
     @needs_strace("(counts what lastcall opens)")

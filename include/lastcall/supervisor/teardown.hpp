@@ -149,9 +149,13 @@ class Teardown final : public ShutdownActions {
     // kBulkStopMembers or more. Decided once, at the root's stop.
     bool bulk_stop_fits();
     // The cgroup tracker's: the instance's pids from cgroup.procs as members without a /proc
-    // read, where that is exact; the descendants outside the cgroups, the main child and
-    // whoever was born after the birth line read from /proc as before.
+    // read, where that is exact; the main child and whoever was born after the birth line read
+    // from /proc as before; the descendants outside the cgroups (bulk_outsiders).
     std::vector<ProcInfo> bulk_members();
+    // The instance's pids for a bulk pass: the last listing while no pid was handed out since.
+    const std::vector<pid_t>& cgroups_listing();
+    // The descendants outside the cgroups that are not `known`, when a pass must list them.
+    std::vector<ProcInfo> bulk_outsiders(std::vector<pid_t> known);
     // The /proc tracker's: one read of each process of the namespace that was not signalled
     // already (namespace_members in the .cpp).
     std::vector<ProcInfo> namespace_members();
@@ -180,6 +184,17 @@ class Teardown final : public ShutdownActions {
     pid_t listed_after_ = 0;
     bool bulk_ = false;            // the root's passes run on the bulk listing (bulk_members)
     pid_t bulk_listed_after_ = 0;  // listed_after_ at the shutdown's first bulk listing
+    // The last listing of the instance's cgroups (bulk_stop_fits's, then the passes'), with
+    // the namespace's last pid read before it (cgroups_listing).
+    struct Listing {
+        std::vector<pid_t> pids;
+        pid_t listed_after = 0;
+    };
+    std::optional<Listing> cgroups_listing_;
+    // Whether the next bulk pass lists the descendants outside the cgroups (bulk_outsiders):
+    // the first does, and each after one that found somebody there not signalled yet.
+    enum class Outside { Due, Done };
+    Outside outside_ = Outside::Due;
     Event force_cause_ = Event::GraceExpired;  // the event that began Forcing
     std::optional<MonoTime> last_kill_walk_;   // when the force last walked the tree
     long long reaped_at_last_look_ = 0;        // the reaped count when the force last looked
