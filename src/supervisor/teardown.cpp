@@ -136,6 +136,7 @@ bool Teardown::send_stop_and_mark(const ProcInfo& p, int sig) {
 
 std::vector<ProcInfo> Teardown::root_members(const Unit::OutOfTime& out_of_time) {
     listed_after_ = units_.last_pid();
+    pass_follows_whole_pass_ = !std::exchange(round_begins_, false);
     if (bulk_) return bulk_members();
     return host_.tracker().members_within(out_of_time);
 }
@@ -271,6 +272,15 @@ std::vector<ProcInfo> Teardown::bulk_outsiders(std::vector<pid_t> known) {
 // gets no SIGCONT, and a process entered from outside (`docker exec`, parent 0 here) and its
 // children are no members. The main child, signalled before the first pass, is such a record.
 std::vector<ProcInfo> Teardown::namespace_members() {
+    // Nobody was born in the namespace since the last listing (its last pid then was read
+    // before it, and again before this pass: listed_after_), and the pass before, in this
+    // round, went through all of it: nobody is left to find, and the listing of all of /proc
+    // (with a stat read of each process not signalled yet), made again while the tree the first
+    // pass had woken died on every CPU, is not made. Across rounds the last pass may have been
+    // cut by the budget before it reached everyone: the listing is made.
+    if (pass_follows_whole_pass_ && listed_after_ > 0 && listed_after_ == proc_listed_after_)
+        return {};
+    proc_listed_after_ = listed_after_;
     std::vector<pid_t> known;
     for (const auto& r : book_.records())
         if (signalled_and_unchanged(r)) known.push_back(r.pid);
@@ -349,6 +359,7 @@ void Teardown::signal_tree(int sig) {
         if (!units_.has_last_pid_source()) units_.set_last_pid_source(host_.open_last_pid());
         units_.draw_birth_line(units_.read_line());
         bulk_ = bulk_stop_fits();
+        round_begins_ = true;
         n += root_unit_->stop(sig, deadline);
         after_root_round();
     }
@@ -375,6 +386,7 @@ void Teardown::after_root_round() {
                 root_unit_->end_rounds();  // forcing or stopped meanwhile: the kill needs no hold
                 return;
             }
+            round_begins_ = true;
             int more = root_unit_->continue_stop();
             spdlog::debug("sent {} to {} more process(es)", signal_name(shutdown_.stop_signal()),
                           more);

@@ -146,6 +146,18 @@ class BigTree(LastcallTestCase):
         self.assertNoLeftovers()
 
     @needs_strace("(counts what lastcall opens)")
+    def test_the_proc_trackers_stop_of_a_big_tree_lists_proc_once_when_nobody_forks(self):
+        # At 5a84c37 each pass listed /proc again and read the stat of every process not
+        # signalled yet: 3 listings here, the later ones while the woken tree died on every CPU.
+        # Nobody forks in this tree during the stop, so no pid is handed out after the first
+        # listing, which the first pass went through whole: the passes after it have nobody
+        # left to find.
+        run, code, calls = self.stop_traced("proc", True, TREE.format(n=MEMBERS - 1, extra=""))
+        self.assertStoppedClean(run, code)
+        self.assertEqual(len([c for c in calls if PROC_LISTING.search(c)]), 1, "".join(calls[:60]))
+        self.assertNoLeftovers()
+
+    @needs_strace("(counts what lastcall opens)")
     def test_the_proc_tracker_signals_a_process_without_reading_its_stat_again_first(self):
         run, code, calls = self.stop_traced("proc", False, TREE.format(n=MEMBERS - 1, extra=""))
         out = run.output()

@@ -191,6 +191,12 @@ class Teardown final : public ShutdownActions {
         pid_t listed_after = 0;
     };
     std::optional<Listing> cgroups_listing_;
+    // The /proc tracker's bulk passes (namespace_members): the namespace's last pid read before
+    // the last listing of /proc, and whether this pass follows a whole pass of its round (the
+    // first of a round follows a pass the budget may have cut).
+    pid_t proc_listed_after_ = 0;
+    bool round_begins_ = false;
+    bool pass_follows_whole_pass_ = false;
     // Whether the next bulk pass lists the descendants outside the cgroups (bulk_outsiders):
     // the first does, and each after one that found somebody there not signalled yet.
     enum class Outside { Due, Done };
