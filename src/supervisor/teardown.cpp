@@ -157,7 +157,7 @@ bool Teardown::bulk_stop_fits() {
     pid_t before = units_.birth_line() ? units_.birth_line()->last_pid : 0;
     auto pids = host_.tracker().listed_pids();
     if (!pids || pids->size() < kBulkStopMembers) return false;
-    if (before > 0) cgroups_listing_ = Listing{std::move(*pids), before};
+    if (before > 0) first_listing_ = Listing{std::move(*pids), before};
     return true;
 }
 
@@ -190,11 +190,19 @@ bool Teardown::signalled_and_unchanged(const ProcessRecord& r) const {
 //    ended, without its name and command line (reading them is the cost saved).
 std::vector<ProcInfo> Teardown::bulk_members() {
     if (bulk_listed_after_ == 0) bulk_listed_after_ = listed_after_;
+    if (nobody_new_since_last_listing()) return {};
+    last_listing_after_ = listed_after_;
     if (!host_.tracker().freezes()) return namespace_members();
     // Each new member's record without its command line: the report itemises a big tree's
     // members by pid and how each ended (reading their names is the cost saved).
     book_.skip_command_lines();
-    const std::vector<pid_t>& pids = cgroups_listing();
+    // The first pass takes the size check's listing, unless a pid was handed out since.
+    std::vector<pid_t> pids;
+    if (first_listing_ && first_listing_->listed_after == listed_after_)
+        pids = std::move(first_listing_->pids);
+    else
+        pids = host_.tracker().listed_pids().value_or(std::vector<pid_t>{});
+    first_listing_.reset();
     // A member signalled from an earlier listing and still the same process: nothing to read.
     auto signalled_unread = [&](const ProcessRecord& r) {
         return r.start == 0 && signalled_and_unchanged(r);
@@ -202,7 +210,6 @@ std::vector<ProcInfo> Teardown::bulk_members() {
     pid_t line = units_.birth_line() ? units_.birth_line()->last_pid : 0;
     std::vector<ProcInfo> out;
     out.reserve(pids.size());
-    book_.reserve(pids.size());
     for (pid_t pid : pids) {
         const ProcessRecord* rec = book_.find_live(pid);
         if (rec && signalled_unread(*rec)) continue;
@@ -214,39 +221,33 @@ std::vector<ProcInfo> Teardown::bulk_members() {
             out.push_back(std::move(*info));
         }
     }
-    if (outside_ == Outside::Done) return out;
-    // Their zombies (exited, not reaped yet) are out of cgroup.procs and still in /proc.
-    std::vector<pid_t> known = pids;  // not looked for outside the cgroups
-    for (const auto& r : book_.records())
-        if (signalled_unread(r)) known.push_back(r.pid);
-    for (auto& p : bulk_outsiders(std::move(known))) out.push_back(std::move(p));
+    if (outside_ == Outside::Due) {
+        // Their zombies (exited, not reaped yet) are out of cgroup.procs and still in /proc.
+        std::vector<pid_t> known = std::move(pids);  // not looked for outside the cgroups
+        for (const auto& r : book_.records())
+            if (signalled_unread(r)) known.push_back(r.pid);
+        for (auto& p : bulk_outsiders(std::move(known))) out.push_back(std::move(p));
+    }
+    book_.reserve(out.size());  // their records, made as the pass observes them
     return out;
 }
 
-// The instance's pids for a bulk pass. cgroup.procs is read again only when the namespace handed
-// out a pid since the last read (its last pid then was read before that read, and is read again
-// before each pass: listed_after_): else nobody was born since, and nobody is in the cgroups who
-// was not listed then. The last listing is then taken again, whose members signalled already
-// the pass passes over (one the budget cut the pass before reaching still gets its signal).
-// Read while the tree it had woken died on every CPU, each such read of a 10,000-process
-// instance took 0.2-0.6 s of lastcall's stop (the kernel's walk of the exiting tasks, and
-// lastcall's share of a crowded CPU), and the first pass read the same file as bulk_stop_fits.
-const std::vector<pid_t>& Teardown::cgroups_listing() {
-    if (!cgroups_listing_ || cgroups_listing_->listed_after != listed_after_ ||
-        listed_after_ <= 0) {
-        auto pids = host_.tracker().listed_pids().value_or(std::vector<pid_t>{});
-        cgroups_listing_ = Listing{std::move(pids), listed_after_};
-    }
-    return cgroups_listing_->pids;
+// Whether a bulk pass has nobody left to find: it follows a whole pass of its round (the first
+// of a round follows a pass the budget may have cut before it reached everyone), and no pid was
+// handed out in the namespace since the last listing (its last pid then was read before that
+// listing, and again before this pass: listed_after_), so nobody was born since and everyone
+// there was listed then. Listed again anyway, as each pass did, cgroup.procs and /proc (with a
+// stat read of each process not yet signalled, for the /proc tracker) were read while the tree
+// the first pass had woken died on every CPU: 0.2-0.6 s of a 10,000-process stop each.
+bool Teardown::nobody_new_since_last_listing() const {
+    return pass_follows_whole_pass_ && listed_after_ > 0 && listed_after_ == last_listing_after_;
 }
 
 // The descendants outside the cgroups, for a pass that must list them: all of /proc is read
 // (10,000 entries: 90 ms on the VM of bench/results, and a dentry per process that its reap must
 // drop), so the first pass lists them, before the signals wake the tree, and a later pass again
 // only while the last listing found somebody there not signalled yet (whose children, born
-// before its signal, may be outside too). Listed
-// at every pass, a 10,000-process stop read /proc a second time while the tree it had woken
-// died on every CPU: 0.25-0.58 s of lastcall's stop. Nobody is missed by that: a descendant
+// before its signal, may be outside too). Nobody is missed by that: a descendant
 // outside the cgroups at a later pass that the first listing did not show was born after the
 // birth line (a helper; or a member whose parent the passes had not reached yet: inside the
 // cgroups if that parent is, and listed again if it is outside, as the parent was found there),
@@ -272,15 +273,6 @@ std::vector<ProcInfo> Teardown::bulk_outsiders(std::vector<pid_t> known) {
 // gets no SIGCONT, and a process entered from outside (`docker exec`, parent 0 here) and its
 // children are no members. The main child, signalled before the first pass, is such a record.
 std::vector<ProcInfo> Teardown::namespace_members() {
-    // Nobody was born in the namespace since the last listing (its last pid then was read
-    // before it, and again before this pass: listed_after_), and the pass before, in this
-    // round, went through all of it: nobody is left to find, and the listing of all of /proc
-    // (with a stat read of each process not signalled yet), made again while the tree the first
-    // pass had woken died on every CPU, is not made. Across rounds the last pass may have been
-    // cut by the budget before it reached everyone: the listing is made.
-    if (pass_follows_whole_pass_ && listed_after_ > 0 && listed_after_ == proc_listed_after_)
-        return {};
-    proc_listed_after_ = listed_after_;
     std::vector<pid_t> known;
     for (const auto& r : book_.records())
         if (signalled_and_unchanged(r)) known.push_back(r.pid);

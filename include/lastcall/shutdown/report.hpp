@@ -70,7 +70,7 @@ class ProcessBook {
     // takes the process's mmap lock and pages in its arguments (a tenth of the CPU of a
     // 10,000-process stop with the /proc tracker).
     void skip_command_lines() { command_lines_ = false; }
-    // Room for `more` records: a big tree's listing, observed member by member, grew the
+    // Room for `more` new records: a big tree's listing, observed member by member, grew the
     // records 14 times over (each a copy of all of them) during its first pass.
     void reserve(std::size_t more) { records_.reserve(records_.size() + more); }
     // Records a reap. `forcing`: SIGKILL had gone out, so a SIGKILL death is lastcall's doing.

@@ -150,10 +150,11 @@ class Teardown final : public ShutdownActions {
     bool bulk_stop_fits();
     // The cgroup tracker's: the instance's pids from cgroup.procs as members without a /proc
     // read, where that is exact; the main child and whoever was born after the birth line read
-    // from /proc as before; the descendants outside the cgroups (bulk_outsiders).
+    // from /proc as before; the descendants outside the cgroups (bulk_outsiders). Nothing where
+    // nobody_new_since_last_listing.
     std::vector<ProcInfo> bulk_members();
-    // The instance's pids for a bulk pass: the last listing while no pid was handed out since.
-    const std::vector<pid_t>& cgroups_listing();
+    // A bulk pass has nobody left to find (see the .cpp): no listing is made.
+    bool nobody_new_since_last_listing() const;
     // The descendants outside the cgroups that are not `known`, when a pass must list them.
     std::vector<ProcInfo> bulk_outsiders(std::vector<pid_t> known);
     // The /proc tracker's: one read of each process of the namespace that was not signalled
@@ -184,17 +185,16 @@ class Teardown final : public ShutdownActions {
     pid_t listed_after_ = 0;
     bool bulk_ = false;            // the root's passes run on the bulk listing (bulk_members)
     pid_t bulk_listed_after_ = 0;  // listed_after_ at the shutdown's first bulk listing
-    // The last listing of the instance's cgroups (bulk_stop_fits's, then the passes'), with
-    // the namespace's last pid read before it (cgroups_listing).
+    // The instance's cgroups as bulk_stop_fits listed them, with the namespace's last pid read
+    // before: the first pass's listing, unless a pid was handed out since.
     struct Listing {
         std::vector<pid_t> pids;
         pid_t listed_after = 0;
     };
-    std::optional<Listing> cgroups_listing_;
-    // The /proc tracker's bulk passes (namespace_members): the namespace's last pid read before
-    // the last listing of /proc, and whether this pass follows a whole pass of its round (the
-    // first of a round follows a pass the budget may have cut).
-    pid_t proc_listed_after_ = 0;
+    std::optional<Listing> first_listing_;
+    // The namespace's last pid read before the last bulk listing, and whether this pass follows
+    // a whole pass of its round (nobody_new_since_last_listing).
+    pid_t last_listing_after_ = 0;
     bool round_begins_ = false;
     bool pass_follows_whole_pass_ = false;
     // Whether the next bulk pass lists the descendants outside the cgroups (bulk_outsiders):
